@@ -1,0 +1,54 @@
+"""Module extension: third-party Python packages from Omni's hashed lock.
+
+`pypi.lock(name, lock)` creates a repository holding one `py_library` per locked
+distribution (`@pypi//:pydantic`, `@pypi//:huggingface_hub`, ...), installed for the Python
+interpreter found on the machine, and `@pypi//:python_toolchain` bound to that interpreter.
+"""
+
+_HELPER = Label("//tools/private:pypi_repo.py")
+
+def _run(rctx, argv, what):
+    result = rctx.execute(argv, quiet = True, environment = {"PIP_CONFIG_FILE": "/dev/null"})
+    if result.return_code != 0:
+        fail("pypi: {} failed ({}):\n{}\n{}".format(what, result.return_code, result.stdout, result.stderr))
+    return result.stdout
+
+def _pypi_repo_impl(rctx):
+    python = rctx.os.environ.get("OMNI_PYTHON") or rctx.which("python3")
+    if not python:
+        fail("pypi: no python3 on PATH; install Python 3.11+ or set OMNI_PYTHON to an interpreter")
+    helper = rctx.path(_HELPER)
+    lock = rctx.path(rctx.attr.lock)
+
+    # The helper prints the interpreter's real path and, for each locked distribution,
+    # the wheel best matching that interpreter's tags.
+    plan = json.decode(_run(rctx, [python, helper, "plan", lock], "choosing wheels from " + str(lock)))
+    for wheel in plan["wheels"]:
+        # sha256 makes this a repository-cache hit after the first fetch: no network.
+        rctx.download(
+            url = [wheel["url"]],
+            output = "wheels/" + wheel["filename"],
+            sha256 = wheel["sha256"],
+        )
+    _run(rctx, [plan["python"], helper, "install", "wheels", "site", plan["python"]], "installing wheels")
+
+pypi_repo = repository_rule(
+    implementation = _pypi_repo_impl,
+    attrs = {"lock": attr.label(mandatory = True, allow_single_file = True)},
+    environ = ["OMNI_PYTHON"],
+)
+
+_lock_tag = tag_class(attrs = {
+    "name": attr.string(mandatory = True),
+    "lock": attr.label(mandatory = True),
+})
+
+def _pypi_impl(module_ctx):
+    for mod in module_ctx.modules:
+        for tag in mod.tags.lock:
+            pypi_repo(name = tag.name, lock = tag.lock)
+
+pypi = module_extension(
+    implementation = _pypi_impl,
+    tag_classes = {"lock": _lock_tag},
+)

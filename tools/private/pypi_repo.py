@@ -1,0 +1,168 @@
+"""Fetch-time helper of the `pypi` module extension (run by the repository rule).
+
+    pypi_repo.py plan LOCK                 -> JSON: interpreter path and chosen wheels
+    pypi_repo.py install WHEELS SITE PYTHON -> installs wheels into SITE, writes BUILD.bazel
+
+Only the standard library and pip (with its vendored `packaging`) are used: this runs
+before any locked package exists.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from pip._vendor.packaging.requirements import Requirement
+from pip._vendor.packaging.tags import sys_tags
+from pip._vendor.packaging.utils import canonicalize_name, parse_wheel_filename
+
+REQUIREMENT_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
+WHEEL_RE = re.compile(r"^\s*# wheel sha256=([0-9a-f]{64}) url=(\S+)$")
+# Characters Bazel accepts in a label's target name; anything else stays out of the BUILD.
+LABEL_SAFE = re.compile(r"^[A-Za-z0-9!%\-@^_`\"#$&'()*+,;<=>?\[\]{|}~/.]+$")
+NOT_DATA = (".pyc", "/RECORD", "/INSTALLER", "/REQUESTED", "/direct_url.json")
+
+
+def plan(lock: Path) -> dict:
+    tag_rank = {tag: rank for rank, tag in enumerate(sys_tags())}
+    wheels, current = [], None
+    candidates: list[tuple[str, str]] = []
+
+    def choose() -> None:
+        if current is None:
+            return
+        name, version = current
+        ranked = []
+        for sha256, url in candidates:
+            filename = url.rsplit("/", 1)[-1]
+            ranks = [tag_rank[t] for t in parse_wheel_filename(filename)[3] if t in tag_rank]
+            if ranks:
+                ranked.append((min(ranks), filename, sha256, url))
+        if not ranked:
+            sys.exit(f"{lock}: no wheel of {name}=={version} fits this interpreter "
+                     f"({sys.implementation.name} {sys.version.split()[0]}); re-run tools/lock_python")
+        _, filename, sha256, url = min(ranked)
+        wheels.append({"name": name, "filename": filename, "sha256": sha256, "url": url})
+
+    for line in lock.read_text(encoding="utf-8").splitlines():
+        requirement = REQUIREMENT_RE.match(line)
+        if requirement:
+            choose()
+            current, candidates = requirement.groups(), []
+            continue
+        wheel = WHEEL_RE.match(line)
+        if wheel:
+            candidates.append(wheel.groups())
+    choose()
+    return {"python": os.path.realpath(sys.executable), "wheels": wheels}
+
+
+def _target(name: str) -> str:
+    return canonicalize_name(name).replace("-", "_")
+
+
+def _dist_info(site: Path) -> list[Path]:
+    return sorted(site.glob("*.dist-info"))
+
+
+def _files(site: Path, dist_info: Path) -> list[str]:
+    record = (dist_info / "RECORD").read_text(encoding="utf-8").splitlines()
+    paths = []
+    for row in record:
+        path = row.split(",", 1)[0]
+        if not path or path.startswith("..") or path.endswith(NOT_DATA) or " " in path:
+            continue
+        if LABEL_SAFE.match(path) and (site / path).is_file():
+            paths.append("site/" + path)
+    return sorted(set(paths))
+
+
+def _requires(dist_info: Path) -> list[str]:
+    names = []
+    for line in (dist_info / "METADATA").read_text(encoding="utf-8").splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        requirement = Requirement(line.split(":", 1)[1].strip())
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            names.append(requirement.name)
+    return names
+
+
+def install(wheels: Path, site: Path, python: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PYTHONNOUSERSITE="1")
+    subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+         "--disable-pip-version-check", "--target", str(site), *sorted(map(str, wheels.glob("*.whl")))],
+        check=True, env=env,
+    )
+    # BUILD files shipped inside wheels would cut this repository into packages.
+    for build in [*site.rglob("BUILD"), *site.rglob("BUILD.bazel")]:
+        build.unlink()
+
+    infos = _dist_info(site)
+    present = {}
+    for info in infos:
+        name = info.name.split("-", 1)[0]
+        present[canonicalize_name(name)] = info
+    rules = []
+    for key, info in sorted(present.items()):
+        files = _files(site, info)
+        srcs = [f for f in files if f.endswith(".py")]
+        data = [f for f in files if not f.endswith(".py")]
+        deps = sorted({_target(r) for r in _requires(info) if canonicalize_name(r) in present} - {_target(key)})
+        rules.append(
+            "py_library(\n"
+            f"    name = {json.dumps(_target(key))},\n"
+            f"    srcs = {json.dumps(srcs, indent=8)},\n"
+            f"    data = {json.dumps(data, indent=8)},\n"
+            '    imports = ["site"],\n'
+            f"    deps = {json.dumps([':' + d for d in deps])},\n"
+            ")\n"
+        )
+    header = f'''# Generated by //tools/private:pypi_repo.py from the hashed lock. Do not edit.
+load("@rules_python//python:defs.bzl", "py_library", "py_runtime", "py_runtime_pair")
+
+package(default_visibility = ["//visibility:public"])
+
+exports_files(["python.txt"] + glob(["wheels/*.whl"]))
+
+filegroup(name = "wheels", srcs = glob(["wheels/*.whl"]))
+
+# The interpreter these wheels were installed for; tests and tools run with it.
+py_runtime(
+    name = "python_runtime",
+    interpreter_path = {json.dumps(python)},
+    python_version = "PY3",
+    stub_shebang = "#!{python}",
+)
+
+py_runtime_pair(name = "python_runtime_pair", py3_runtime = ":python_runtime")
+
+toolchain(
+    name = "python_toolchain",
+    toolchain = ":python_runtime_pair",
+    toolchain_type = "@bazel_tools//tools/python:toolchain_type",
+)
+
+'''
+    (site.parent / "BUILD.bazel").write_text(header + "\n".join(rules), encoding="utf-8")
+    (site.parent / "python.txt").write_text(python + "\n", encoding="utf-8")
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["plan"] and len(argv) == 2:
+        print(json.dumps(plan(Path(argv[1]))))
+        return 0
+    if argv[:1] == ["install"] and len(argv) == 4:
+        install(Path(argv[1]), Path(argv[2]), argv[3])
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
