@@ -1,0 +1,141 @@
+"""The typed documents (schema_version "1"): checkpoint attestation, DFlash2 speculator
+attestation and DFlash2 parity/benchmark gate.
+
+Models are strict: unknown fields, wrong types and malformed digests are refused. They
+describe shape only; which values are acceptable (exact model ids, bindings, thresholds)
+is the caller's policy.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from attest.errors import AttestError
+from attest.primitives import MAX_JSON_BYTES, Revision, Sha256, read_json_object
+
+SCHEMA_VERSION = "1"
+CHECKPOINT_ATTESTATION_FILE = ".omni-checkpoint.json"
+SPECULATOR_ATTESTATION_FILE = ".omni-speculator.json"
+DEFAULT_WEIGHT_INDEX = "model.safetensors.index.json"
+
+
+class Document(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ShardDigest(Document):
+    """One weight shard's exact size and content digest."""
+
+    path: str = Field(min_length=1)
+    size: int = Field(gt=0)
+    sha256: Sha256
+
+
+class CheckpointAttestation(Document):
+    """`.omni-checkpoint.json`: what a local target checkpoint must be, without its weights.
+
+    `shards` is optional: when present, every indexed shard's size and sha256 are verified.
+    """
+
+    schema_version: Literal["1"]
+    model_id: str
+    revision: Revision
+    config_sha256: Sha256
+    weight_index_path: str = DEFAULT_WEIGHT_INDEX
+    weight_index_sha256: Sha256
+    expected_shard_count: int = Field(gt=0)
+    shards: list[ShardDigest] | None = None
+
+
+class TargetBinding(Document):
+    model_id: str
+    revision: Revision
+
+
+class WeightFile(Document):
+    path: str
+    size: int = Field(ge=0)
+    sha256: Sha256
+
+
+class SpeculatorAttestation(Document):
+    """`.omni-speculator.json`: a DFlash2 drafter bound to its exact target."""
+
+    schema_version: Literal["1"]
+    model_id: str
+    revision: Revision
+    target: TargetBinding
+    config_sha256: Sha256
+    weight_files: list[WeightFile]
+
+
+PARITY_CASES = ("greedy", "sampling", "tool_json", "stop_and_cancel")
+
+
+class ParityResult(Document):
+    passed: bool
+    covers: list[str]
+    corpus_sha256: Sha256
+    result_sha256: Sha256
+    reasons: list[str] = []
+
+
+class BenchmarkResult(Document):
+    passed: bool
+    concurrency: list[int]
+    samples_per_mode: int
+    ar_p95_ms: float
+    dflash2_p95_ms: float
+    reasons: list[str] = []
+
+
+class DFlash2Gate(Document):
+    """The parity and target-hardware benchmark gate a DFlash2 canary needs."""
+
+    schema_version: Literal["1"]
+    target_model_id: str
+    target_revision: Revision
+    speculator_model_id: str
+    speculator_revision: Revision
+    vllm_commit: Revision
+    hardware_profile: str
+    gpu_arch: str
+    parity: ParityResult
+    benchmark: BenchmarkResult
+
+
+DocumentT = TypeVar("DocumentT", bound=Document)
+
+
+def validation_refusal(exc: ValidationError, label: str) -> AttestError:
+    """Turn pydantic's first error into one refusal naming the exact field."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    field = f"{label}.{where}" if where else label
+    detail = first["msg"]
+    if first["type"] == "extra_forbidden":
+        detail = "unknown field (not in schema_version 1)"
+    elif first["type"] == "missing":
+        detail = "required field is missing"
+    return AttestError(f"{field}: {detail}", field=field)
+
+
+def parse_document(model: type[DocumentT], value: dict[str, Any], *, label: str) -> DocumentT:
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise validation_refusal(exc, label) from None
+
+
+def load_document(model: type[DocumentT], path: Path, *, label: str,
+                  max_bytes: int = MAX_JSON_BYTES) -> DocumentT:
+    return parse_document(model, read_json_object(path, label=label, max_bytes=max_bytes), label=label)
+
+
+SCHEMAS: dict[str, type[Document]] = {
+    "checkpoint_attestation": CheckpointAttestation,
+    "speculator_attestation": SpeculatorAttestation,
+    "dflash2_gate": DFlash2Gate,
+}

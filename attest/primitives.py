@@ -1,0 +1,105 @@
+"""Small checks shared by every document and caller: pinned revisions, SHA-256 digests,
+local roots, safe child files and bounded JSON reading."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+
+from attest.errors import AttestError
+
+REVISION_RE = re.compile(r"^[0-9a-fA-F]{40}$")
+SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
+MAX_JSON_BYTES = 16 * 1024 * 1024
+
+
+def require_revision(value: str, label: str) -> str:
+    """An immutable 40-hex commit, lower-cased; `label` names the field in the refusal."""
+    value = str(value).strip()
+    if not REVISION_RE.fullmatch(value):
+        raise AttestError(f"{label} must be an immutable 40-character commit SHA", field=label)
+    return value.lower()
+
+
+def require_sha256(value: str, label: str) -> str:
+    """A 64-hex SHA-256 digest, lower-cased."""
+    value = str(value).strip()
+    if not SHA256_RE.fullmatch(value):
+        raise AttestError(f"{label} must be a 64-character SHA-256 digest", field=label)
+    return value.lower()
+
+
+def _revision(value: str) -> str:
+    if not REVISION_RE.fullmatch(value):
+        raise ValueError("must be an immutable 40-character commit SHA")
+    return value.lower()
+
+
+def _sha256(value: str) -> str:
+    if not SHA256_RE.fullmatch(value):
+        raise ValueError("must be a 64-character SHA-256 digest")
+    return value.lower()
+
+
+# Pydantic field types: validated and normalised to lower case.
+Revision = Annotated[str, AfterValidator(_revision)]
+Sha256 = Annotated[str, AfterValidator(_sha256)]
+
+
+def read_json_object(path: Path, *, label: str, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any]:
+    """Read a JSON object from a regular, non-empty file of at most `max_bytes`."""
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise AttestError(f"{label} is not readable: {path}", field=label) from exc
+    if not path.is_file() or stat.st_size <= 0 or stat.st_size > max_bytes:
+        raise AttestError(f"{label} must be a non-empty JSON file below {max_bytes} bytes", field=label)
+    try:
+        with path.open("rb") as handle:
+            # Read at most one byte past the bound: a file that grew since stat() is refused.
+            raw = handle.read(max_bytes + 1)
+        if len(raw) > max_bytes:
+            raise AttestError(f"{label} must be a non-empty JSON file below {max_bytes} bytes", field=label)
+        value = json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeError, json.JSONDecodeError) as exc:
+        raise AttestError(f"{label} is not valid UTF-8 JSON: {path}", field=label) from exc
+    if not isinstance(value, dict):
+        raise AttestError(f"{label} must contain a JSON object", field=label)
+    return value
+
+
+def local_root(path: Path, *, label: str) -> Path:
+    """An existing absolute local directory (never a URL), resolved."""
+    raw = str(path)
+    if "://" in raw or raw.startswith(("hf:", "s3:", "gs:")):
+        raise AttestError(f"{label} must be a local directory, not a URL", field=label)
+    if not path.is_absolute():
+        raise AttestError(f"{label} must be an absolute local path", field=label)
+    try:
+        resolved = path.resolve(strict=True)
+    except OSError as exc:
+        raise AttestError(f"{label} does not exist: {path}", field=label) from exc
+    if not resolved.is_dir():
+        raise AttestError(f"{label} is not a directory: {resolved}", field=label)
+    return resolved
+
+
+def child_file(root: Path, relative: str, *, label: str) -> Path:
+    """A non-empty regular file under `root`: no absolute path, no `..`, no symlink escape."""
+    relative_path = Path(relative)
+    if not relative or relative_path.is_absolute() or ".." in relative_path.parts:
+        raise AttestError(f"{label} must be a safe path relative to the checkpoint", field=label)
+    try:
+        candidate = (root / relative_path).resolve(strict=True)
+    except OSError as exc:
+        raise AttestError(f"{label} is missing: {relative}", field=label) from exc
+    try:
+        candidate.relative_to(root)
+    except ValueError as exc:
+        raise AttestError(f"{label} escapes the checkpoint root: {relative}", field=label) from exc
+    if not candidate.is_file() or candidate.stat().st_size <= 0:
+        raise AttestError(f"{label} is not a non-empty local file: {relative}", field=label)
+    return candidate

@@ -1,0 +1,58 @@
+"""Write a checkpoint's `.omni-checkpoint.json` and print its sha256.
+
+    python -m launcher.build_attestation /models/qwen --revision <40-hex> [--hash-shards]
+
+The printed digest is what QWEN_CHECKPOINT_MANIFEST_SHA256 pins. An operator convenience,
+not a download provenance oracle: obtain and verify the immutable revision first.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from attest.documents import CHECKPOINT_ATTESTATION_FILE
+from attest.errors import AttestError
+from attest.files import canonical_json, write_atomic
+from launcher.checkpoint import build_checkpoint_attestation
+from launcher.cli import refusal
+from launcher.target import TARGET_MODEL_ID
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="build_attestation", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_path", nargs="?", default=os.environ.get("MODEL_PATH", ""),
+                        help="the local checkpoint directory (default: $MODEL_PATH)")
+    parser.add_argument("--model-id", default=os.environ.get("MODEL_ID", TARGET_MODEL_ID),
+                        help=f"default: $MODEL_ID or {TARGET_MODEL_ID}")
+    parser.add_argument("--revision", default=os.environ.get("MODEL_REVISION", ""),
+                        help="the pinned 40-hex revision (default: $MODEL_REVISION)")
+    parser.add_argument("--hash-shards", action="store_true",
+                        help="also record each shard's size and sha256, so the launcher catches a swapped shard")
+    parser.add_argument("--output", type=Path, help=f"default: MODEL_PATH/{CHECKPOINT_ATTESTATION_FILE}")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        attestation = build_checkpoint_attestation(
+            Path(args.model_path), model_id=args.model_id, revision=args.revision, hash_shards=args.hash_shards
+        )
+    except AttestError as exc:
+        return refusal(exc)
+    data = canonical_json(attestation.model_dump(mode="json", exclude_none=True))
+    output = args.output or Path(args.model_path) / CHECKPOINT_ATTESTATION_FILE
+    write_atomic(output, data)
+    digest = hashlib.sha256(data).hexdigest()
+    print(f"wrote {output}; pin it with QWEN_CHECKPOINT_MANIFEST_SHA256={digest}", file=sys.stderr)
+    print(digest)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,244 @@
+"""The local target checkpoint: its exact architecture, its attestation, its shards.
+
+Nothing here loads weight data except optional shard hashing, which the attestation asks
+for by listing per-shard digests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attest.documents import (
+    CHECKPOINT_ATTESTATION_FILE,
+    DEFAULT_WEIGHT_INDEX,
+    CheckpointAttestation,
+    ShardDigest,
+    load_document,
+)
+from attest.hashing import hash_files_parallel, sha256_file
+from attest.primitives import child_file, local_root, read_json_object, require_revision, require_sha256
+from launcher.errors import LauncherError
+from launcher.target import (
+    MTP_WEIGHT_GROUPS,
+    TARGET_ARCHITECTURE,
+    TARGET_MODEL_ID,
+    TARGET_MODEL_TYPE,
+    TARGET_TEXT_SHAPE,
+)
+
+ATTESTATION = "checkpoint attestation"
+
+
+@dataclass(frozen=True)
+class CheckpointInspection:
+    root: Path
+    model_id: str
+    revision: str
+    config_sha256: str
+    weight_index_sha256: str
+    shard_count: int
+    tensor_count: int
+    native_mtp_head: bool
+    mtp_reason: str
+    max_model_len: int
+    shards_hashed: int = 0
+
+    def public_dict(self) -> dict[str, Any]:
+        return {
+            "root": str(self.root),
+            "model_id": self.model_id,
+            "revision": self.revision,
+            "config_sha256": self.config_sha256,
+            "weight_index_sha256": self.weight_index_sha256,
+            "shard_count": self.shard_count,
+            "tensor_count": self.tensor_count,
+            "native_mtp_head": self.native_mtp_head,
+            "mtp_reason": self.mtp_reason,
+            "max_model_len": self.max_model_len,
+            "shards_hashed": self.shards_hashed,
+        }
+
+
+def _require_target_model_id(model_id: str) -> None:
+    if model_id != TARGET_MODEL_ID:
+        raise LauncherError(f"MODEL_ID must be exactly {TARGET_MODEL_ID!r}", field="MODEL_ID")
+
+
+def _exact_text_config(config: dict[str, Any]) -> dict[str, Any]:
+    if config.get("architectures") != [TARGET_ARCHITECTURE] or config.get("model_type") != TARGET_MODEL_TYPE:
+        raise LauncherError(
+            "checkpoint is not the exact Qwen3.8-27B architecture "
+            f"(config.json architectures must be [{TARGET_ARCHITECTURE!r}], model_type {TARGET_MODEL_TYPE!r})",
+            field="config.json",
+        )
+    text_config = config.get("text_config")
+    if not isinstance(text_config, dict):
+        raise LauncherError("target config has no text_config object", field="config.json:text_config")
+    for key, expected in TARGET_TEXT_SHAPE.items():
+        if text_config.get(key) != expected:
+            raise LauncherError(
+                f"target text_config.{key} is not the Qwen3.8-27B value {expected!r}",
+                field=f"config.json:text_config.{key}",
+            )
+    return text_config
+
+
+def _indexed_shards(root: Path, index_path: Path) -> tuple[dict[str, Any], dict[str, Path]]:
+    index = read_json_object(index_path, label="target weight index")
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise LauncherError("target weight index has no weight_map", field=f"{index_path.name}:weight_map")
+    names = sorted({str(value) for value in weight_map.values()})
+    return weight_map, {name: child_file(root, name, label="target weight shard") for name in names}
+
+
+def build_checkpoint_attestation(
+    model_path: Path, *, model_id: str, revision: str, hash_shards: bool = False, workers: int = 0
+) -> CheckpointAttestation:
+    """Describe a local checkpoint without loading weights (unless `hash_shards`).
+
+    An operator convenience, not a download provenance oracle: the caller must already
+    have obtained and verified the immutable revision.
+    """
+    root = local_root(model_path, label="Qwen model path")
+    _require_target_model_id(model_id)
+    revision = require_revision(revision, "MODEL_REVISION")
+    config_path = child_file(root, "config.json", label="target config")
+    _exact_text_config(read_json_object(config_path, label="target config"))
+    index_path = child_file(root, DEFAULT_WEIGHT_INDEX, label="target weight index")
+    _, shards = _indexed_shards(root, index_path)
+    shard_digests = None
+    if hash_shards:
+        digests = hash_files_parallel(shards.values(), label="hashing shards", workers=workers or None)
+        shard_digests = [
+            ShardDigest(path=name, size=path.stat().st_size, sha256=digests[path]) for name, path in shards.items()
+        ]
+    return CheckpointAttestation(
+        schema_version="1",
+        model_id=model_id,
+        revision=revision,
+        config_sha256=sha256_file(config_path),
+        weight_index_path=DEFAULT_WEIGHT_INDEX,
+        weight_index_sha256=sha256_file(index_path),
+        expected_shard_count=len(shards),
+        shards=shard_digests,
+    )
+
+
+def _verify_shard_digests(attested: list[ShardDigest], shards: dict[str, Path], workers: int) -> int:
+    listed = {item.path: item for item in attested}
+    if len(listed) != len(attested) or set(listed) != set(shards):
+        missing = sorted(set(shards) - set(listed))
+        extra = sorted(set(listed) - set(shards))
+        raise LauncherError(
+            f"{ATTESTATION} shards must list each indexed shard once (unlisted: {missing[:3]}, not indexed: {extra[:3]})",
+            field=f"{ATTESTATION}.shards",
+        )
+    for name, path in shards.items():
+        actual = path.stat().st_size
+        if actual != listed[name].size:
+            raise LauncherError(
+                f"target weight shard {name} has {actual} bytes, its attestation says {listed[name].size}",
+                field=name,
+            )
+    digests = hash_files_parallel(shards.values(), label="verifying shards", workers=workers or None)
+    for name, path in shards.items():
+        if digests[path] != listed[name].sha256:
+            raise LauncherError(
+                f"target weight shard {name} SHA-256 does not match its attestation "
+                f"(expected {listed[name].sha256}, found {digests[path]})",
+                field=name,
+            )
+    return len(shards)
+
+
+def _native_mtp(text_config: dict[str, Any], tensor_names: set[str]) -> tuple[bool, str]:
+    try:
+        mtp_layers = int(text_config.get("mtp_num_hidden_layers", 0) or 0)
+    except (TypeError, ValueError):
+        mtp_layers = 0
+    groups = [any(name.startswith(prefix) for name in tensor_names) for prefix in MTP_WEIGHT_GROUPS]
+    if mtp_layers != 1:
+        return False, "text_config.mtp_num_hidden_layers is not exactly 1"
+    if not all(groups):
+        return False, "weight index does not contain the complete mtp.layers/fc/norm groups"
+    return True, "one native MTP layer and its indexed weight groups are present"
+
+
+def inspect_target_checkpoint(
+    model_path: Path,
+    *,
+    model_id: str,
+    revision: str,
+    manifest_path: Path | None = None,
+    expected_manifest_sha256: str | None = None,
+    hash_workers: int = 0,
+) -> CheckpointInspection:
+    """Validate the exact local target without loading model weights."""
+    root = local_root(model_path, label="Qwen model path")
+    _require_target_model_id(model_id)
+    revision = require_revision(revision, "MODEL_REVISION")
+    config_path = child_file(root, "config.json", label="target config")
+    text_config = _exact_text_config(read_json_object(config_path, label="target config"))
+    max_model_len = text_config.get("max_position_embeddings")
+    if not isinstance(max_model_len, int) or isinstance(max_model_len, bool) or max_model_len <= 0:
+        raise LauncherError(
+            "target max_position_embeddings is invalid", field="config.json:text_config.max_position_embeddings"
+        )
+    manifest_path = manifest_path or root / CHECKPOINT_ATTESTATION_FILE
+    try:
+        manifest_resolved = manifest_path.resolve(strict=True)
+    except OSError:
+        raise LauncherError(
+            f"exact checkpoint attestation is missing; expected {CHECKPOINT_ATTESTATION_FILE} at {manifest_path}",
+            field="QWEN_CHECKPOINT_MANIFEST_PATH",
+        ) from None
+    if expected_manifest_sha256:
+        expected = require_sha256(expected_manifest_sha256, "QWEN_CHECKPOINT_MANIFEST_SHA256")
+        if sha256_file(manifest_resolved) != expected:
+            raise LauncherError(
+                "checkpoint attestation SHA-256 does not match its external pin",
+                field="QWEN_CHECKPOINT_MANIFEST_SHA256",
+            )
+    manifest = load_document(CheckpointAttestation, manifest_resolved, label=ATTESTATION)
+    if manifest.model_id != model_id:
+        raise LauncherError("checkpoint attestation model_id does not match MODEL_ID", field=f"{ATTESTATION}.model_id")
+    if manifest.revision != revision:
+        raise LauncherError(
+            "checkpoint attestation revision does not match MODEL_REVISION", field=f"{ATTESTATION}.revision"
+        )
+    config_sha = sha256_file(config_path)
+    if config_sha != manifest.config_sha256:
+        raise LauncherError(
+            "checkpoint config.json SHA-256 does not match its attestation", field=f"{ATTESTATION}.config_sha256"
+        )
+    index_path = child_file(root, manifest.weight_index_path, label="target weight index")
+    index_sha = sha256_file(index_path)
+    if index_sha != manifest.weight_index_sha256:
+        raise LauncherError(
+            "checkpoint weight index SHA-256 does not match its attestation",
+            field=f"{ATTESTATION}.weight_index_sha256",
+        )
+    weight_map, shards = _indexed_shards(root, index_path)
+    if len(shards) != manifest.expected_shard_count:
+        raise LauncherError(
+            f"checkpoint shard count does not match its attestation "
+            f"(index names {len(shards)}, attestation expects {manifest.expected_shard_count})",
+            field=f"{ATTESTATION}.expected_shard_count",
+        )
+    hashed = 0 if manifest.shards is None else _verify_shard_digests(manifest.shards, shards, hash_workers)
+    native_mtp, mtp_reason = _native_mtp(text_config, {str(name) for name in weight_map})
+    return CheckpointInspection(
+        root=root,
+        model_id=model_id,
+        revision=revision,
+        config_sha256=config_sha,
+        weight_index_sha256=index_sha,
+        shard_count=len(shards),
+        tensor_count=len(weight_map),
+        native_mtp_head=native_mtp,
+        mtp_reason=mtp_reason,
+        max_model_len=max_model_len,
+        shards_hashed=hashed,
+    )

@@ -1,0 +1,93 @@
+"""`python -m launcher`: validate everything, decide the mode, then exec vLLM.
+
+Exit codes: 0 after --inspect-only/--explain, 2 on any refusal (JSON on stderr:
+{"ok": false, "error": ..., "field": ...}), 127 if exec returned. Otherwise the process
+becomes the vLLM server.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Callable, Mapping, Sequence
+
+from attest.errors import AttestError
+from launcher.checkpoint import inspect_target_checkpoint
+from launcher.engine_probe import engine_search_path, probe_installed_vllm
+from launcher.hardware import detect_nvidia_gpus, detect_rocm_architectures
+from launcher.selection import explanation_table, select_mode
+from launcher.server import OFFLINE_ENV, build_server_command
+from launcher.settings import LauncherSettings
+
+ExecFn = Callable[[str, Sequence[str], Mapping[str, str]], None]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="launcher",
+        description="Fail-closed, local-files-only vLLM launcher for Qwen3.8-27B on one MI300X. "
+        "Settings come from the environment (MODEL_PATH, MODEL_ID, MODEL_REVISION, INFERENCE_MODE, QWEN_*, "
+        "DFLASH2_*); any doubt exits 2 with a JSON refusal on stderr.",
+    )
+    parser.add_argument("--inspect-only", action="store_true",
+                        help="validate and print the decision without starting vLLM or loading a model")
+    parser.add_argument("--explain", action="store_true",
+                        help="judge every mode (autoregressive, native MTP, DFlash2 canary), print why each is "
+                        "accepted or rejected (JSON on stdout, a table on stderr); never starts vLLM")
+    return parser.parse_args(argv)
+
+
+def refusal(exc: AttestError) -> int:
+    print(json.dumps({"ok": False, "error": str(exc), "field": exc.field}, ensure_ascii=False), file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> int:
+    args = parse_args(argv)
+    os.environ.update(OFFLINE_ENV)
+    explain = args.explain
+    try:
+        settings = LauncherSettings.from_env()
+        target = inspect_target_checkpoint(
+            settings.model_path,
+            model_id=settings.model_id,
+            revision=settings.model_revision,
+            manifest_path=settings.checkpoint_manifest,
+            expected_manifest_sha256=settings.checkpoint_manifest_sha256,
+            hash_workers=settings.hash_workers,
+        )
+        vllm = probe_installed_vllm(engine_search_path(settings.engine_python))
+        needs_rocm = settings.required_gpu_arch or settings.requested_mode == "dflash2_canary" or explain
+        hardware = detect_rocm_architectures() if needs_rocm else ()
+        nvidia = detect_nvidia_gpus()
+        decision = select_mode(target, vllm, settings, hardware_arches=hardware, explain=explain)
+        command = build_server_command(settings, target, decision, vllm)
+    except AttestError as exc:
+        return refusal(exc)
+    inspect_only = args.inspect_only or explain
+    report = {
+        "ok": True,
+        "offline_only": True,
+        "will_start_model": not inspect_only,
+        "checkpoint": target.public_dict(),
+        "vllm": vllm.public_dict(),
+        "hardware_arches": list(hardware),
+        "nvidia_gpus": list(nvidia),
+        "decision": decision.public_dict(),
+        "server_argv": command.redacted_argv(),
+        "api_key_transport": command.api_key_transport,
+    }
+    if command.api_key_transport == "command_line":
+        report["warnings"] = [
+            "the installed vLLM does not read VLLM_API_KEY: the API key is on the server's command line, "
+            "readable by local processes through /proc"
+        ]
+    if explain:
+        report["explain"] = [verdict.public_dict() for verdict in decision.explanation]
+        print(explanation_table(decision.explanation), file=sys.stderr, flush=True)
+    print(json.dumps(report, ensure_ascii=False, sort_keys=True), flush=True)
+    if inspect_only:
+        return 0
+    execve(command.argv[0], list(command.argv), dict(command.env))
+    return 127

@@ -1,0 +1,180 @@
+"""The DFlash2 canary's evidence: the exact drafter, and the parity/benchmark gate.
+
+Any failed check raises LauncherError; the selector turns that into a recorded fallback.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from attest.documents import (
+    PARITY_CASES,
+    SPECULATOR_ATTESTATION_FILE,
+    DFlash2Gate,
+    SpeculatorAttestation,
+    load_document,
+)
+from attest.hashing import sha256_file
+from attest.primitives import child_file, local_root, read_json_object, require_revision, require_sha256
+from launcher.checkpoint import CheckpointInspection
+from launcher.engine_probe import VllmCapabilities
+from launcher.errors import LauncherError
+from launcher.settings import LauncherSettings
+from launcher.target import (
+    DFLASH2_ARCHITECTURE,
+    DFLASH2_DRAFTER_CONFIG,
+    DFLASH2_MODEL_ID,
+    DFLASH2_SHAPE,
+    DFLASH2_SPECULATIVE_TOKENS,
+    DFLASH2_WEIGHT_FILE,
+    GPU_ARCH,
+    HARDWARE_PROFILE,
+)
+
+SPECULATOR = "DFlash2 attestation"
+GATE = "DFlash2 gate"
+REQUIRED_CONCURRENCY = {1, 2}
+MIN_SAMPLES_PER_MODE = 100
+
+
+def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) -> Path:
+    if settings.dflash2_path is None:
+        raise LauncherError("DFLASH2_SPECULATOR_PATH is required", field="DFLASH2_SPECULATOR_PATH")
+    root = local_root(settings.dflash2_path, label="DFlash2 speculator path")
+    revision = require_revision(settings.dflash2_revision, "DFLASH2_SPECULATOR_REVISION")
+    config_path = child_file(root, "config.json", label="DFlash2 config")
+    config = read_json_object(config_path, label="DFlash2 config")
+    if config.get("architectures") != [DFLASH2_ARCHITECTURE]:
+        raise LauncherError(f"DFlash2 config does not declare {DFLASH2_ARCHITECTURE}", field="DFlash2 config.architectures")
+    for key, expected in DFLASH2_SHAPE.items():
+        if config.get(key) != expected:
+            raise LauncherError(
+                f"DFlash2 config is not shaped for the exact Qwen3.8-27B target ({key} must be {expected!r})",
+                field=f"DFlash2 config.{key}",
+            )
+    drafter = config.get("dflash_config")
+    if not isinstance(drafter, dict) or {key: drafter.get(key) for key in DFLASH2_DRAFTER_CONFIG} != DFLASH2_DRAFTER_CONFIG:
+        raise LauncherError(
+            "DFlash2 config does not match the exact published drafter shape", field="DFlash2 config.dflash_config"
+        )
+    manifest_path = root / SPECULATOR_ATTESTATION_FILE
+    expected_manifest_sha = require_sha256(settings.dflash2_manifest_sha256, "DFLASH2_MANIFEST_SHA256")
+    if not manifest_path.is_file():
+        raise LauncherError(f"DFlash2 attestation is missing: {manifest_path}", field=SPECULATOR_ATTESTATION_FILE)
+    if sha256_file(manifest_path) != expected_manifest_sha:
+        raise LauncherError(
+            "DFlash2 attestation file SHA-256 does not match the pinned value", field="DFLASH2_MANIFEST_SHA256"
+        )
+    manifest = load_document(SpeculatorAttestation, manifest_path, label=SPECULATOR)
+    if manifest.model_id != DFLASH2_MODEL_ID:
+        raise LauncherError("DFlash2 attestation has the wrong schema or exact model_id", field=f"{SPECULATOR}.model_id")
+    if manifest.revision != revision:
+        raise LauncherError("DFlash2 attestation revision does not match its pin", field=f"{SPECULATOR}.revision")
+    if (manifest.target.model_id, manifest.target.revision) != (target.model_id, target.revision):
+        raise LauncherError(
+            "DFlash2 attestation is not bound to the exact target checkpoint", field=f"{SPECULATOR}.target"
+        )
+    if sha256_file(config_path) != manifest.config_sha256:
+        raise LauncherError("DFlash2 config SHA-256 does not match its attestation", field=f"{SPECULATOR}.config_sha256")
+    if len(manifest.weight_files) != 1:
+        raise LauncherError("DFlash2 attestation must list its one exact weight file", field=f"{SPECULATOR}.weight_files")
+    for item in manifest.weight_files:
+        if item.path != DFLASH2_WEIGHT_FILE:
+            raise LauncherError(
+                f"DFlash2 weight file must be exactly {DFLASH2_WEIGHT_FILE}", field=f"{SPECULATOR}.weight_files.0.path"
+            )
+        weight_path = child_file(root, item.path, label="DFlash2 weight file")
+        if weight_path.stat().st_size != item.size:
+            raise LauncherError(
+                "DFlash2 weight file size does not match its attestation", field=f"{SPECULATOR}.weight_files.0.size"
+            )
+        if sha256_file(weight_path) != item.sha256:
+            raise LauncherError(
+                "DFlash2 weight SHA-256 does not match its attestation", field=f"{SPECULATOR}.weight_files.0.sha256"
+            )
+    return root
+
+
+def _check_gate_document(gate: DFlash2Gate, binding: dict[str, str], min_improvement: float) -> None:
+    for key, expected in binding.items():
+        actual = getattr(gate, key)
+        if actual != expected:
+            raise LauncherError(
+                f"DFlash2 gate {key} is not bound to the active runtime (gate has {actual!r}, runtime is {expected!r})",
+                field=f"{GATE}.{key}",
+            )
+    parity = gate.parity
+    if parity.passed is not True:
+        raise LauncherError("DFlash2 AR parity gate has not passed", field=f"{GATE}.parity.passed")
+    if parity.covers != list(PARITY_CASES):
+        raise LauncherError(
+            "DFlash2 parity gate does not cover all required quality cases", field=f"{GATE}.parity.covers"
+        )
+    benchmark = gate.benchmark
+    if benchmark.passed is not True:
+        raise LauncherError("DFlash2 target-hardware benchmark gate has not passed", field=f"{GATE}.benchmark.passed")
+    if not REQUIRED_CONCURRENCY.issubset(set(benchmark.concurrency)):
+        raise LauncherError("DFlash2 benchmark must cover concurrency 1 and 2", field=f"{GATE}.benchmark.concurrency")
+    if benchmark.samples_per_mode < MIN_SAMPLES_PER_MODE:
+        raise LauncherError(
+            "DFlash2 benchmark needs at least 100 samples per mode", field=f"{GATE}.benchmark.samples_per_mode"
+        )
+    ar_p95, draft_p95 = benchmark.ar_p95_ms, benchmark.dflash2_p95_ms
+    if ar_p95 <= 0 or draft_p95 <= 0 or draft_p95 >= ar_p95:
+        raise LauncherError("DFlash2 did not beat AR p95 latency", field=f"{GATE}.benchmark.dflash2_p95_ms")
+    improvement = (ar_p95 - draft_p95) / ar_p95 * 100.0
+    if improvement < min_improvement:
+        raise LauncherError(
+            f"DFlash2 p95 improvement is below the configured canary threshold ({improvement:.1f}% < {min_improvement}%)",
+            field="QWEN_DFLASH2_MIN_P95_IMPROVEMENT_PERCENT",
+        )
+
+
+def verify_dflash2_gate(
+    settings: LauncherSettings,
+    target: CheckpointInspection,
+    vllm: VllmCapabilities,
+    hardware_arches: Sequence[str],
+) -> dict[str, Any]:
+    """The speculative config of a DFlash2 canary whose every gate passed; else raises."""
+    if not settings.dflash2_canary:
+        raise LauncherError("QWEN_DFLASH2_CANARY is not explicitly enabled", field="QWEN_DFLASH2_CANARY")
+    if settings.hardware_profile != HARDWARE_PROFILE or GPU_ARCH not in hardware_arches:
+        raise LauncherError(
+            "DFlash2 canary gate was not measured on the active MI300X/gfx942", field="OMNI_HARDWARE_PROFILE"
+        )
+    if not vllm.dflash2:
+        raise LauncherError("installed vLLM does not prove DFlash2 model and V2 worker support", field="vllm")
+    required_commit = require_revision(settings.dflash2_vllm_commit, "DFLASH2_VLLM_COMMIT")
+    if not vllm.source_commit or vllm.source_commit != required_commit:
+        raise LauncherError(
+            f"installed vLLM commit does not equal the DFlash2 commit pin "
+            f"(installed {vllm.source_commit or 'unknown'}, pinned {required_commit})",
+            field="DFLASH2_VLLM_COMMIT",
+        )
+    speculator_root = verify_speculator(settings, target)
+    if settings.dflash2_gate_path is None:
+        raise LauncherError("QWEN_DFLASH2_GATE_PATH is required", field="QWEN_DFLASH2_GATE_PATH")
+    expected_gate_sha = require_sha256(settings.dflash2_gate_sha256, "QWEN_DFLASH2_GATE_SHA256")
+    if not settings.dflash2_gate_path.is_file():
+        raise LauncherError(f"DFlash2 gate is missing: {settings.dflash2_gate_path}", field="QWEN_DFLASH2_GATE_PATH")
+    if sha256_file(settings.dflash2_gate_path) != expected_gate_sha:
+        raise LauncherError(
+            "DFlash2 parity/benchmark gate SHA-256 does not match its pin", field="QWEN_DFLASH2_GATE_SHA256"
+        )
+    gate = load_document(DFlash2Gate, settings.dflash2_gate_path, label=GATE)
+    binding = {
+        "target_model_id": target.model_id,
+        "target_revision": target.revision,
+        "speculator_model_id": DFLASH2_MODEL_ID,
+        "speculator_revision": settings.dflash2_revision.lower(),
+        "vllm_commit": required_commit,
+        "hardware_profile": HARDWARE_PROFILE,
+        "gpu_arch": GPU_ARCH,
+    }
+    _check_gate_document(gate, binding, settings.dflash2_min_p95_improvement_percent)
+    return {
+        "method": "dflash",
+        "model": str(speculator_root),
+        "num_speculative_tokens": DFLASH2_SPECULATIVE_TOKENS,
+    }

@@ -1,0 +1,159 @@
+"""What the installed vLLM can do, read from package metadata and source files only.
+
+Importing vllm (or torch) can initialise an accelerator, so nothing here imports them.
+The probe may look into another interpreter's environment (the engine's), found by asking
+that interpreter for its sys.path, which imports nothing of vLLM either.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from attest.primitives import REVISION_RE
+
+MAX_SOURCE_BYTES = 4 * 1024 * 1024
+VERSION_COMMIT_RE = re.compile(r"\+g?([0-9a-f]{40})\b", re.IGNORECASE)
+API_KEY_ENV = "VLLM_API_KEY"
+
+SOURCES = {
+    "api_server": ("entrypoints", "openai", "api_server.py"),
+    "qwen_target": ("model_executor", "models", "qwen3_5.py"),
+    "qwen_mtp": ("model_executor", "models", "qwen3_5_mtp.py"),
+    "speculative": ("config", "speculative.py"),
+    "registry": ("model_executor", "models", "registry.py"),
+    "dflash_model": ("model_executor", "models", "qwen3_dflash2.py"),
+    "dflash_worker": ("v1", "worker", "gpu", "spec_decode", "dflash2", "speculator.py"),
+}
+
+
+@dataclass(frozen=True)
+class VllmCapabilities:
+    installed: bool
+    version: str = ""
+    source_commit: str = ""
+    package_root: Path | None = None
+    qwen35_ar: bool = False
+    native_mtp: bool = False
+    dflash2: bool = False
+    api_key_from_env: bool = False
+    reasons: tuple[str, ...] = ()
+
+    def public_dict(self) -> dict[str, Any]:
+        return {
+            "installed": self.installed,
+            "version": self.version,
+            "source_commit": self.source_commit or None,
+            "package_root": str(self.package_root) if self.package_root else None,
+            "qwen35_ar": self.qwen35_ar,
+            "native_mtp": self.native_mtp,
+            "dflash2": self.dflash2,
+            "api_key_from_env": self.api_key_from_env,
+            "reasons": list(self.reasons),
+        }
+
+
+def _read_small_source(path: Path) -> str:
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_SOURCE_BYTES:
+            return ""
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def version_tuple(value: str) -> tuple[int, int, int]:
+    match = re.match(r"^(\d+)\.(\d+)\.(\d+)", value)
+    if not match:
+        return (0, 0, 0)
+    return tuple(int(part) for part in match.groups())  # type: ignore[return-value]
+
+
+def source_commit(distribution: importlib.metadata.Distribution) -> str:
+    """The full commit the wheel was built from: direct_url.json's vcs_info, else a
+    40-hex commit embedded in the version's local part (``0.18.0+g<sha>``)."""
+    try:
+        text = distribution.read_text("direct_url.json")
+        if text:
+            commit = str(json.loads(text).get("vcs_info", {}).get("commit_id", ""))
+            if REVISION_RE.fullmatch(commit):
+                return commit.lower()
+    except (OSError, json.JSONDecodeError, AttributeError, TypeError):
+        pass
+    match = VERSION_COMMIT_RE.search(distribution.version or "")
+    return match.group(1).lower() if match else ""
+
+
+def engine_search_path(engine_python: str) -> list[str]:
+    """sys.path of the engine's interpreter (ours when it is the same one)."""
+    if os.path.realpath(engine_python) == os.path.realpath(sys.executable):
+        return list(sys.path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    try:
+        completed = subprocess.run(
+            [engine_python, "-c", "import json, sys; print(json.dumps(sys.path))"],
+            capture_output=True, text=True, timeout=20, check=True, env=env,
+        )
+        return [str(item) for item in json.loads(completed.stdout)]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+
+
+def probe_installed_vllm(search_path: Sequence[str] | None = None) -> VllmCapabilities:
+    """Inspect installed vLLM metadata/source without importing it."""
+    found = list(importlib.metadata.distributions(name="vllm", path=list(search_path or sys.path)))
+    if not found:
+        return VllmCapabilities(installed=False, reasons=("vLLM distribution is not installed",))
+    distribution = found[0]
+    version = distribution.version
+    try:
+        root = Path(distribution.locate_file("vllm")).resolve(strict=True)
+    except OSError:
+        return VllmCapabilities(
+            installed=True, version=version, reasons=("installed vLLM package root is unreadable",)
+        )
+    commit = source_commit(distribution)
+    source = {name: _read_small_source(root.joinpath(*parts)) for name, parts in SOURCES.items()}
+    ar_ok = bool(source["api_server"]) and "Qwen3_5" in source["qwen_target"]
+    mtp_source = source["qwen_mtp"].lower()
+    speculative_source = source["speculative"].lower()
+    mtp_ok = (
+        ar_ok
+        and version_tuple(version) >= (0, 18, 0)
+        and "qwen3_5" in mtp_source
+        and "mtp" in mtp_source
+        and "mtp" in speculative_source
+        and "num_speculative_tokens" in speculative_source
+    )
+    dflash_ok = (
+        ar_ok
+        and "DFlash2DraftModel" in source["registry"]
+        and "DFlash2" in source["dflash_model"]
+        and "DFlash2" in source["dflash_worker"]
+    )
+    reasons: list[str] = []
+    if not ar_ok:
+        reasons.append("Qwen3.5 target model or OpenAI server source is absent")
+    if not mtp_ok:
+        reasons.append("native Qwen3.5 MTP source/config support was not proven")
+    if not dflash_ok:
+        reasons.append("DFlash2 model/worker/registry support was not proven")
+    if not commit:
+        reasons.append("installed vLLM source commit is not available from wheel metadata")
+    return VllmCapabilities(
+        installed=True,
+        version=version,
+        source_commit=commit,
+        package_root=root,
+        qwen35_ar=ar_ok,
+        native_mtp=mtp_ok,
+        dflash2=dflash_ok,
+        api_key_from_env=API_KEY_ENV in source["api_server"],
+        reasons=tuple(reasons),
+    )

@@ -1,0 +1,132 @@
+"""Mode selection: a lossless mode, and speculation only on proof.
+
+Autoregressive is the quality baseline. Native MTP needs the checkpoint's MTP head and
+vLLM's support; the DFlash2 canary needs every gate. A failed speculation check never
+refuses the launch: it falls back and the reason is recorded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from attest.errors import AttestError
+from launcher.checkpoint import CheckpointInspection
+from launcher.dflash2 import verify_dflash2_gate
+from launcher.engine_probe import VllmCapabilities
+from launcher.errors import LauncherError
+from launcher.settings import LauncherSettings
+
+MODES = ("autoregressive", "native_mtp", "dflash2_canary")
+
+
+@dataclass(frozen=True)
+class ModeVerdict:
+    mode: str
+    accepted: bool
+    selected: bool
+    reasons: tuple[str, ...]
+    field: str = ""  # what refused this mode, when a check did
+
+    def public_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "accepted": self.accepted, "selected": self.selected,
+                "reasons": list(self.reasons), "field": self.field or None}
+
+
+@dataclass(frozen=True)
+class Decision:
+    mode: str
+    reasons: tuple[str, ...] = ()
+    speculative_config: dict[str, Any] | None = None
+    explanation: tuple[ModeVerdict, ...] = field(default=(), compare=False)
+
+    def public_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "reasons": list(self.reasons), "speculative_config": self.speculative_config}
+
+
+def select_mode(
+    target: CheckpointInspection,
+    vllm: VllmCapabilities,
+    settings: LauncherSettings,
+    *,
+    hardware_arches: Sequence[str] = (),
+    explain: bool = False,
+) -> Decision:
+    """Choose the mode; with `explain`, also judge every mode and say why."""
+    if not vllm.installed or not vllm.qwen35_ar:
+        raise LauncherError(
+            "installed vLLM cannot serve the exact Qwen3.8 target even in AR mode"
+            + (f" ({'; '.join(vllm.reasons)})" if vllm.reasons else ""),
+            field="vllm",
+        )
+    arches = tuple(str(item).lower() for item in hardware_arches)
+    if settings.required_gpu_arch and settings.required_gpu_arch not in arches:
+        raise LauncherError(
+            f"required GPU architecture {settings.required_gpu_arch!r} was not found locally "
+            f"(found {list(arches) or 'none'})",
+            field="QWEN_REQUIRE_GPU_ARCH",
+        )
+    mtp_reasons: list[str] = []
+    if not target.native_mtp_head:
+        mtp_reasons.append(f"native MTP disabled: {target.mtp_reason}")
+    if not vllm.native_mtp:
+        mtp_reasons.append("native MTP disabled: installed vLLM capability probe failed")
+    mtp_ready = target.native_mtp_head and vllm.native_mtp and settings.mtp_tokens == 1
+
+    canary: dict[str, Any] | None = None
+    canary_reason = "DFlash2 canary not requested (INFERENCE_MODE is not dflash2_canary)"
+    canary_field = "INFERENCE_MODE"
+    if settings.requested_mode == "dflash2_canary" or explain:
+        try:
+            canary = verify_dflash2_gate(settings, target, vllm, arches)
+            canary_reason = "explicit exact DFlash2 parity and target-hardware benchmark gates passed"
+            canary_field = ""
+        except AttestError as exc:  # every check of the canary, ours or attest's
+            canary_reason, canary_field = f"DFlash2 canary disabled: {exc}", exc.field
+
+    reasons = list(mtp_reasons)
+    if settings.requested_mode == "ar":
+        decision = Decision(mode="autoregressive", reasons=("AR was explicitly requested",))
+    elif settings.requested_mode == "dflash2_canary" and canary is not None:
+        decision = Decision(mode="dflash2_canary", reasons=(canary_reason,), speculative_config=canary)
+    else:
+        if settings.requested_mode == "dflash2_canary":
+            reasons.append(canary_reason)
+        if mtp_ready:
+            reasons.append("exact native MTP head and installed vLLM support were proven")
+            decision = Decision(
+                mode="native_mtp",
+                reasons=tuple(reasons),
+                speculative_config={"method": "mtp", "num_speculative_tokens": 1},
+            )
+        else:
+            reasons.append("using the quality-baseline autoregressive fallback")
+            decision = Decision(mode="autoregressive", reasons=tuple(reasons))
+    if not explain:
+        return decision
+
+    not_chosen = "not selected: AR was explicitly requested" if settings.requested_mode == "ar" else ""
+    verdicts = (
+        ModeVerdict("autoregressive", True, decision.mode == "autoregressive",
+                    ("installed vLLM serves the exact Qwen3.5 target; always the lossless fallback",)),
+        ModeVerdict("native_mtp", mtp_ready, decision.mode == "native_mtp",
+                    tuple(mtp_reasons or ["exact native MTP head and installed vLLM support were proven"])
+                    + ((not_chosen,) if not_chosen and mtp_ready else ())),
+        ModeVerdict("dflash2_canary", canary is not None, decision.mode == "dflash2_canary",
+                    (canary_reason,) + ((not_chosen,) if not_chosen and canary is not None else ())
+                    + (("not selected: INFERENCE_MODE is not dflash2_canary",)
+                       if canary is not None and settings.requested_mode in ("auto", "mtp") else ()),
+                    canary_field),
+    )
+    return Decision(decision.mode, decision.reasons, decision.speculative_config, verdicts)
+
+
+def explanation_table(verdicts: Sequence[ModeVerdict]) -> str:
+    """A readable table: one row per mode, then its reasons indented."""
+    lines = [f"{'MODE':<16} {'ACCEPTED':<9} {'SELECTED':<9} REASONS"]
+    for verdict in verdicts:
+        first, *rest = verdict.reasons or ("",)
+        lines.append(
+            f"{verdict.mode:<16} {'yes' if verdict.accepted else 'no':<9} {'*' if verdict.selected else '':<9} {first}"
+        )
+        lines.extend(f"{'':<36} {reason}" for reason in rest)
+    return "\n".join(lines)
