@@ -22,7 +22,8 @@ DEFAULT_WEIGHT_INDEX = "model.safetensors.index.json"
 
 
 class Document(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # defer_build: a schema is built on first use, so start-up pays only for the documents it reads.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
 class ShardDigest(Document):

@@ -1,0 +1,254 @@
+"""The launcher end to end: happy path, exec, explain, mode selection, attestation builder,
+API key handling, hardware reports, and that vLLM and torch are never imported."""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.qwen import (
+    SPECULATOR_REVISION,
+    TARGET_REVISION,
+    LauncherWorld,
+    make_fake_tool,
+    make_fake_vllm,
+)
+
+KEY = "sk-test-secret-key-123"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> LauncherWorld:
+    return LauncherWorld(tmp_path)
+
+
+def test_inspect_only_reports_the_decision_without_the_key(world: LauncherWorld) -> None:
+    result = world.run("--inspect-only")
+    assert result.code == 0, result.stderr
+    report = result.report
+    assert report["ok"] is True and report["offline_only"] is True and report["will_start_model"] is False
+    assert report["checkpoint"]["revision"] == TARGET_REVISION
+    assert report["checkpoint"]["native_mtp_head"] is True
+    assert report["vllm"]["source_commit"] == "0123456789abcdef0123456789abcdef01234567"
+    assert report["decision"]["mode"] == "native_mtp"
+    assert report["decision"]["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 1}
+    assert report["api_key_transport"] == "environment:VLLM_API_KEY"
+    assert KEY not in result.stdout + result.stderr
+    assert result.exec_calls == []
+
+
+def test_exec_gets_exactly_the_expected_argv_and_a_clean_offline_env(world: LauncherWorld) -> None:
+    world.env.update(PYTHONPATH="/ours", HF_HUB_OFFLINE="0", QWEN_MAX_MODEL_LEN="32768")
+    result = world.run()
+    assert result.code == 127  # exec was intercepted, so main fell through
+    [(path, argv, env)] = result.exec_calls
+    assert path == argv[0] == sys.executable
+    assert argv == [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--host", "127.0.0.1", "--port", "8103",
+        "--model", str(world.model.resolve()),
+        "--served-model-name", "qwen3.8-27b",
+        "--dtype", "float16",
+        "--tensor-parallel-size", "1",
+        "--gpu-memory-utilization", "0.600",
+        "--max-model-len", "32768",
+        "--enable-prefix-caching", "--enable-chunked-prefill",
+        "--speculative-config", '{"method":"mtp","num_speculative_tokens":1}',
+    ]
+    assert env["VLLM_API_KEY"] == KEY
+    assert "QWEN_API_KEY" not in env and "PYTHONPATH" not in env
+    for name, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                        "VLLM_USE_MODELSCOPE": "0", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
+        assert env[name] == value
+    assert result.report["will_start_model"] is True
+    assert result.report["server_argv"] == argv
+
+
+def test_key_on_the_command_line_only_when_vllm_cannot_read_it_from_env(world: LauncherWorld) -> None:
+    world.site = world.base / "old-engine"
+    make_fake_vllm(world.site, api_key_env=False)
+    result = world.run()
+    [(_, argv, env)] = result.exec_calls
+    assert argv[argv.index("--api-key") + 1] == KEY
+    assert "VLLM_API_KEY" not in env
+    report = result.report
+    assert report["api_key_transport"] == "command_line"
+    assert report["server_argv"][report["server_argv"].index("--api-key") + 1] == "<redacted>"
+    assert KEY not in result.stdout + result.stderr
+    assert "readable by local processes through /proc" in report["warnings"][0]
+
+
+def test_engine_interpreter_is_configurable(world: LauncherWorld, tmp_path: Path) -> None:
+    engine = tmp_path / "engine-python"
+    engine.symlink_to(sys.executable)
+    world.env["OMNI_ENGINE_PYTHON"] = str(engine)
+    world.env["PYTHONPATH"] = str(world.site)  # how the engine's interpreter finds its packages here
+    result = world.run()
+    [(path, argv, _)] = result.exec_calls
+    assert path == argv[0] == str(engine)
+
+
+def test_dflash2_canary_end_to_end(world: LauncherWorld) -> None:
+    world.env["INFERENCE_MODE"] = "dflash2"
+    result = world.run("--inspect-only")
+    assert result.code == 0, result.stderr
+    decision = result.report["decision"]
+    assert decision["mode"] == "dflash2_canary"
+    assert decision["speculative_config"] == {
+        "method": "dflash", "model": str(world.speculator.resolve()), "num_speculative_tokens": 7}
+    assert result.report["hardware_arches"] == ["gfx942"]
+
+
+def test_explain_judges_every_mode_in_json_and_a_table(world: LauncherWorld) -> None:
+    world.env["INFERENCE_MODE"] = "autoregressive"
+    result = world.run("--explain")
+    assert result.code == 0 and result.exec_calls == []
+    verdicts = {item["mode"]: item for item in result.report["explain"]}
+    assert list(verdicts) == ["autoregressive", "native_mtp", "dflash2_canary"]
+    assert verdicts["autoregressive"]["selected"] and verdicts["autoregressive"]["accepted"]
+    assert verdicts["native_mtp"]["accepted"] and not verdicts["native_mtp"]["selected"]
+    assert "not selected: AR was explicitly requested" in verdicts["native_mtp"]["reasons"]
+    assert verdicts["dflash2_canary"]["accepted"] and not verdicts["dflash2_canary"]["selected"]
+    table = result.stderr.splitlines()
+    assert table[0].split() == ["MODE", "ACCEPTED", "SELECTED", "REASONS"]
+    assert table[1].split()[:3] == ["autoregressive", "yes", "*"]
+
+
+MTP_EVIDENCE = {"none": (False, False), "checkpoint_only": (True, False), "vllm_only": (False, True),
+                "both": (True, True)}
+
+
+@pytest.mark.parametrize("requested,evidence,gate_passes", list(itertools.product(
+    ["auto", "autoregressive", "native_mtp", "dflash2_canary"], MTP_EVIDENCE, [True, False])))
+def test_mode_selection_matrix(tmp_path: Path, requested: str, evidence: str, gate_passes: bool) -> None:
+    checkpoint_mtp, vllm_mtp = MTP_EVIDENCE[evidence]
+    world = LauncherWorld(tmp_path)
+    world.env["INFERENCE_MODE"] = requested
+    if not checkpoint_mtp:
+        world.edit_config(lambda c: c["text_config"].__setitem__("mtp_num_hidden_layers", 0), reattest=True)
+    if not vllm_mtp:
+        world.site = tmp_path / "engine-no-mtp"
+        make_fake_vllm(world.site, mtp=False)
+    if not gate_passes:
+        world.edit_gate(benchmark={"passed": False, "concurrency": [1, 2], "samples_per_mode": 120,
+                                   "ar_p95_ms": 100.0, "dflash2_p95_ms": 80.0})
+    report = world.run("--inspect-only").report
+    mode, reasons = report["decision"]["mode"], report["decision"]["reasons"]
+    if requested == "autoregressive":
+        assert (mode, reasons) == ("autoregressive", ["AR was explicitly requested"])
+        return
+    if requested == "dflash2_canary" and gate_passes:
+        assert mode == "dflash2_canary"
+        return
+    expected = "native_mtp" if checkpoint_mtp and vllm_mtp else "autoregressive"
+    assert mode == expected
+    if requested == "dflash2_canary":
+        assert any("DFlash2 canary disabled: DFlash2 target-hardware benchmark gate has not passed" in r
+                   for r in reasons)
+    if not checkpoint_mtp:
+        assert "native MTP disabled: text_config.mtp_num_hidden_layers is not exactly 1" in reasons
+    if not vllm_mtp:
+        assert "native MTP disabled: installed vLLM capability probe failed" in reasons
+    assert reasons[-1] == ("exact native MTP head and installed vLLM support were proven"
+                           if expected == "native_mtp" else "using the quality-baseline autoregressive fallback")
+
+
+def test_incomplete_mtp_weight_groups_fall_back(world: LauncherWorld) -> None:
+    world.edit_index(lambda i: i["weight_map"].pop("mtp.fc.weight"))
+    report = world.run("--inspect-only").report
+    assert report["decision"]["mode"] == "autoregressive"
+    assert ("native MTP disabled: weight index does not contain the complete mtp.layers/fc/norm groups"
+            in report["decision"]["reasons"])
+
+
+def test_hardware_reports_rocm_and_nvidia_without_requiring_nvidia(world: LauncherWorld) -> None:
+    make_fake_tool(world.bin, "nvidia-smi", "NVIDIA GB10, 12.1")
+    world.env["QWEN_REQUIRE_GPU_ARCH"] = "GFX942"
+    report = world.run("--inspect-only").report
+    assert report["hardware_arches"] == ["gfx942"]
+    assert report["nvidia_gpus"] == [{"name": "NVIDIA GB10", "compute_capability": "12.1"}]
+
+
+def test_shard_digests_when_attested_are_verified(world: LauncherWorld) -> None:
+    world.reattest(hash_shards=True)
+    report = world.run("--inspect-only").report
+    assert report["checkpoint"]["shards_hashed"] == 2
+
+
+def _subprocess_env(world: LauncherWorld, extra_path: list[str]) -> dict[str, str]:
+    env = dict(world.env)
+    env["PYTHONPATH"] = os.pathsep.join([*extra_path, *[p for p in sys.path if p]])
+    return env
+
+
+def test_real_process_never_imports_vllm_or_torch(world: LauncherWorld) -> None:
+    # The fake vllm and torch on the path raise on import: any import would crash the launcher.
+    probe = ("import runpy, sys, json\n"
+             "sys.argv = ['launcher', '--inspect-only']\n"
+             "try:\n    runpy.run_module('launcher', run_name='__main__')\n"
+             "except SystemExit as exit:\n    code = exit.code\n"
+             "print(json.dumps({'code': code, 'imported': sorted(m for m in sys.modules if m.split('.')[0] in ('vllm', 'torch'))}), file=sys.stderr)\n")
+    completed = subprocess.run([sys.executable, "-c", probe], env=_subprocess_env(world, [str(world.site)]),
+                               capture_output=True, text=True, timeout=60)
+    outcome = json.loads(completed.stderr.strip().splitlines()[-1])
+    assert outcome == {"code": 0, "imported": []}, completed.stderr
+    assert json.loads(completed.stdout)["decision"]["mode"] == "native_mtp"
+
+
+def test_real_process_exits_2_with_json_on_refusal(world: LauncherWorld) -> None:
+    world.env["MODEL_REVISION"] = "main"
+    completed = subprocess.run([sys.executable, "-m", "launcher"], env=_subprocess_env(world, [str(world.site)]),
+                               capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert json.loads(completed.stderr) == {
+        "ok": False, "field": "MODEL_REVISION",
+        "error": "MODEL_REVISION must be an immutable 40-character commit SHA"}
+
+
+def test_help_describes_the_flags() -> None:
+    completed = subprocess.run([sys.executable, "-m", "launcher", "--help"], capture_output=True, text=True,
+                               env={"PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "PATH": "/usr/bin:/bin"})
+    assert completed.returncode == 0
+    assert "--inspect-only" in completed.stdout and "--explain" in completed.stdout
+
+
+def test_attestation_builder_writes_atomically_and_prints_the_pin(world: LauncherWorld) -> None:
+    from launcher import build_attestation
+
+    (world.model / ".omni-checkpoint.json").unlink()
+    completed = subprocess.run(
+        [sys.executable, "-m", "launcher.build_attestation", str(world.model), "--revision", TARGET_REVISION.upper(),
+         "--hash-shards"],
+        env=_subprocess_env(world, []), capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    digest = completed.stdout.strip()
+    written = world.model / ".omni-checkpoint.json"
+    assert digest == hashlib.sha256(written.read_bytes()).hexdigest()
+    assert f"QWEN_CHECKPOINT_MANIFEST_SHA256={digest}" in completed.stderr
+    doc = json.loads(written.read_text())
+    assert doc["revision"] == TARGET_REVISION and len(doc["shards"]) == 2
+    assert sorted(p.name for p in world.model.iterdir() if p.name.startswith(".")) == [".omni-checkpoint.json"]
+    world.env["QWEN_CHECKPOINT_MANIFEST_SHA256"] = digest
+    assert world.run("--inspect-only").report["checkpoint"]["shards_hashed"] == 2
+    assert build_attestation.main([str(world.model), "--revision", "main"]) == 2
+
+
+def test_attestation_builder_refuses_a_foreign_checkpoint(world: LauncherWorld, capsys) -> None:
+    from launcher import build_attestation
+
+    world.edit_config(lambda c: c.__setitem__("architectures", ["LlamaForCausalLM"]))
+    before = (world.model / ".omni-checkpoint.json").read_bytes()
+    assert build_attestation.main([str(world.model), "--revision", TARGET_REVISION]) == 2
+    assert "exact Qwen3.8-27B architecture" in json.loads(capsys.readouterr().err)["error"]
+    assert (world.model / ".omni-checkpoint.json").read_bytes() == before
+
+
+def test_speculator_revision_is_case_insensitive(world: LauncherWorld) -> None:
+    world.env.update(INFERENCE_MODE="dflash2_canary", DFLASH2_SPECULATOR_REVISION=SPECULATOR_REVISION.upper())
+    assert world.run("--inspect-only").report["decision"]["mode"] == "dflash2_canary"
