@@ -20,8 +20,22 @@ CHUNK = 4 * 1024 * 1024
 PROGRESS_AFTER_BYTES = 1 << 30  # below this, hashing is quick enough to stay quiet
 
 
-def sha256_file(path: Path, *, on_bytes: Callable[[int], None] | None = None) -> str:
-    digest = hashlib.sha256()
+SHA256 = "sha256"
+GIT_SHA1 = "git-sha1"  # git's blob id: sha1 over "blob <size>\0" + content
+
+
+def digest_file(path: Path, algorithm: str = SHA256, *, on_bytes: Callable[[int], None] | None = None) -> str:
+    """Hex digest of a file, read in 4 MiB chunks into one reused buffer."""
+    if algorithm == SHA256:
+        digest = hashlib.sha256()
+    elif algorithm == GIT_SHA1:
+        digest = hashlib.sha1(usedforsecurity=False)
+        try:
+            digest.update(b"blob %d\0" % path.stat().st_size)
+        except OSError as exc:
+            raise AttestError(f"cannot hash local file: {path}", field=str(path)) from exc
+    else:
+        raise ValueError(f"unknown digest algorithm {algorithm!r}")
     try:
         with path.open("rb", buffering=0) as handle:
             buffer = bytearray(CHUNK)
@@ -36,6 +50,10 @@ def sha256_file(path: Path, *, on_bytes: Callable[[int], None] | None = None) ->
     except OSError as exc:
         raise AttestError(f"cannot hash local file: {path}", field=str(path)) from exc
     return digest.hexdigest()
+
+
+def sha256_file(path: Path, *, on_bytes: Callable[[int], None] | None = None) -> str:
+    return digest_file(path, SHA256, on_bytes=on_bytes)
 
 
 class Progress:
@@ -86,10 +104,12 @@ def hash_files_parallel(
     *,
     label: str,
     workers: int | None = None,
-    hasher: Callable[[Path, Callable[[int], None]], str] | None = None,
+    algorithm_of: Callable[[Path], str] = lambda path: SHA256,
     progress_enabled: bool | None = None,
+    progress: "Progress | None" = None,
 ) -> dict[Path, str]:
-    """sha256 of every path, in parallel; a progress line appears for work over 1 GiB."""
+    """Digest of every path (sha256 unless `algorithm_of` says otherwise), in parallel;
+    a progress line appears for work over 1 GiB."""
     paths = list(paths)
     sizes = {}
     for path in paths:
@@ -97,11 +117,10 @@ def hash_files_parallel(
             sizes[path] = path.stat().st_size
         except OSError as exc:
             raise AttestError(f"cannot hash local file: {path}", field=str(path)) from exc
-    progress = Progress(sum(sizes.values()), len(paths), label, enabled=progress_enabled)
-    run = hasher or (lambda path, on_bytes: sha256_file(path, on_bytes=on_bytes))
+    progress = progress or Progress(sum(sizes.values()), len(paths), label, enabled=progress_enabled)
 
     def one(path: Path) -> tuple[Path, str]:
-        digest = run(path, progress.add_bytes)
+        digest = digest_file(path, algorithm_of(path), on_bytes=progress.add_bytes)
         progress.file_done()
         return path, digest
 

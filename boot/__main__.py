@@ -1,0 +1,3 @@
+from boot.cli import main
+
+raise SystemExit(main())

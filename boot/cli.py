@@ -1,0 +1,79 @@
+"""`python -m boot COMMAND`: DeepSeek-V4.1-Flash on 3x DGX Spark.
+
+Commands:
+  run      prepare, then serve SGLang; on rank 0 smoke and warm-up once healthy (default)
+  prepare  download the pinned revision (rank 0) or wait for it (ranks > 0), then verify
+  verify   re-check the local checkpoint against the last receipt, without any network
+           (--full re-hashes every file instead of trusting unchanged size/mtime/inode)
+  health   GET /health of the local server
+  smoke    run the API smoke checks against the local server
+
+Settings come from the environment (MODEL_PATH, STATE_PATH, SERVER_PORT, NNODES, NODE_RANK,
+TP_SIZE, EP_SIZE, DIST_INIT_ADDR, API_KEY, OFFLOAD_MODE, CONTEXT_LENGTH, ...). A refusal
+exits 2 with {"ok": false, "error": ..., "field": ...} on stderr.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Sequence
+
+import httpx
+
+from attest.errors import AttestError
+from boot.settings import REVISION, BootSettings
+
+COMMANDS = ("run", "prepare", "verify", "health", "smoke")
+
+
+def _refuse(exc: AttestError) -> int:
+    print(json.dumps({"ok": False, "error": str(exc), "field": exc.field}), file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["-h"], ["--help"], ["help"]):
+        print(__doc__)
+        return 0
+    command = args[0] if args else "run"
+    if command not in COMMANDS or (args[1:] and args[1:] != ["--full"]) or (args[1:] and command != "verify"):
+        print(__doc__, file=sys.stderr)
+        print(f"boot: unknown command or option: {' '.join(args)}", file=sys.stderr)
+        return 2
+    try:
+        settings = BootSettings.from_env()
+        if command == "prepare":
+            from boot.prepare import prepare
+            prepare(settings)
+            return 0
+        if command == "verify":
+            from boot.verify import entries_from_receipt, verify_checkpoint
+            verify_checkpoint(settings.model, entries_from_receipt(settings.state, REVISION), state=settings.state,
+                              revision=REVISION, workers=settings.verify_workers, rehash_all="--full" in args)
+            return 0
+        from boot.api import Api
+        if command == "health":
+            print(json.dumps(Api(settings).get("/health", timeout=10)))
+            return 0
+        if command == "smoke":
+            from boot.api import smoke
+            smoke(Api(settings), settings)
+            return 0
+        from boot.api import smoke, warmup
+        from boot.prepare import prepare
+        from boot.serve import serve
+        prepare(settings)
+
+        def acceptance() -> None:
+            if not settings.skip_smoke:
+                api = Api(settings)
+                smoke(api, settings)
+                warmup(api, settings)
+        return serve(settings, after_healthy=acceptance)
+    except AttestError as exc:
+        return _refuse(exc)
+    except httpx.HTTPError as exc:
+        print(json.dumps({"ok": False, "error": f"local server request failed: {exc}", "field": "SERVER_PORT"}),
+              file=sys.stderr)
+        return 1

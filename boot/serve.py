@@ -1,0 +1,245 @@
+"""serve: the SGLang command line, the guards before it, and the server process.
+
+The API key goes to SGLang on its command line (`--api-key`): SGLang takes it nowhere
+else, so it is visible to local processes through /proc on the serving host. It is
+stored 0600 in STATE_PATH and redacted from every log line we print.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import httpx
+
+from boot.errors import BootError
+from boot.settings import CONTEXT_RANGE, LOOPBACK_HOSTS, OFFLOAD_MODES, REVISION, BootSettings
+from boot.state import save, store_api_key
+
+REDACTED = "[REDACTED]"
+RAM_HEADROOM = 24 * 2**30
+ENGRAM_LAYERS = (1, 14)
+
+
+def _int_option(settings: BootSettings, name: str, default: str) -> str:
+    raw = settings.env.get(name, default).strip()
+    if not raw.isdigit():
+        raise BootError(f"{name} must be a non-negative integer, got {raw!r}", field=name)
+    return raw
+
+
+def gpu_lines() -> list[str]:
+    try:
+        output = subprocess.check_output(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"], text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BootError(f"nvidia-smi could not list the GPUs: {exc}", field="nvidia-smi") from None
+    lines = output.strip().splitlines()
+    if not lines:
+        raise BootError("nvidia-smi lists no GPU", field="nvidia-smi")
+    return lines
+
+
+def check_ram_offload(settings: BootSettings, meminfo: Path = Path("/proc/meminfo")) -> None:
+    """RAM mode pins the Engram tables into host RAM, which on Spark is GPU memory."""
+    if settings.env.get("ALLOW_RAM_OFFLOAD", "0") != "1":
+        raise BootError(
+            "RAM Engram offload pins ~189 GiB into host RAM, which on DGX Spark is the same pool as the GPU. "
+            "Use OFFLOAD_MODE=nvme (default). Set ALLOW_RAM_OFFLOAD=1 to override.", field="ALLOW_RAM_OFFLOAD")
+    index_path = settings.model / "model.safetensors.index.json"
+    try:
+        index = json.loads(index_path.read_text())["weight_map"]
+        shards = {index[f"layers.{layer}.engram.embed.weight"] for layer in ENGRAM_LAYERS}
+        needed = sum((settings.model / name).stat().st_size for name in shards) + RAM_HEADROOM
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BootError(f"cannot size the Engram tables from {index_path}: {exc}", field="OFFLOAD_MODE") from None
+    fields = dict(line.split(":", 1) for line in meminfo.read_text().splitlines() if ":" in line)
+    available = int(fields["MemAvailable"].split()[0]) * 1024
+    if available < needed:
+        raise BootError(
+            f"RAM offload needs at least {needed / 2**30:.1f} GiB available; found {available / 2**30:.1f}. "
+            "Use nvme mode.", field="OFFLOAD_MODE")
+
+
+def check_bind(settings: BootSettings) -> None:
+    if settings.host not in LOOPBACK_HOSTS and not settings.api_key and not settings.internal_only:
+        raise BootError(
+            f"serving on {settings.host} with no API key: set API_KEY, bind HOST=127.0.0.1, or declare the network "
+            "internal-only with CONTAINER_INTERNAL_ONLY=1", field="API_KEY")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    args: list[str]
+    offload_mode: str
+    notes: tuple[str, ...] = ()
+
+
+def sglang_args(settings: BootSettings) -> LaunchPlan:
+    env = settings.env
+    mode = env.get("OFFLOAD_MODE", "nvme")
+    if mode not in OFFLOAD_MODES:
+        raise BootError(f"OFFLOAD_MODE must be nvme or ram, got {mode!r}", field="OFFLOAD_MODE")
+    raw_context = env.get("CONTEXT_LENGTH", "409600")
+    try:
+        context = int(raw_context)
+    except ValueError:
+        raise BootError(f"CONTEXT_LENGTH must be an integer, got {raw_context!r}", field="CONTEXT_LENGTH") from None
+    if not CONTEXT_RANGE[0] <= context <= CONTEXT_RANGE[1]:
+        raise BootError("Context must be 4096 through the model limit 1048576", field="CONTEXT_LENGTH")
+    max_req = _int_option(settings, "MAX_RUNNING_REQUESTS", "4")
+    args = [
+        "--model-path", str(settings.model),
+        "--served-model-name", settings.served_model_name,
+        "--trust-remote-code", "--load-format", "safetensors",
+        "--tp", str(settings.tp_size), "--ep-size", str(settings.ep_size),
+        "--attention-backend", env.get("ATTENTION_BACKEND", "dsv4"),
+        "--moe-runner-backend", env.get("MOE_RUNNER_BACKEND", "flashinfer_mxfp4"),
+        "--mem-fraction-static", env.get("MEM_FRACTION_STATIC", "0.95"),
+        "--chunked-prefill-size", _int_option(settings, "CHUNKED_PREFILL_SIZE", "2048"),
+        "--context-length", str(context),
+        "--max-running-requests", max_req,
+        "--cuda-graph-max-bs-decode", _int_option(settings, "CUDA_GRAPH_MAX_BS_DECODE", max_req),
+        "--random-seed", "0",
+        "--enable-decoder-swa-bounded-replay",
+        "--enable-cache-report",
+        "--tool-call-parser", env.get("TOOL_CALL_PARSER", "deepseekv41"),
+        "--reasoning-parser", env.get("REASONING_PARSER", "deepseek-v41"),
+        "--host", settings.host,
+        "--port", str(settings.port),
+    ]
+    notes: list[str] = []
+    spec = env.get("SPEC_ALGO", "DSPARK")
+    if spec and spec.lower() not in ("off", "none", "0"):
+        args += ["--speculative-algorithm", spec,
+                 "--speculative-dspark-block-size", env.get("DSPARK_BLOCK_SIZE", "5")]
+        # Ragged verify needs a profiled SPS cost table (python -m sglang.benchmark.dspark_sps_profiler);
+        # without one the planner verifies everything and DSpark buys nothing.
+        table = env.get("DSPARK_SPS_TABLE", "").strip()
+        if table and Path(table).is_file():
+            args += ["--speculative-dspark-sps-table-path", table,
+                     "--speculative-dspark-align-verify-tokens-to-graph-tier"]
+        elif table:
+            notes.append(f"DSPARK_SPS_TABLE={table} not found; staying on the verify-all schedule")
+        sts = env.get("DSPARK_STS_TABLE", "").strip()
+        if sts and Path(sts).is_file():
+            args += ["--speculative-dspark-confidence-sts-path", sts]
+        elif sts:
+            notes.append(f"DSPARK_STS_TABLE={sts} not found; not passing a confidence table")
+    if settings.nnodes > 1:
+        if not settings.dist_init_addr:
+            raise BootError("DIST_INIT_ADDR is required when NNODES>1", field="DIST_INIT_ADDR")
+        args += ["--nnodes", str(settings.nnodes), "--node-rank", str(settings.node_rank),
+                 "--dist-init-addr", settings.dist_init_addr]
+    # Pin the KV pool: sized from free memory at load it varies ~2x between boots, and on
+    # unified memory a bigger pool comes out of host RAM and stalls the head on reclaim.
+    total_tokens = env.get("MAX_TOTAL_TOKENS", "").strip()
+    if total_tokens and total_tokens != "0":
+        args += ["--max-total-tokens", total_tokens]
+    extra = env.get("EXTRA_SGLANG_ARGS", "").strip()
+    if extra:
+        args += extra.split()
+    return LaunchPlan(args=args, offload_mode=mode, notes=tuple(notes))
+
+
+def redactor(secret: str) -> Callable[[str], str]:
+    return (lambda line: line.replace(secret, REDACTED)) if secret else (lambda line: line)
+
+
+class Server:
+    """The SGLang process in its own process group; signals go to the whole group."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str], secret: str) -> None:
+        self.redact = redactor(secret)
+        self.process = subprocess.Popen(list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, start_new_session=True)
+        self._logs = threading.Thread(target=self._pump, daemon=True)
+        self._logs.start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            print(self.redact(line), end="", flush=True)
+
+    def stop(self, *_: object) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def wait(self) -> int:
+        code = self.process.wait()
+        self._logs.join(timeout=5)
+        return code
+
+
+def wait_healthy(settings: BootSettings, server: Server, client: httpx.Client, *, poll_s: float = 5.0) -> None:
+    deadline = time.monotonic() + settings.ready_timeout_s
+    while server.process.poll() is None and time.monotonic() < deadline:
+        try:
+            client.get("/health", timeout=3).raise_for_status()
+            return
+        except httpx.HTTPError:
+            time.sleep(poll_s)
+    if server.process.poll() is not None:
+        raise BootError(f"SGLang exited with code {server.process.returncode} before it became healthy; "
+                        "inspect the container logs", field="server")
+    raise BootError(f"Server failed to become healthy within READY_TIMEOUT_S={settings.ready_timeout_s}s; "
+                    "inspect container logs", field="READY_TIMEOUT_S")
+
+
+def server_command(settings: BootSettings, plan: LaunchPlan) -> tuple[list[str], dict[str, str]]:
+    env = {k: v for k, v in settings.env.items() if k not in ("PYTHONPATH", "PYTHONHOME", "API_KEY")}
+    env["DSV41_SOURCE"] = str(settings.model)
+    # Compact ragged verify only pays off with a profiled cost table.
+    if "--speculative-dspark-sps-table-path" in plan.args:
+        env.setdefault("SGLANG_RAGGED_VERIFY_MODE", "compact")
+    argv = [settings.engine_python, "-m", "sglang.launch_server", *plan.args]
+    if settings.api_key:
+        argv += ["--api-key", settings.api_key]
+    return argv, env
+
+
+def serve(settings: BootSettings, *, after_healthy: Callable[[], None] | None = None,
+          meminfo: Path = Path("/proc/meminfo"), poll_s: float = 5.0) -> int:
+    """Start SGLang, forward SIGTERM/SIGINT to its group, wait healthy, run `after_healthy`
+    (smoke and warm-up) on rank 0, then wait for the server to end."""
+    plan = sglang_args(settings)
+    check_bind(settings)
+    gpus = gpu_lines()
+    if plan.offload_mode == "ram":
+        check_ram_offload(settings, meminfo)
+    for note in plan.notes:
+        print(note, flush=True)
+    save(settings.state, "launch.json", {
+        "revision": REVISION, "offload_mode": plan.offload_mode, "args": plan.args, "gpus": gpus,
+        "nnodes": settings.nnodes, "node_rank": settings.node_rank, "tp": settings.tp_size, "ep": settings.ep_size,
+    })
+    if settings.api_key:
+        store_api_key(settings.state, settings.api_key)
+    argv, env = server_command(settings, plan)
+    server = Server(argv, env, settings.api_key)
+    previous = {sig: signal.signal(sig, server.stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if settings.node_rank != 0:
+            return server.wait()
+        headers = {"Authorization": "Bearer " + settings.api_key} if settings.api_key else {}
+        with httpx.Client(base_url=settings.base_url, headers=headers) as client:
+            wait_healthy(settings, server, client, poll_s=poll_s)
+        if after_healthy:
+            after_healthy()
+        where = f"Key is in {settings.state}/api-key." if settings.api_key else "no API key."
+        print(f"Ready: API on port {settings.port} (rank 0). {where}", flush=True)
+        return server.wait()
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
