@@ -91,8 +91,9 @@ def source_commit(distribution: importlib.metadata.Distribution) -> str:
 
 
 def engine_search_path(engine_python: str) -> list[str]:
-    """sys.path of the engine's interpreter (ours when it is the same one)."""
-    if os.path.realpath(engine_python) == os.path.realpath(sys.executable):
+    """sys.path of the engine's interpreter (ours when it is the same one and we run with
+    its site-packages; in images we run with -I -S, isolated from the engine's packages)."""
+    if os.path.realpath(engine_python) == os.path.realpath(sys.executable) and not sys.flags.no_site:
         return list(sys.path)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     try:

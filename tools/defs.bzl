@@ -1,5 +1,20 @@
 """Public Starlark API of Omni's build tooling."""
 
+load(
+    "//tools/private:oci.bzl",
+    _OciImageInfo = "OciImageInfo",
+    _OciLayerInfo = "OciLayerInfo",
+    _oci_image = "oci_image",
+    _oci_layer = "oci_layer",
+    _oci_push = "oci_push",
+    _string_setting = "string_setting",
+)
 load("//tools/private:py_test.bzl", _omni_py_test = "omni_py_test")
 
 omni_py_test = _omni_py_test
+oci_layer = _oci_layer
+oci_image = _oci_image
+oci_push = _oci_push
+string_setting = _string_setting
+OciImageInfo = _OciImageInfo
+OciLayerInfo = _OciLayerInfo

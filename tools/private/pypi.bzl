@@ -38,6 +38,37 @@ pypi_repo = repository_rule(
     environ = ["OMNI_PYTHON"],
 )
 
+def _pypi_image_site_impl(rctx):
+    helper = rctx.path(_HELPER)
+    lock = rctx.path(rctx.attr.lock)
+
+    # The host interpreter that installed @pypi runs pip here; it only unpacks wheels.
+    python = rctx.read(rctx.path(Label("@pypi//:python.txt"))).strip()
+    plan = json.decode(_run(rctx, [python, helper, "image-plan", lock, rctx.attr.python_version,
+                                   rctx.attr.platform] + rctx.attr.packages, "choosing image wheels"))
+    for wheel in plan["wheels"]:
+        rctx.download(url = [wheel["url"]], output = "wheels/" + wheel["filename"], sha256 = wheel["sha256"])
+    _run(rctx, [python, helper, "image-install", "wheels", "site", rctx.attr.python_version, rctx.attr.platform],
+         "installing image wheels")
+
+pypi_image_site = repository_rule(
+    implementation = _pypi_image_site_impl,
+    attrs = {
+        "lock": attr.label(mandatory = True, allow_single_file = True),
+        "python_version": attr.string(mandatory = True),
+        "platform": attr.string(mandatory = True),
+        "packages": attr.string_list(mandatory = True),
+    },
+)
+
+_image_site_tag = tag_class(attrs = {
+    "name": attr.string(mandatory = True),
+    "lock": attr.label(mandatory = True),
+    "python_version": attr.string(mandatory = True, doc = "The image's CPython, e.g. 3.11."),
+    "platform": attr.string(mandatory = True, doc = "linux/amd64 or linux/arm64."),
+    "packages": attr.string_list(mandatory = True, doc = "Root distributions; their locked closure is installed."),
+})
+
 _lock_tag = tag_class(attrs = {
     "name": attr.string(mandatory = True),
     "lock": attr.label(mandatory = True),
@@ -47,8 +78,11 @@ def _pypi_impl(module_ctx):
     for mod in module_ctx.modules:
         for tag in mod.tags.lock:
             pypi_repo(name = tag.name, lock = tag.lock)
+        for tag in mod.tags.image_site:
+            pypi_image_site(name = tag.name, lock = tag.lock, python_version = tag.python_version,
+                            platform = tag.platform, packages = tag.packages)
 
 pypi = module_extension(
     implementation = _pypi_impl,
-    tag_classes = {"lock": _lock_tag},
+    tag_classes = {"lock": _lock_tag, "image_site": _image_site_tag},
 )

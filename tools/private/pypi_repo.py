@@ -2,6 +2,9 @@
 
     pypi_repo.py plan LOCK                 -> JSON: interpreter path and chosen wheels
     pypi_repo.py install WHEELS SITE PYTHON -> installs wheels into SITE, writes BUILD.bazel
+    pypi_repo.py image-plan LOCK PYVER PLATFORM ROOT...  -> JSON: wheels of ROOT's closure
+                                              for an image's Python (e.g. 3.11, linux/arm64)
+    pypi_repo.py image-install WHEELS SITE PYVER PLATFORM -> installs them for that target
 
 Only the standard library and pip (with its vendored `packaging`) are used: this runs
 before any locked package exists.
@@ -26,8 +29,8 @@ LABEL_SAFE = re.compile(r"^[A-Za-z0-9!%\-@^_`\"#$&'()*+,;<=>?\[\]{|}~/.]+$")
 NOT_DATA = (".pyc", "/RECORD", "/INSTALLER", "/REQUESTED", "/direct_url.json")
 
 
-def plan(lock: Path) -> dict:
-    tag_rank = {tag: rank for rank, tag in enumerate(sys_tags())}
+def plan(lock: Path, tags=None, only: set[str] | None = None) -> dict:
+    tag_rank = {tag: rank for rank, tag in enumerate(tags if tags is not None else sys_tags())}
     wheels, current = [], None
     candidates: list[tuple[str, str]] = []
 
@@ -35,6 +38,8 @@ def plan(lock: Path) -> dict:
         if current is None:
             return
         name, version = current
+        if only is not None and canonicalize_name(name) not in only:
+            return
         ranked = []
         for sha256, url in candidates:
             filename = url.rsplit("/", 1)[-1]
@@ -58,6 +63,87 @@ def plan(lock: Path) -> dict:
             candidates.append(wheel.groups())
     choose()
     return {"python": os.path.realpath(sys.executable), "wheels": wheels}
+
+
+GLIBC_MINOR = 36  # Debian bookworm's glibc 2.36: the oldest runtime our image bases have
+ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+
+
+def image_tags(python_version: str, platform: str) -> list:
+    """Wheel tags a CPython `python_version` on `platform` (glibc 2.36) accepts, best first."""
+    from pip._vendor.packaging import tags
+
+    if platform not in ARCHES:
+        sys.exit(f"unsupported image platform {platform!r}; expected one of {sorted(ARCHES)}")
+    arch = ARCHES[platform]
+    major, minor = (int(part) for part in python_version.split("."))
+    platforms = [f"manylinux_2_{m}_{arch}" for m in range(GLIBC_MINOR, 16, -1)]
+    platforms += [f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}", f"linux_{arch}"]
+    interpreter = f"cp{major}{minor}"
+    return [*tags.cpython_tags((major, minor), [interpreter], platforms),
+            *tags.compatible_tags((major, minor), interpreter, platforms)]
+
+
+def closure(lock: Path, roots: list[str]) -> set[str]:
+    """The locked distributions `roots` need, from pip-compile's `# via` annotations."""
+    via: dict[str, set[str]] = {}
+    current = None
+    in_via = False
+    for line in lock.read_text(encoding="utf-8").splitlines():
+        requirement = REQUIREMENT_RE.match(line)
+        if requirement:
+            current, in_via = canonicalize_name(requirement.group(1)), False
+            via[current] = set()
+            continue
+        stripped = line.strip()
+        if current is None or not stripped.startswith("#"):
+            continue
+        text = stripped.lstrip("#").strip()
+        if text.startswith("via"):
+            in_via = True
+            text = text[3:].strip()
+        elif text.startswith("wheel "):
+            continue
+        if in_via and text:
+            via[current].add(canonicalize_name(text) if not text.startswith("-r") else "-r")
+    needed = {canonicalize_name(root) for root in roots}
+    unknown = needed - set(via)
+    if unknown:
+        sys.exit(f"{lock}: image packages {sorted(unknown)} are not in the lock")
+    changed = True
+    while changed:
+        changed = False
+        for name, parents in via.items():
+            if name not in needed and parents & needed:
+                needed.add(name)
+                changed = True
+    return needed
+
+
+def image_install(wheels: Path, site: Path, python_version: str, platform: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PYTHONNOUSERSITE="1")
+    arch = ARCHES[platform]
+    platform_args = [arg for m in range(GLIBC_MINOR, 16, -1) for arg in ("--platform", f"manylinux_2_{m}_{arch}")]
+    major, minor = python_version.split(".")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+         "--disable-pip-version-check", "--only-binary=:all:", "--implementation", "cp",
+         "--python-version", python_version, "--abi", f"cp{major}{minor}", *platform_args,
+         "--target", str(site), *sorted(map(str, wheels.glob("*.whl")))],
+        check=True, env=env,
+    )
+    for build in [*site.rglob("BUILD"), *site.rglob("BUILD.bazel")]:
+        build.unlink()
+    (site.parent / "BUILD.bazel").write_text(f"""# Generated by //tools/private:pypi_repo.py. Do not edit.
+# The locked runtime packages for CPython {python_version} on {platform}, for image layers.
+package(default_visibility = ["//visibility:public"])
+
+filegroup(
+    name = "site",
+    srcs = glob(["site/**"], exclude = ["site/bin/**", "site/**/* *"]),
+)
+""", encoding="utf-8")
 
 
 def _target(name: str) -> str:
@@ -159,6 +245,13 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["install"] and len(argv) == 4:
         install(Path(argv[1]), Path(argv[2]), argv[3])
+        return 0
+    if argv[:1] == ["image-plan"] and len(argv) >= 5:
+        lock = Path(argv[1])
+        print(json.dumps(plan(lock, image_tags(argv[2], argv[3]), closure(lock, argv[4:]))))
+        return 0
+    if argv[:1] == ["image-install"] and len(argv) == 5:
+        image_install(Path(argv[1]), Path(argv[2]), argv[3], argv[4])
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -1,0 +1,88 @@
+"""The Bazel-built images, checked by independent validators: skopeo inspect, umoci
+unpack (files and modes in the rootfs), and crane validate after a push to a loopback
+registry; `bazel run`'s summary, archive and push."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.oci import SKOPEO, UMOCI, blobs_of, crane, run, writable_copy
+from tests.fixtures.registry import LoopbackRegistry
+
+IMAGES = {
+    "qwen_mi300x": {"arch": "amd64", "module": "launcher", "machine": "x86_64"},
+    "deepseek_spark": {"arch": "arm64", "module": "boot", "machine": "aarch64"},
+}
+
+
+def _layout(name: str) -> Path:
+    # oci_image writes <name>.layout beside its BUILD file; runfiles mirror that.
+    return Path("images") / f"{name}.layout"
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_skopeo_reads_the_layout(tmp_path: Path, name: str) -> None:
+    layout = writable_copy(_layout(name), tmp_path / "layout")
+    inspected = run([SKOPEO, "inspect", f"oci:{layout}:latest"])
+    assert inspected.returncode == 0, inspected.stderr
+    info = json.loads(inspected.stdout)
+    assert info["Digest"] == blobs_of(layout)["digest"]
+    assert info["Architecture"] == IMAGES[name]["arch"] and info["Os"] == "linux"
+    assert info["Labels"]["omni.base"] == "omni-local-scratch"
+    config = run([SKOPEO, "inspect", "--config", f"oci:{layout}:latest"])
+    entrypoint = json.loads(config.stdout)["config"]["Entrypoint"]
+    assert entrypoint == ["/usr/bin/python3", "-I", "-S", "/opt/omni/bin/omni-run", IMAGES[name]["module"]]
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_umoci_unpacks_the_expected_files_and_modes(tmp_path: Path, name: str) -> None:
+    layout = writable_copy(_layout(name), tmp_path / "layout")
+    bundle = tmp_path / "bundle"
+    unpacked = run([UMOCI, "unpack", "--rootless", "--image", f"{layout}:latest", str(bundle)])
+    assert unpacked.returncode == 0, unpacked.stderr
+    rootfs = bundle / "rootfs"
+    module = IMAGES[name]["module"]
+    modes = {
+        f"opt/omni/app/{module}/__init__.py": 0o644,
+        "opt/omni/app/attest/documents.py": 0o644,
+        "opt/omni/bin/omni-run": 0o755,
+        "opt/omni/site-packages/pydantic/__init__.py": 0o644,
+        "etc/passwd": 0o644,
+    }
+    for path, mode in modes.items():
+        assert stat.S_IMODE((rootfs / path).stat().st_mode) == mode, path
+    assert stat.S_IMODE((rootfs / "tmp").stat().st_mode) == 0o1777
+    assert "omni:x:1000:1000" in (rootfs / "etc/passwd").read_text()
+    native = list((rootfs / "opt/omni/site-packages/pydantic_core").glob("*.so"))
+    assert native and IMAGES[name]["machine"] in native[0].name
+    assert not list(rootfs.rglob("*.pyc")) and not list(rootfs.rglob("BUILD.bazel"))
+    assert not (rootfs / "opt/omni/app/tests").exists()
+    other = "boot" if module == "launcher" else "launcher"
+    assert not (rootfs / "opt/omni/app" / other).exists()
+
+
+def test_bazel_run_summary_archive_and_push(tmp_path: Path) -> None:
+    runner = Path("images/qwen_mi300x.run.sh").resolve()
+    env = {**os.environ, "BUILD_WORKING_DIRECTORY": str(tmp_path)}
+    with LoopbackRegistry() as registry:
+        completed = subprocess.run(
+            [str(runner), "--archive", "qwen.tar", "--output", "layout-copy", "--push",
+             f"{registry.host}/omni/qwen_mi300x:dev"],
+            capture_output=True, text=True, env=env, timeout=300)
+        assert completed.returncode == 0, completed.stderr
+        digest = blobs_of(_layout("qwen_mi300x"))["digest"]
+        lines = completed.stdout.splitlines()
+        assert lines[0] == f"//images:qwen_mi300x  {digest}"
+        assert "base: omni-local-scratch (built locally, complete)" in lines
+        assert lines[-1] == f"{registry.host}/omni/qwen_mi300x@{digest}"
+        assert crane("validate", "--remote", lines[-1]).returncode == 0
+        assert crane("digest", f"{registry.host}/omni/qwen_mi300x:dev").stdout.strip() == digest
+    assert blobs_of(tmp_path / "layout-copy")["digest"] == digest
+    listing = run(["tar", "-tf", str(tmp_path / "qwen.tar")]).stdout.split()
+    assert "index.json" in listing and f"blobs/sha256/{digest.split(':')[1]}" in listing

@@ -1,0 +1,237 @@
+"""The OCI tools: deterministic layers, reproducible images, shallow bases, and registry
+round trips through a real loopback registry (Debian's docker-registry)."""
+from __future__ import annotations
+
+import gzip
+import json
+import tarfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.oci import blobs_of, crane, make_image, make_layer
+from tests.fixtures.registry import LoopbackRegistry
+from tools.oci.base import fetch_base
+from tools.oci.errors import OciError
+from tools.oci.layer import write_layer
+from tools.oci.layout import canonical, sha256_digest
+from tools.oci.push import push
+from tools.oci.registry import Reference, RegistryClient
+
+APP = {"/opt/omni/app/launcher/cli.py": "print('hello')\n", "/opt/omni/app/launcher/__init__.py": ""}
+DEPS = {"/opt/omni/site-packages/dep/__init__.py": "VERSION = 1\n", "/opt/omni/site-packages/dep/data.bin": b"\0" * 5000}
+
+
+def _build(work: Path, app: dict) -> dict:
+    work.mkdir(parents=True)
+    deps = make_layer(work, "deps", DEPS)
+    application = make_layer(work, "app", app)
+    make_image(work / "layout", [deps, application], entrypoint=["/usr/bin/python3", "-m", "launcher"],
+               labels={"omni.test": "1"})
+    return blobs_of(work / "layout")
+
+
+def test_layers_are_deterministic_and_normalised(tmp_path: Path) -> None:
+    desc, blob = make_layer(tmp_path, "a", {"/b/z.txt": "z", "/b/a.sh": "#!/bin/sh\n", "/c": "c"})
+    (tmp_path / "a-src/b/a.sh").chmod(0o755)
+    desc2 = write_layer([{"src": str(tmp_path / "a-src" / p), "dest": "/" + p} for p in ("c", "b/z.txt", "b/a.sh")],
+                        tmp_path / "again.tar.gz")
+    assert desc2["digest"] != desc["digest"]  # a.sh is executable now: the mode is part of the bytes
+    third = write_layer([{"src": str(tmp_path / "a-src" / p), "dest": "/" + p} for p in ("b/a.sh", "c", "b/z.txt")],
+                        tmp_path / "third.tar.gz")
+    assert third == desc2  # input order does not matter
+    raw = (tmp_path / "third.tar.gz").read_bytes()
+    assert raw[4:8] == b"\0\0\0\0"  # gzip header mtime 0
+    assert desc2["diff_id"] == sha256_digest(gzip.decompress(raw))
+    with tarfile.open(tmp_path / "third.tar.gz") as tar:
+        members = tar.getmembers()
+        assert [m.name for m in members] == ["b", "b/a.sh", "b/z.txt", "c"]
+        assert {(m.uid, m.gid, m.uname, m.gname, m.mtime) for m in members} == {(0, 0, "", "", 0)}
+        assert {m.name: oct(m.mode) for m in members} == {"b": "0o755", "b/a.sh": "0o755", "b/z.txt": "0o644",
+                                                          "c": "0o644"}
+        assert all(not m.pax_headers for m in members)
+
+
+def test_same_inputs_same_digests_and_one_byte_changes_only_the_app_layer(tmp_path: Path) -> None:
+    first = _build(tmp_path / "one", APP)
+    second = _build(tmp_path / "two", APP)
+    assert first == second
+    changed = _build(tmp_path / "three", {**APP, "/opt/omni/app/launcher/cli.py": "print('hellO')\n"})
+    assert changed["layers"][0] == first["layers"][0]
+    assert changed["layers"][1] != first["layers"][1]
+    assert changed["config"] != first["config"] and changed["digest"] != first["digest"]
+
+
+@pytest.mark.parametrize("entries,message", [
+    ([{"src": "/nonexistent/file.py", "dest": "/x.py"}], "layer input /nonexistent/file.py is unreadable"),
+    ([{"src": "/etc/hostname", "dest": "/../etc/x"}], "must be a path inside the image"),
+    ([{"src": "/etc/hostname", "dest": "/"}], "must be a path inside the image"),
+])
+def test_layer_refusals(tmp_path: Path, entries: list, message: str) -> None:
+    with pytest.raises(OciError, match=message):
+        write_layer(entries, tmp_path / "x.tar.gz")
+
+
+def test_conflicting_destinations_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "a").write_text("a")
+    (tmp_path / "b").write_text("b")
+    with pytest.raises(OciError, match="two different entries for x"):
+        write_layer([{"src": str(tmp_path / "a"), "dest": "/x"}, {"src": str(tmp_path / "b"), "dest": "/x"}],
+                    tmp_path / "x.tar.gz")
+
+
+@pytest.fixture(scope="module")
+def registry():
+    with LoopbackRegistry() as running:
+        yield running
+
+
+def _vendor_base(work: Path, registry: LoopbackRegistry, repo: str, size: int = 300_000) -> str:
+    """A synthetic 'vendor' base pushed to the registry; returns its manifest digest."""
+    layer = make_layer(work, "vendor-layer", {"/usr/lib/vendor.bin": bytes(range(256)) * (size // 256)})
+    make_image(work / "vendor", [layer], entrypoint=["/bin/vendor"], env={"PATH": "/usr/bin:/bin", "VENDOR": "1"})
+    return push(work / "vendor", f"{registry.host}/{repo}:1.0").digest
+
+
+def test_push_pull_by_digest_roundtrip_and_zero_byte_second_push(tmp_path: Path, registry) -> None:
+    _build(tmp_path / "img", APP)
+    layout = tmp_path / "img" / "layout"
+    first = push(layout, f"{registry.host}/omni/roundtrip:v1")
+    blobs = blobs_of(layout)
+    assert first.reference == f"{registry.host}/omni/roundtrip@{blobs['digest']}"
+    assert first.uploaded_bytes == sum(Path(layout, "blobs/sha256", d.split(":")[1]).stat().st_size
+                                       for d in [blobs["config"], *blobs["layers"]])
+    manifest = crane("manifest", first.reference)
+    assert manifest.returncode == 0, manifest.stderr
+    assert manifest.stdout.encode() == Path(layout, "blobs/sha256", blobs["digest"].split(":")[1]).read_bytes()
+    pulled = tmp_path / "pulled"
+    result = crane("pull", "--format", "oci", first.reference, str(pulled))
+    assert result.returncode == 0, result.stderr
+    for digest in [blobs["config"], *blobs["layers"]]:
+        name = digest.split(":")[1]
+        assert (pulled / "blobs/sha256" / name).read_bytes() == (layout / "blobs/sha256" / name).read_bytes()
+    assert crane("validate", "--remote", first.reference).returncode == 0
+    assert crane("digest", f"{registry.host}/omni/roundtrip:v1").stdout.strip() == blobs["digest"]
+    second = push(layout, f"{registry.host}/omni/roundtrip:v1")
+    assert (second.uploaded_bytes, second.uploaded) == (0, [])
+    assert len(second.present) == 3
+
+
+def test_shallow_base_is_mounted_on_the_same_registry(tmp_path: Path, registry) -> None:
+    base_digest = _vendor_base(tmp_path, registry, "vendor/base")
+    source = fetch_base(f"{registry.host}/vendor/base", base_digest, "linux/amd64", tmp_path / "shallow")
+    assert source["digest"] == base_digest and sorted(p.name for p in (tmp_path / "shallow").iterdir()) == \
+        ["base.json", "config.json", "manifest.json"]
+    app = make_layer(tmp_path, "app", APP)
+    result = make_image(tmp_path / "app-image", [app], base=tmp_path / "shallow",
+                        entrypoint=["/usr/bin/python3", "-m", "launcher"])
+    base_layer = json.loads((tmp_path / "shallow" / "manifest.json").read_text())["layers"][0]["digest"]
+    assert not Path(tmp_path / "app-image/blobs/sha256", base_layer.split(":")[1]).exists()  # never copied
+    assert result["manifest"]["annotations"]["org.opencontainers.image.base.digest"] == base_digest
+    env = result["config"]["config"]["Env"]
+    assert "VENDOR=1" in env and result["config"]["config"]["Entrypoint"][0] == "/usr/bin/python3"
+    report = push(tmp_path / "app-image", f"{registry.host}/omni/app:1")
+    assert report.mounted == [base_layer] and base_layer not in report.uploaded
+    assert report.uploaded_bytes < 10_000  # config, manifest-sized blobs and the tiny app layer only
+    assert crane("validate", "--remote", report.reference).returncode == 0
+
+
+def test_shallow_base_is_streamed_from_another_registry(tmp_path: Path, registry) -> None:
+    base_digest = _vendor_base(tmp_path, registry, "vendor/streamed", size=2_000_000)
+    fetch_base(f"{registry.host}/vendor/streamed", base_digest, "linux/amd64", tmp_path / "shallow")
+    make_image(tmp_path / "app-image", [make_layer(tmp_path, "app", APP)], base=tmp_path / "shallow")
+    with LoopbackRegistry() as target:
+        report = push(tmp_path / "app-image", f"{target.host}/omni/app")
+        assert len(report.streamed) == 1 and not report.mounted
+        assert crane("validate", "--remote", report.reference).returncode == 0
+
+
+def test_platform_is_resolved_from_an_index_and_refused_when_missing(tmp_path: Path, registry) -> None:
+    base_digest = _vendor_base(tmp_path, registry, "vendor/multi")
+    manifest_bytes, _ = RegistryClient(registry.host).manifest("vendor/multi", base_digest)
+    index = canonical({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": base_digest,
+         "size": len(manifest_bytes), "platform": {"os": "linux", "architecture": "amd64"}}]})
+    with RegistryClient(registry.host) as client:
+        index_digest = client.put_manifest("vendor/multi", "multi", index, "application/vnd.oci.image.index.v1+json")
+    source = fetch_base(f"{registry.host}/vendor/multi", index_digest, "linux/amd64", tmp_path / "amd64")
+    assert source["digest"] == index_digest and source["manifest_digest"] == base_digest
+    with pytest.raises(OciError, match=r"platform linux/arm64 is missing from the index \(it has \['linux/amd64'\]\)"):
+        fetch_base(f"{registry.host}/vendor/multi", index_digest, "linux/arm64", tmp_path / "arm64")
+
+
+@pytest.mark.parametrize("image,digest,message", [
+    ("127.0.0.1:1/vendor/base:latest", "", "is not pinned: its digest is empty"),
+    ("127.0.0.1:1/vendor/base:latest", "sha256:" + "a" * 64, "names a tag; pin it by digest only"),
+    ("127.0.0.1:1/vendor/base", "sha256:short", "digest must be sha256:<64 hex>"),
+])
+def test_unpinned_bases_are_refused(tmp_path: Path, image: str, digest: str, message: str) -> None:
+    with pytest.raises(OciError, match=message):
+        fetch_base(image, digest, "linux/amd64", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+class _LyingRegistry:
+    """Serves a manifest and config whose bytes do not match the digests asked for."""
+
+    def __init__(self, corrupt: str, manifest: bytes, config: bytes) -> None:
+        lying = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if "/manifests/" in self.path:
+                    body = manifest + (b" " if corrupt == "manifest" else b"")
+                    kind = "application/vnd.oci.image.manifest.v1+json"
+                else:
+                    body = config.replace(b"amd64", b"arm64") if corrupt == "config" else config
+                    kind = "application/octet-stream"
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        lying.host = f"127.0.0.1:{self.server.server_port}"
+
+
+@pytest.mark.parametrize("corrupt,message", [
+    ("manifest", "manifest bytes do not match the requested digest"),
+    ("config", "is corrupt"),
+])
+def test_digest_mismatch_from_the_registry_is_refused(tmp_path: Path, corrupt: str, message: str) -> None:
+    config = canonical({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}})
+    manifest = canonical({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                          "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                     "digest": sha256_digest(config), "size": len(config)}, "layers": []})
+    lying = _LyingRegistry(corrupt, manifest, config)
+    try:
+        with pytest.raises(OciError, match=message):
+            fetch_base(f"{lying.host}/vendor/base", sha256_digest(manifest), "linux/amd64", tmp_path / "out")
+    finally:
+        lying.server.shutdown()
+    assert not (tmp_path / "out").exists()
+
+
+def test_streamed_blob_corruption_is_refused(tmp_path: Path, registry) -> None:
+    base_digest = _vendor_base(tmp_path, registry, "vendor/corrupt")
+    fetch_base(f"{registry.host}/vendor/corrupt", base_digest, "linux/amd64", tmp_path / "shallow")
+    layer = json.loads((tmp_path / "shallow/manifest.json").read_text())["layers"][0]
+    with RegistryClient(registry.host) as client, pytest.raises(OciError, match="streamed blob .* is corrupt"):
+        for _ in client.stream_blob("vendor/corrupt", layer["digest"], layer["size"] + 1):
+            pass
+
+
+def test_references_parse() -> None:
+    assert Reference.parse("docker.io/rocm/vllm@sha256:" + "a" * 64).registry == "registry-1.docker.io"
+    assert Reference.parse("ubuntu:24.04").repository == "library/ubuntu"
+    ref = Reference.parse("127.0.0.1:5000/omni/app:v1")
+    assert (ref.registry, ref.repository, ref.tag) == ("127.0.0.1:5000", "omni/app", "v1")
+    with pytest.raises(OciError, match="lower case"):
+        Reference.parse("127.0.0.1:5000/Omni/App")

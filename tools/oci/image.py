@@ -1,0 +1,186 @@
+"""Assemble an OCI image layout from a base, layers and a config spec.
+
+    python -m tools.oci.image --output DIR --config-spec SPEC.json \
+        [--base DIR] --layer DESCRIPTOR.json=BLOB.tar.gz ...
+
+--base is either a shallow base (manifest.json, config.json, base.json: only the base's
+manifest and config were fetched; its layers are referenced by descriptor, never copied)
+or another image's OCI layout (a locally built base: its blobs are linked in, so the
+result is complete). Without --base the image starts from scratch (SPEC names os and
+architecture). Timestamps come from SOURCE_DATE_EPOCH (default 0).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tools.oci.errors import OciError
+from tools.oci.layer import source_date_epoch
+from tools.oci.layout import (
+    BASE_SIDECAR,
+    LAYER_TYPE_TO_OCI,
+    OCI_CONFIG,
+    OCI_MANIFEST,
+    blob_path,
+    canonical,
+    descriptor,
+    link_blob,
+    read_blob,
+    read_layout,
+    sha256_digest,
+    write_blob,
+    write_layout,
+)
+
+CONFIG_KEYS = ("entrypoint", "cmd", "env", "workdir", "user", "exposed_ports", "labels", "annotations",
+               "os", "architecture", "variant", "layer_names")
+
+
+def _rfc3339(epoch: int) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def load_base(base: Path | None) -> dict[str, Any]:
+    """{"manifest", "config", "source", "layout"}: what the new image builds on."""
+    if base is None:
+        return {"manifest": {"layers": []}, "config": {}, "source": None, "layout": None}
+    if (base / "index.json").is_file():
+        digest, manifest, _ = read_layout(base)
+        config = json.loads(read_blob(base, manifest["config"]["digest"]))
+        source = None
+        if (base / BASE_SIDECAR).is_file():
+            source = json.loads((base / BASE_SIDECAR).read_text())
+        return {"manifest": manifest, "config": config, "source": source, "layout": base, "digest": digest}
+    try:
+        manifest_bytes = (base / "manifest.json").read_bytes()
+        config_bytes = (base / "config.json").read_bytes()
+        source = json.loads((base / "base.json").read_text())
+    except OSError as exc:
+        raise OciError(f"shallow base {base} is incomplete: {exc}", field=str(base)) from None
+    manifest = json.loads(manifest_bytes)
+    if sha256_digest(manifest_bytes) != source["manifest_digest"]:
+        raise OciError(f"shallow base manifest does not match its digest {source['manifest_digest']}",
+                       field="manifest")
+    if sha256_digest(config_bytes) != manifest["config"]["digest"]:
+        raise OciError("shallow base config does not match the digest its manifest names", field="config")
+    return {"manifest": manifest, "config": json.loads(config_bytes), "source": source, "layout": None,
+            "digest": source["digest"]}
+
+
+def build_config(base_config: dict[str, Any], spec: dict[str, Any], layers: list[dict[str, Any]],
+                 created: str) -> dict[str, Any]:
+    inherited = base_config.get("config") or {}
+    env = {}
+    for item in inherited.get("Env") or []:
+        key, _, value = item.partition("=")
+        env[key] = value
+    env.update(spec.get("env") or {})
+    runtime: dict[str, Any] = {k: v for k, v in inherited.items() if k not in ("Env", "Labels")}
+    runtime["Env"] = [f"{k}={v}" for k, v in env.items()]
+    labels = {**(inherited.get("Labels") or {}), **(spec.get("labels") or {})}
+    if labels:
+        runtime["Labels"] = dict(sorted(labels.items()))
+    if "entrypoint" in spec:
+        runtime["Entrypoint"] = list(spec["entrypoint"])
+        runtime.pop("Cmd", None)  # a new entrypoint never inherits the base's arguments
+    if "cmd" in spec:
+        runtime["Cmd"] = list(spec["cmd"])
+    if "workdir" in spec:
+        runtime["WorkingDir"] = spec["workdir"]
+    if "user" in spec:
+        runtime["User"] = spec["user"]
+    if spec.get("exposed_ports"):
+        runtime["ExposedPorts"] = {**(inherited.get("ExposedPorts") or {}),
+                                   **{str(p): {} for p in spec["exposed_ports"]}}
+    names = spec.get("layer_names") or [f"layer {i}" for i in range(len(layers))]
+    return {
+        "architecture": spec.get("architecture") or base_config.get("architecture"),
+        "os": spec.get("os") or base_config.get("os"),
+        **({"variant": spec.get("variant") or base_config["variant"]}
+           if spec.get("variant") or base_config.get("variant") else {}),
+        "created": created,
+        "config": runtime,
+        "rootfs": {"type": "layers",
+                   "diff_ids": list((base_config.get("rootfs") or {}).get("diff_ids") or [])
+                   + [layer["diff_id"] for layer in layers]},
+        "history": list(base_config.get("history") or [])
+        + [{"created": created, "created_by": f"omni: {name}"} for name in names],
+    }
+
+
+def assemble(output: Path, spec: dict[str, Any], layers: list[tuple[dict[str, Any], Path]],
+             base_dir: Path | None) -> dict[str, Any]:
+    unknown = sorted(set(spec) - set(CONFIG_KEYS))
+    if unknown:
+        raise OciError(f"unknown image config keys: {unknown}", field="config")
+    base = load_base(base_dir)
+    created = _rfc3339(source_date_epoch())
+    descriptors = [desc for desc, _ in layers]
+    config = build_config(base["config"], spec, descriptors, created)
+    if not config.get("os") or not config.get("architecture"):
+        raise OciError("the image has no os/architecture: name them, or build on a base", field="platform")
+    config_bytes = canonical(config)
+    output.mkdir(parents=True, exist_ok=True)
+    write_blob(output, config_bytes)
+    base_layers = [{"mediaType": LAYER_TYPE_TO_OCI.get(layer["mediaType"], layer["mediaType"]),
+                    "digest": layer["digest"], "size": layer["size"]} for layer in base["manifest"]["layers"]]
+    if base["layout"] is not None:
+        for layer in base_layers:
+            link_blob(output, blob_path(base["layout"], layer["digest"]), layer["digest"])
+    for desc, blob in layers:
+        if not blob.is_file():
+            raise OciError(f"layer blob {blob} is missing", field=str(blob))
+        link_blob(output, blob, desc["digest"])
+    annotations = {"org.opencontainers.image.created": created, **(spec.get("annotations") or {})}
+    if base.get("digest"):
+        annotations["org.opencontainers.image.base.digest"] = base["digest"]
+        if base["source"] and base["source"].get("image"):
+            annotations["org.opencontainers.image.base.name"] = base["source"]["image"]
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": descriptor(OCI_CONFIG, config_bytes),
+        "layers": base_layers + [{"mediaType": d["mediaType"], "digest": d["digest"], "size": d["size"]}
+                                 for d in descriptors],
+        "annotations": dict(sorted(annotations.items())),
+    }
+    manifest_bytes = canonical(manifest)
+    digest = write_layout(output, manifest_bytes)
+    shallow = base["layout"] is None and base["source"] is not None
+    if base["source"] is not None:
+        sidecar = dict(base["source"])
+        sidecar["shallow_layers"] = [layer["digest"] for layer in base_layers] if shallow else \
+            list(base["source"].get("shallow_layers") or [])
+        (output / BASE_SIDECAR).write_bytes(canonical(sidecar))
+    return {"digest": digest, "manifest": manifest, "config": config}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="image", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--config-spec", type=Path, required=True)
+    parser.add_argument("--base", type=Path)
+    parser.add_argument("--layer", action="append", default=[], help="DESCRIPTOR.json=BLOB")
+    parser.add_argument("--digest-file", type=Path, help="also write the manifest digest here")
+    args = parser.parse_args(argv)
+    try:
+        layers = []
+        for item in args.layer:
+            desc_path, _, blob = item.partition("=")
+            layers.append((json.loads(Path(desc_path).read_text()), Path(blob)))
+        result = assemble(args.output, json.loads(args.config_spec.read_text()), layers, args.base)
+    except OciError as exc:
+        print(f"image: {exc}", file=sys.stderr)
+        return 2
+    if args.digest_file:
+        args.digest_file.write_text(result["digest"] + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,145 @@
+"""Deterministic tar.gz layers.
+
+    python -m tools.oci.layer --spec SPEC.json --output LAYER.tar.gz --descriptor LAYER.json
+
+SPEC is {"entries": [{"src": path, "dest": "/abs/path"}, ...]}; "src" may be a file or
+omitted with "type": "dir". Output: sorted entries, parents added, mtime fixed
+(SOURCE_DATE_EPOCH or 0), uid/gid 0 and empty owner names, modes 0755 for directories and
+executables and 0644 otherwise, GNU tar format (no pax atime/ctime records), gzip header
+mtime 0 and no file name, compression level 6. The descriptor holds digest, diff_id, size.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import os
+import stat
+import sys
+import tarfile
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable
+
+from tools.oci.errors import OciError
+from tools.oci.layout import OCI_LAYER_GZIP
+
+COMPRESS_LEVEL = 6
+COPY_CHUNK = 1 << 20
+
+
+class _HashingWriter(io.RawIOBase):
+    """Counts and hashes what passes through to `sink`."""
+
+    def __init__(self, sink: Any) -> None:
+        self.sink, self.digest, self.size = sink, hashlib.sha256(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.size
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.digest.update(data)
+        self.size += len(data)
+        self.sink.write(data)
+        return len(data)
+
+
+def _normalise(dest: str) -> str:
+    path = PurePosixPath("/" + dest.lstrip("/"))
+    parts = [p for p in path.parts[1:] if p not in ("", ".")]
+    if ".." in parts or not parts:
+        raise OciError(f"layer destination must be a path inside the image, got {dest!r}", field=dest)
+    return "/".join(parts)
+
+
+def plan_entries(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Destination -> entry, parents included, duplicates refused unless identical."""
+    planned: dict[str, dict[str, Any]] = {}
+    for raw in entries:
+        dest = _normalise(raw["dest"])
+        kind = raw.get("type", "file" if raw.get("src") else "dir")
+        entry = {"type": kind, "src": raw.get("src"), "target": raw.get("target"), "mode": raw.get("mode")}
+        if dest in planned and planned[dest] != entry:
+            raise OciError(f"two different entries for {dest} in one layer", field=dest)
+        planned[dest] = entry
+        parent = PurePosixPath(dest).parent
+        while str(parent) not in (".", "/"):
+            planned.setdefault(str(parent), {"type": "dir", "src": None, "target": None, "mode": None})
+            parent = parent.parent
+    return planned
+
+
+def _info(name: str, kind: str, mode: int, mtime: int, size: int = 0, target: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE}[kind]
+    info.mode, info.mtime, info.size, info.linkname = mode, mtime, size, target
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def write_layer(entries: Iterable[dict[str, Any]], output: Path, *, mtime: int = 0) -> dict[str, Any]:
+    planned = plan_entries(entries)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with output.open("wb") as raw:
+        compressed = _HashingWriter(raw)
+        with gzip.GzipFile(filename="", mode="wb", compresslevel=COMPRESS_LEVEL, fileobj=compressed, mtime=0) as gz:
+            uncompressed = _HashingWriter(gz)
+            with tarfile.open(fileobj=uncompressed, mode="w", format=tarfile.GNU_FORMAT) as tar:
+                for dest in sorted(planned):
+                    entry = planned[dest]
+                    if entry["type"] == "dir":
+                        tar.addfile(_info(dest, "dir", entry["mode"] or 0o755, mtime))
+                    elif entry["type"] == "symlink":
+                        tar.addfile(_info(dest, "symlink", 0o777, mtime, target=entry["target"]))
+                    else:
+                        source = Path(entry["src"])
+                        try:
+                            handle = source.open("rb")
+                            size = os.fstat(handle.fileno()).st_size
+                            executable = os.fstat(handle.fileno()).st_mode & stat.S_IXUSR
+                        except OSError as exc:
+                            raise OciError(f"layer input {source} is unreadable: {exc.strerror}",
+                                           field=str(source)) from None
+                        mode = entry["mode"] or (0o755 if executable else 0o644)
+                        with handle:
+                            tar.addfile(_info(dest, "file", mode, mtime, size=size), handle)
+    return {
+        "mediaType": OCI_LAYER_GZIP,
+        "digest": "sha256:" + compressed.digest.hexdigest(),
+        "size": compressed.size,
+        "diff_id": "sha256:" + uncompressed.digest.hexdigest(),
+    }
+
+
+def source_date_epoch() -> int:
+    raw = os.environ.get("SOURCE_DATE_EPOCH", "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise OciError(f"SOURCE_DATE_EPOCH must be an integer, got {raw!r}", field="SOURCE_DATE_EPOCH") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="layer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", type=Path, required=True)
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--descriptor", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        spec = json.loads(args.spec.read_text())
+        desc = write_layer(spec["entries"], args.output, mtime=source_date_epoch())
+    except OciError as exc:
+        print(f"layer: {exc}", file=sys.stderr)
+        return 2
+    args.descriptor.write_text(json.dumps(desc, sort_keys=True, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

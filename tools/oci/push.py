@@ -1,0 +1,98 @@
+"""Push an OCI layout by digest: `python -m tools.oci.push LAYOUT REGISTRY/REPO[:TAG]`.
+
+Blobs already in the target are skipped (HEAD). Base layers a shallow layout only
+references are mounted from the base's repository when it is on the same registry, else
+streamed from the base's registry straight into the target, never touching disk.
+Prints REGISTRY/REPO@sha256:... on stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools.oci.errors import OciError
+from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, blob_path, read_layout
+from tools.oci.registry import Reference, RegistryClient
+
+
+@dataclass
+class PushReport:
+    reference: str
+    digest: str
+    uploaded_bytes: int = 0
+    uploaded: list[str] = field(default_factory=list)
+    mounted: list[str] = field(default_factory=list)
+    streamed: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
+
+
+def push(layout: Path, target: str, *, client: RegistryClient | None = None,
+         source_client: RegistryClient | None = None) -> PushReport:
+    ref = Reference.parse(target)
+    if ref.digest:
+        raise OciError(f"{target}: push to a repository (optionally :tag), not a digest", field="reference")
+    digest, manifest, manifest_bytes = read_layout(layout)
+    sidecar = json.loads((layout / BASE_SIDECAR).read_text()) if (layout / BASE_SIDECAR).is_file() else {}
+    shallow = set(sidecar.get("shallow_layers") or [])
+    owned = client is None
+    client = client or RegistryClient(ref.registry)
+    report = PushReport(reference=f"{ref.registry}/{ref.repository}@{digest}", digest=digest)
+    try:
+        blobs = [manifest["config"], *manifest["layers"]]
+        for blob in blobs:
+            if client.has_blob(ref.repository, blob["digest"]):
+                report.present.append(blob["digest"])
+                continue
+            local = blob_path(layout, blob["digest"])
+            if local.is_file():
+                client.upload(ref.repository, blob["digest"], local, blob["size"])
+                report.uploaded.append(blob["digest"])
+                continue
+            if blob["digest"] not in shallow:
+                raise OciError(f"{layout}: blob {blob['digest']} is neither in the layout nor a base layer",
+                               field=blob["digest"])
+            if sidecar["registry"] == ref.registry and client.mount(ref.repository, blob["digest"],
+                                                                    sidecar["repository"]):
+                report.mounted.append(blob["digest"])
+                continue
+            source = source_client or RegistryClient(sidecar["registry"])
+            try:
+                stream = source.stream_blob(sidecar["repository"], blob["digest"], blob["size"])
+                client.upload(ref.repository, blob["digest"], stream, blob["size"])
+            finally:
+                if source_client is None:
+                    source.close()
+            report.streamed.append(blob["digest"])
+        client.put_manifest(ref.repository, digest, manifest_bytes, manifest.get("mediaType", OCI_MANIFEST))
+        if ref.tag:
+            client.put_manifest(ref.repository, ref.tag, manifest_bytes, manifest.get("mediaType", OCI_MANIFEST))
+        report.uploaded_bytes = client.uploaded_bytes
+    finally:
+        if owned:
+            client.close()
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="push", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("layout", type=Path)
+    parser.add_argument("target", help="REGISTRY/REPO[:TAG]")
+    args = parser.parse_args(argv)
+    try:
+        report = push(args.layout, args.target)
+    except OciError as exc:
+        print(f"push: {exc}", file=sys.stderr)
+        return 2
+    print(f"pushed: {len(report.uploaded)} uploaded ({report.uploaded_bytes} bytes), {len(report.mounted)} mounted, "
+          f"{len(report.streamed)} streamed from the base registry, {len(report.present)} already present",
+          file=sys.stderr)
+    print(report.reference)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

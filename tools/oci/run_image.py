@@ -1,0 +1,108 @@
+"""What `bazel run` of an image does: print its digest and a summary; optionally copy the
+layout (--output), write an OCI archive tarball (--archive) and push (--push).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+from tools.oci.errors import OciError
+from tools.oci.layout import BASE_SIDECAR, read_blob, read_layout
+from tools.oci.push import push
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB"
+
+
+def summary(layout: Path, name: str) -> str:
+    digest, manifest, _ = read_layout(layout)
+    config = json.loads(read_blob(layout, manifest["config"]["digest"]))
+    sidecar = json.loads((layout / BASE_SIDECAR).read_text()) if (layout / BASE_SIDECAR).is_file() else {}
+    shallow = set(sidecar.get("shallow_layers") or [])
+    labels = (config.get("config") or {}).get("Labels") or {}
+    history = [h for h in config.get("history", []) if not h.get("empty_layer")]
+    names = [h.get("created_by", "") for h in history][-len(manifest["layers"]):] if history else []
+    names = [""] * (len(manifest["layers"]) - len(names)) + names
+    lines = [f"{name}  {digest}",
+             f"platform: {config.get('os')}/{config.get('architecture')}"
+             + (f"/{config['variant']}" if config.get("variant") else "")]
+    if sidecar:
+        lines.append(f"base: {sidecar.get('image')}@{sidecar.get('digest')} "
+                     f"(shallow: {len(shallow)} layers referenced by descriptor, none copied)")
+    else:
+        lines.append(f"base: {labels.get('org.opencontainers.image.base.name') or labels.get('omni.base', 'none')}"
+                     " (built locally, complete)")
+    lines.append("layers:")
+    for layer, label in zip(manifest["layers"], names):
+        where = "base, not in layout" if layer["digest"] in shallow else label.replace("omni: ", "")
+        lines.append(f"  {layer['digest'][:19]}…  {_mb(layer['size']):>10}  {where}")
+    runtime = config.get("config") or {}
+    lines.append(f"entrypoint: {json.dumps(runtime.get('Entrypoint'))}  cmd: {json.dumps(runtime.get('Cmd'))}")
+    if labels:
+        lines.append("labels: " + ", ".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    return "\n".join(lines)
+
+
+def write_archive(layout: Path, archive: Path) -> None:
+    """An OCI archive: the layout as a tar, entries sorted, owners and times fixed."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w", format=tarfile.GNU_FORMAT) as tar:
+        for path in sorted(layout.rglob("*")):
+            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(layout)))
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            info.mode = 0o755 if path.is_dir() else 0o644
+            if path.is_file():
+                with path.open("rb") as handle:
+                    tar.addfile(info, handle)
+            else:
+                tar.addfile(info)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bazel run //images:<image> --", description=__doc__)
+    parser.add_argument("--layout", type=Path, required=True, help=argparse.SUPPRESS)
+    parser.add_argument("--name", default="image", help=argparse.SUPPRESS)
+    parser.add_argument("--output", type=Path, help="copy the OCI layout to this directory")
+    parser.add_argument("--archive", type=Path, help="write the layout as an OCI archive tarball here")
+    parser.add_argument("--push", metavar="REGISTRY/REPO[:TAG]", help="push the image by digest")
+    args = parser.parse_args(argv)
+    base_dir = Path(os.environ.get("BUILD_WORKING_DIRECTORY", "."))
+    layout = args.layout.resolve()
+    try:
+        print(summary(layout, args.name))
+        if args.output:
+            target = base_dir / args.output
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(layout, target)
+            for path in [target, *target.rglob("*")]:
+                path.chmod(0o755 if path.is_dir() else 0o644)
+            print(f"layout: {target}")
+        else:
+            print(f"layout: {layout}")
+        if args.archive:
+            write_archive(layout, base_dir / args.archive)
+            shallow = (layout / BASE_SIDECAR).is_file()
+            print(f"archive: {base_dir / args.archive}" + (" (base layers not included: shallow)" if shallow else ""))
+        if args.push:
+            report = push(layout, args.push)
+            print(f"pushed: {len(report.uploaded)} blobs uploaded ({report.uploaded_bytes} bytes), "
+                  f"{len(report.mounted)} mounted, {len(report.streamed)} streamed, {len(report.present)} present",
+                  file=sys.stderr)
+            print(report.reference)
+    except OciError as exc:
+        print(f"{args.name}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
