@@ -83,19 +83,36 @@ class ParityResult(Document):
     reasons: list[str] = []
 
 
+class ConcurrencyResult(Document):
+    """Latency of one concurrency level, per mode (milliseconds)."""
+
+    concurrency: int
+    samples: int
+    ar_p50_ms: float
+    ar_p95_ms: float
+    dflash2_p50_ms: float
+    dflash2_p95_ms: float
+
+
 class BenchmarkResult(Document):
     passed: bool
     concurrency: list[int]
     samples_per_mode: int
     ar_p95_ms: float
     dflash2_p95_ms: float
+    per_concurrency: list[ConcurrencyResult] = []
     reasons: list[str] = []
 
 
 class DFlash2Gate(Document):
-    """The parity and target-hardware benchmark gate a DFlash2 canary needs."""
+    """The parity and target-hardware benchmark gate a DFlash2 canary needs.
+
+    `engine` says which server was measured; `vllm_commit` carries that engine's commit
+    (the field keeps the launcher's original name; for SGLang DSpark it is SGLang's).
+    """
 
     schema_version: Literal["1"]
+    engine: Literal["vllm", "sglang"] = "vllm"
     target_model_id: str
     target_revision: Revision
     speculator_model_id: str

@@ -164,6 +164,7 @@ def verify_dflash2_gate(
         )
     gate = load_document(DFlash2Gate, settings.dflash2_gate_path, label=GATE)
     binding = {
+        "engine": "vllm",
         "target_model_id": target.model_id,
         "target_revision": target.revision,
         "speculator_model_id": DFLASH2_MODEL_ID,

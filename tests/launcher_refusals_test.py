@@ -258,6 +258,7 @@ CANARY: list[Row] = [
     ("gate pin differs", _set(QWEN_DFLASH2_GATE_SHA256=SHA_A), "QWEN_DFLASH2_GATE_SHA256", "does not match its pin"),
     ("gate schema", _gate(schema_version="2"), "DFlash2 gate.schema_version", "Input should be '1'"),
     ("gate unknown field", _gate(comment="trust me"), "DFlash2 gate.comment", "unknown field"),
+    ("gate for another engine", _gate(engine="sglang"), "DFlash2 gate.engine", "not bound to the active runtime"),
     ("gate target model", _gate(target_model_id="Qwen/Other"), "DFlash2 gate.target_model_id", "not bound to the active runtime"),
     ("gate target revision", _gate(target_revision=REV_B), "DFlash2 gate.target_revision", "not bound"),
     ("gate speculator model", _gate(speculator_model_id="x/y"), "DFlash2 gate.speculator_model_id", "not bound"),
