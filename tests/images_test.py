@@ -86,3 +86,16 @@ def test_bazel_run_summary_archive_and_push(tmp_path: Path) -> None:
     assert blobs_of(tmp_path / "layout-copy")["digest"] == digest
     listing = run(["tar", "-tf", str(tmp_path / "qwen.tar")]).stdout.split()
     assert "index.json" in listing and f"blobs/sha256/{digest.split(':')[1]}" in listing
+
+
+def test_push_target_pushes_by_digest(tmp_path: Path) -> None:
+    runner = Path("images/deepseek_spark_push.push.sh").resolve()
+    with LoopbackRegistry() as registry:
+        completed = subprocess.run([str(runner), "--push", f"{registry.host}/omni/spark"], capture_output=True,
+                                   text=True, timeout=300, env={**os.environ, "BUILD_WORKING_DIRECTORY": str(tmp_path)})
+        assert completed.returncode == 0, completed.stderr
+        digest = blobs_of(_layout("deepseek_spark"))["digest"]
+        assert completed.stdout.splitlines()[-1] == f"{registry.host}/omni/spark@{digest}"
+        manifest = json.loads(crane("manifest", f"{registry.host}/omni/spark@{digest}").stdout)
+        config = json.loads(crane("config", f"{registry.host}/omni/spark@{digest}").stdout)
+        assert config["architecture"] == "arm64" and len(manifest["layers"]) == 4
