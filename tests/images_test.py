@@ -34,7 +34,7 @@ def test_skopeo_reads_the_layout(tmp_path: Path, name: str) -> None:
     info = json.loads(inspected.stdout)
     assert info["Digest"] == blobs_of(layout)["digest"]
     assert info["Architecture"] == IMAGES[name]["arch"] and info["Os"] == "linux"
-    assert info["Labels"]["omni.base"] == "omni-local-scratch"
+    assert info["Labels"]["omni.base"] == "omni-debian-bookworm"
     config = run([SKOPEO, "inspect", "--config", f"oci:{layout}:latest"])
     entrypoint = json.loads(config.stdout)["config"]["Entrypoint"]
     assert entrypoint == ["/usr/bin/python3", "-I", "-S", "/opt/omni/bin/omni-run", IMAGES[name]["module"]]
@@ -79,7 +79,7 @@ def test_bazel_run_summary_archive_and_push(tmp_path: Path) -> None:
         digest = blobs_of(_layout("qwen_mi300x"))["digest"]
         lines = completed.stdout.splitlines()
         assert lines[0] == f"//images:qwen_mi300x  {digest}"
-        assert "base: omni-local-scratch (built locally, complete)" in lines
+        assert "base: omni-debian-bookworm (built locally, complete)" in lines
         assert lines[-1] == f"{registry.host}/omni/qwen_mi300x@{digest}"
         assert crane("validate", "--remote", lines[-1]).returncode == 0
         assert crane("digest", f"{registry.host}/omni/qwen_mi300x:dev").stdout.strip() == digest

@@ -4,6 +4,7 @@ load(
     "//tools/private:oci.bzl",
     _OciImageInfo = "OciImageInfo",
     _OciLayerInfo = "OciLayerInfo",
+    _debian_base_layer = "debian_base_layer",
     _oci_image = "oci_image",
     _oci_layer = "oci_layer",
     _oci_push = "oci_push",
@@ -16,5 +17,6 @@ oci_layer = _oci_layer
 oci_image = _oci_image
 oci_push = _oci_push
 string_setting = _string_setting
+debian_base_layer = _debian_base_layer
 OciImageInfo = _OciImageInfo
 OciLayerInfo = _OciLayerInfo

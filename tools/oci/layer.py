@@ -3,7 +3,8 @@
     python -m tools.oci.layer --spec SPEC.json --output LAYER.tar.gz --descriptor LAYER.json
 
 SPEC is {"entries": [{"src": path, "dest": "/abs/path"}, ...]}; "src" may be a file or
-omitted with "type": "dir". Output: sorted entries, parents added, mtime fixed
+omitted with "type": "dir"; entries may set "mode", "uid" and "gid". In Python, an entry
+may carry its bytes as "data" instead of "src", or be a "symlink" with a "target". Output: sorted entries, parents added, mtime fixed
 (SOURCE_DATE_EPOCH or 0), uid/gid 0 and empty owner names, modes 0755 for directories and
 executables and 0644 otherwise, GNU tar format (no pax atime/ctime records), gzip header
 mtime 0 and no file name, compression level 6. The descriptor holds digest, diff_id, size.
@@ -61,23 +62,26 @@ def plan_entries(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]
     planned: dict[str, dict[str, Any]] = {}
     for raw in entries:
         dest = _normalise(raw["dest"])
-        kind = raw.get("type", "file" if raw.get("src") else "dir")
-        entry = {"type": kind, "src": raw.get("src"), "target": raw.get("target"), "mode": raw.get("mode")}
+        kind = raw.get("type", "file" if raw.get("src") or "data" in raw else "dir")
+        entry = {"type": kind, "src": raw.get("src"), "data": raw.get("data"), "target": raw.get("target"),
+                 "mode": raw.get("mode"), "uid": raw.get("uid", 0), "gid": raw.get("gid", 0)}
         if dest in planned and planned[dest] != entry:
             raise OciError(f"two different entries for {dest} in one layer", field=dest)
         planned[dest] = entry
         parent = PurePosixPath(dest).parent
         while str(parent) not in (".", "/"):
-            planned.setdefault(str(parent), {"type": "dir", "src": None, "target": None, "mode": None})
+            planned.setdefault(str(parent), {"type": "dir", "src": None, "data": None, "target": None, "mode": None,
+                                             "uid": 0, "gid": 0})
             parent = parent.parent
     return planned
 
 
-def _info(name: str, kind: str, mode: int, mtime: int, size: int = 0, target: str = "") -> tarfile.TarInfo:
+def _info(name: str, kind: str, mode: int, mtime: int, size: int = 0, target: str = "", uid: int = 0,
+          gid: int = 0) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE}[kind]
     info.mode, info.mtime, info.size, info.linkname = mode, mtime, size, target
-    info.uid = info.gid = 0
+    info.uid, info.gid = uid, gid
     info.uname = info.gname = ""
     return info
 
@@ -92,10 +96,15 @@ def write_layer(entries: Iterable[dict[str, Any]], output: Path, *, mtime: int =
             with tarfile.open(fileobj=uncompressed, mode="w", format=tarfile.GNU_FORMAT) as tar:
                 for dest in sorted(planned):
                     entry = planned[dest]
+                    owner = {"uid": entry["uid"], "gid": entry["gid"]}
                     if entry["type"] == "dir":
-                        tar.addfile(_info(dest, "dir", entry["mode"] or 0o755, mtime))
+                        tar.addfile(_info(dest, "dir", entry["mode"] or 0o755, mtime, **owner))
                     elif entry["type"] == "symlink":
-                        tar.addfile(_info(dest, "symlink", 0o777, mtime, target=entry["target"]))
+                        tar.addfile(_info(dest, "symlink", 0o777, mtime, target=entry["target"], **owner))
+                    elif entry["data"] is not None:
+                        data = entry["data"]
+                        tar.addfile(_info(dest, "file", entry["mode"] or 0o644, mtime, size=len(data), **owner),
+                                    io.BytesIO(data))
                     else:
                         source = Path(entry["src"])
                         try:
@@ -107,7 +116,7 @@ def write_layer(entries: Iterable[dict[str, Any]], output: Path, *, mtime: int =
                                            field=str(source)) from None
                         mode = entry["mode"] or (0o755 if executable else 0o644)
                         with handle:
-                            tar.addfile(_info(dest, "file", mode, mtime, size=size), handle)
+                            tar.addfile(_info(dest, "file", mode, mtime, size=size, **owner), handle)
     return {
         "mediaType": OCI_LAYER_GZIP,
         "digest": "sha256:" + compressed.digest.hexdigest(),

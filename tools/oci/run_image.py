@@ -12,8 +12,12 @@ import tarfile
 from pathlib import Path
 
 from tools.oci.errors import OciError
-from tools.oci.layout import BASE_SIDECAR, read_blob, read_layout
+from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
 from tools.oci.push import push
+from tools.oci.referrers import push_referrer
+from tools.oci.registry import Reference, RegistryClient
+
+SPDX_TYPE = "application/spdx+json"
 
 
 def _mb(size: int) -> str:
@@ -72,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="image", help=argparse.SUPPRESS)
     parser.add_argument("--output", type=Path, help="copy the OCI layout to this directory")
     parser.add_argument("--archive", type=Path, help="write the layout as an OCI archive tarball here")
-    parser.add_argument("--push", metavar="REGISTRY/REPO[:TAG]", help="push the image by digest")
+    parser.add_argument("--push", metavar="REGISTRY/REPO[:TAG]", help="push the image by digest (and its SBOM)")
+    parser.add_argument("--sbom", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     base_dir = Path(os.environ.get("BUILD_WORKING_DIRECTORY", "."))
     layout = args.layout.resolve()
@@ -88,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"layout: {target}")
         else:
             print(f"layout: {layout}")
+        if args.sbom:
+            print(f"sbom: {args.sbom.resolve()}")
         if args.archive:
             write_archive(layout, base_dir / args.archive)
             shallow = (layout / BASE_SIDECAR).is_file()
@@ -97,6 +104,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pushed: {len(report.uploaded)} blobs uploaded ({report.uploaded_bytes} bytes), "
                   f"{len(report.mounted)} mounted, {len(report.streamed)} streamed, {len(report.present)} present",
                   file=sys.stderr)
+            if args.sbom:
+                ref = Reference.parse(args.push)
+                _, _, manifest_bytes = read_layout(layout)
+                subject = descriptor(OCI_MANIFEST, manifest_bytes)
+                with RegistryClient(ref.registry) as client:
+                    sbom_digest = push_referrer(client, ref.repository, subject, SPDX_TYPE, args.sbom.read_bytes(),
+                                                SPDX_TYPE)
+                print(f"sbom: {ref.registry}/{ref.repository}@{sbom_digest} (refers to {report.digest})",
+                      file=sys.stderr)
             print(report.reference)
     except OciError as exc:
         print(f"{args.name}: {exc}", file=sys.stderr)

@@ -139,15 +139,38 @@ def _oci_image_impl(ctx):
         progress_message = "Assembling image %{label}",
         env = {"SOURCE_DATE_EPOCH": ctx.attr.source_date_epoch},
     )
+    outputs = [layout, digest]
+    extra_args = ""
+    if ctx.files.sbom_debian or ctx.files.sbom_wheels:
+        sbom = ctx.actions.declare_file(ctx.label.name + ".spdx.json")
+        sbom_args = ctx.actions.args()
+        sbom_args.add("--name", ctx.label.name)
+        sbom_args.add("--digest-file", digest)
+        sbom_args.add("--output", sbom)
+        sbom_args.add_all(ctx.files.sbom_debian, before_each = "--debian")
+        sbom_args.add_all(ctx.files.sbom_wheels, before_each = "--wheels")
+        if ctx.file.debian_lock:
+            sbom_args.add("--debian-lock", ctx.file.debian_lock)
+        ctx.actions.run(
+            executable = ctx.executable._sbom_tool,
+            arguments = [sbom_args],
+            inputs = [digest] + ctx.files.sbom_debian + ctx.files.sbom_wheels + ctx.files.debian_lock,
+            outputs = [sbom],
+            mnemonic = "OciSbom",
+            progress_message = "Writing the SBOM of %{label}",
+            env = {"SOURCE_DATE_EPOCH": ctx.attr.source_date_epoch},
+        )
+        outputs.append(sbom)
+        extra_args = " --sbom " + sbom.short_path
     runner = ctx.actions.declare_file(ctx.label.name + ".run.sh")
     ctx.actions.write(runner, _RUNNER.format(
         label = _display(ctx.label),
         runner = ctx.executable._runner.short_path,
-        layout = layout.short_path,
+        layout = layout.short_path + extra_args,
     ), is_executable = True)
-    runfiles = ctx.runfiles(files = [layout, digest]).merge(ctx.attr._runner[DefaultInfo].default_runfiles)
+    runfiles = ctx.runfiles(files = outputs).merge(ctx.attr._runner[DefaultInfo].default_runfiles)
     return [
-        DefaultInfo(files = depset([layout, digest]), executable = runner, runfiles = runfiles),
+        DefaultInfo(files = depset(outputs), executable = runner, runfiles = runfiles),
         OciImageInfo(layout = layout, digest = digest),
     ]
 
@@ -173,7 +196,11 @@ summary; `-- --push REGISTRY/REPO[:TAG]` pushes it, `--output DIR` copies the la
         "architecture": attr.string(doc = "Only for images without a base."),
         "variant": attr.string(),
         "source_date_epoch": attr.string(default = "0"),
+        "sbom_debian": attr.label_list(allow_files = [".json"], doc = "Debian package lists (SBOM)."),
+        "sbom_wheels": attr.label_list(allow_files = [".json"], doc = "wheels.json of the deps layer (SBOM)."),
+        "debian_lock": attr.label(allow_single_file = True, doc = "Adds download URLs to the SBOM."),
         "_image_tool": attr.label(default = "//tools/oci:image", executable = True, cfg = "exec"),
+        "_sbom_tool": attr.label(default = "//tools/oci:sbom", executable = True, cfg = "exec"),
         "_runner": attr.label(default = "//tools/oci:run", executable = True, cfg = "target"),
     },
 )
@@ -236,4 +263,47 @@ def _string_setting_impl(ctx):
 string_setting = rule(
     implementation = _string_setting_impl,
     build_setting = config.string(flag = True),
+)
+
+def _debian_base_layer_impl(ctx):
+    blob = ctx.actions.declare_file(ctx.label.name + ".tar.gz")
+    descriptor = ctx.actions.declare_file(ctx.label.name + ".layer.json")
+    packages = ctx.actions.declare_file(ctx.label.name + ".packages.json")
+    debs = ctx.files.debs
+    ctx.actions.run(
+        executable = ctx.executable._rootfs_tool,
+        arguments = [
+            "--lock", ctx.file.lock.path,
+            "--arch", ctx.attr.arch,
+            "--debs", debs[0].dirname,
+            "--passwd", ctx.file.passwd.path,
+            "--group", ctx.file.group.path,
+            "--output", blob.path,
+            "--descriptor", descriptor.path,
+            "--packages", packages.path,
+        ],
+        inputs = debs + [ctx.file.lock, ctx.file.passwd, ctx.file.group],
+        outputs = [blob, descriptor, packages],
+        mnemonic = "DebianBase",
+        progress_message = "Assembling the Debian base layer %{label}",
+        env = {"SOURCE_DATE_EPOCH": ctx.attr.source_date_epoch},
+    )
+    return [
+        DefaultInfo(files = depset([blob, descriptor, packages])),
+        OciLayerInfo(blob = blob, descriptor = descriptor),
+        OutputGroupInfo(packages = depset([packages])),
+    ]
+
+debian_base_layer = rule(
+    implementation = _debian_base_layer_impl,
+    doc = "The locked Debian packages of one architecture, merged in lock order into one layer.",
+    attrs = {
+        "lock": attr.label(mandatory = True, allow_single_file = True),
+        "arch": attr.string(mandatory = True, values = ["amd64", "arm64"]),
+        "debs": attr.label(mandatory = True, doc = "The architecture's .deb files (one directory)."),
+        "passwd": attr.label(mandatory = True, allow_single_file = True),
+        "group": attr.label(mandatory = True, allow_single_file = True),
+        "source_date_epoch": attr.string(default = "0"),
+        "_rootfs_tool": attr.label(default = "//tools/debian:rootfs", executable = True, cfg = "exec"),
+    },
 )

@@ -50,6 +50,8 @@ def _pypi_image_site_impl(rctx):
         rctx.download(url = [wheel["url"]], output = "wheels/" + wheel["filename"], sha256 = wheel["sha256"])
     _run(rctx, [python, helper, "image-install", "wheels", "site", rctx.attr.python_version, rctx.attr.platform],
          "installing image wheels")
+    # What the deps layer holds, with each wheel's sha256: the SBOM's Python packages.
+    rctx.file("wheels.json", json.encode_indent(plan["wheels"], indent = "  ") + "\n")
 
 pypi_image_site = repository_rule(
     implementation = _pypi_image_site_impl,

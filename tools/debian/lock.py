@@ -1,0 +1,130 @@
+"""Resolve Omni's Debian runtime base into images/debian.lock.json.
+
+    bazel run //tools/debian:lock            # or: python -m tools.debian.lock --output FILE
+
+From the Packages index of a pinned release and suite (checked against the Release
+file's SHA256 list), for amd64 and arm64, it resolves the closure of the roots (python3
+and its shared libraries) plus data-only packages (CA certificates, tzdata) whose
+maintainer-script dependencies are not needed: the base runs no maintainer scripts.
+Each package gets its exact version, sha256 and download URLs (Debian's archive, the
+snapshot archive as fallback).
+"""
+from __future__ import annotations
+
+import argparse
+import email.utils
+import hashlib
+import json
+import lzma
+import os
+import sys
+from pathlib import Path
+
+import httpx
+
+from tools.debian.control import alternatives, stanzas
+
+ARCHIVE = "http://deb.debian.org/debian"
+SNAPSHOT = "https://snapshot.debian.org/archive/debian"
+RELEASE = "bookworm"
+COMPONENT = "main"
+ARCHITECTURES = ("amd64", "arm64")
+ROOTS = ("python3-minimal", "libpython3.11-stdlib")
+DATA_ONLY = ("ca-certificates", "tzdata")
+# Essential packages a real system has but a runtime base that runs no shell scripts
+# does not need; dependencies on them are not followed.
+SKIPPED = {"debconf", "debconf-2.0", "perl-base", "dpkg", "install-info", "base-files", "libc-bin",
+           "readline-common", "media-types", "mime-support", "netbase"}
+
+
+def _get(client: httpx.Client, url: str) -> bytes:
+    response = client.get(url)
+    response.raise_for_status()
+    return response.content
+
+
+def packages_index(client: httpx.Client, arch: str) -> tuple[dict[str, dict[str, str]], str]:
+    release = _get(client, f"{ARCHIVE}/dists/{RELEASE}/Release").decode()
+    fields = next(stanzas(release))
+    path = f"{COMPONENT}/binary-{arch}/Packages.xz"
+    listed = {line.split()[2]: line.split()[0] for line in fields["SHA256"].splitlines() if line.strip()}
+    data = _get(client, f"{ARCHIVE}/dists/{RELEASE}/{path}")
+    if hashlib.sha256(data).hexdigest() != listed[path]:
+        sys.exit(f"lock: {path} does not match the Release file's SHA256; refusing to resolve from it")
+    index: dict[str, dict[str, str]] = {}
+    provides: dict[str, str] = {}
+    for stanza in stanzas(lzma.decompress(data).decode()):
+        index.setdefault(stanza["Package"], stanza)
+        for names in alternatives(stanza.get("Provides", "")):
+            provides.setdefault(names[0], stanza["Package"])
+    for virtual, real in provides.items():
+        index.setdefault(virtual, index[real])
+    return index, fields["Date"]
+
+
+def resolve(index: dict[str, dict[str, str]], arch: str) -> list[dict[str, str]]:
+    chosen: dict[str, dict[str, str]] = {}
+    order: list[str] = []
+
+    def visit(name: str, follow: bool) -> None:
+        stanza = index[name]
+        real = stanza["Package"]
+        if real in chosen or real in SKIPPED:
+            return
+        chosen[real] = stanza
+        if follow:
+            for field in ("Pre-Depends", "Depends"):
+                for group in alternatives(stanza.get(field, "")):
+                    pick = next((n for n in group if n in index and index[n]["Package"] in chosen), None) or \
+                        next((n for n in group if n in index and index[n]["Package"] not in SKIPPED), None)
+                    if pick is None:
+                        if all(n in SKIPPED or (n in index and index[n]["Package"] in SKIPPED) for n in group):
+                            continue
+                        sys.exit(f"lock: {real} ({arch}) needs one of {group}; none is in the index")
+                    visit(pick, True)
+        order.append(real)
+
+    for root in ROOTS:
+        visit(root, True)
+    for data_only in DATA_ONLY:
+        visit(data_only, False)
+    return [chosen[name] for name in order]
+
+
+def lock_entry(stanza: dict[str, str], snapshot: str) -> dict[str, object]:
+    return {
+        "name": stanza["Package"],
+        "version": stanza["Version"],
+        "architecture": stanza["Architecture"],
+        "sha256": stanza["SHA256"],
+        "size": int(stanza["Size"]),
+        "urls": [f"{ARCHIVE}/{stanza['Filename']}", f"{SNAPSHOT}/{snapshot}/{stanza['Filename']}"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lock_debian", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    default = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY", ".")) / "images" / "debian.lock.json"
+    parser.add_argument("--output", type=Path, default=default)
+    args = parser.parse_args(argv)
+    lock: dict[str, object] = {"release": RELEASE, "component": COMPONENT, "roots": list(ROOTS),
+                               "data_only": list(DATA_ONLY), "packages": {}}
+    with httpx.Client(timeout=120, follow_redirects=True) as client:
+        for arch in ARCHITECTURES:
+            index, date = packages_index(client, arch)
+            snapshot = email.utils.parsedate_to_datetime(date).strftime("%Y%m%dT%H%M%SZ")
+            lock["release_date"] = date
+            entries = [lock_entry(stanza, snapshot) for stanza in resolve(index, arch)]
+            lock["packages"][arch] = entries  # type: ignore[index]
+            print(f"lock_debian: {arch}: {len(entries)} packages, "
+                  f"{sum(e['size'] for e in entries) / 1e6:.1f} MB", file=sys.stderr)
+    tmp = args.output.with_suffix(".tmp")
+    tmp.write_text(json.dumps(lock, indent=2) + "\n")
+    tmp.replace(args.output)
+    print(f"lock_debian: wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""An SPDX 2.3 JSON SBOM of an image: its Debian packages and Python distributions.
+
+    python -m tools.oci.sbom --name qwen_mi300x --digest-file D --output SBOM.spdx.json \
+        [--debian PACKAGES.json ...] [--wheels WHEELS.json ...]
+
+Deterministic: creation time from SOURCE_DATE_EPOCH, packages sorted, the document
+namespace derived from the image digest.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from tools.oci.layer import source_date_epoch
+
+TOOL = "omni-0.1.0"
+DEBIAN_DISTRO = {"bookworm": "debian-12", "trixie": "debian-13"}
+
+
+def _spdx_id(*parts: str) -> str:
+    return "SPDXRef-" + "-".join(re.sub(r"[^A-Za-z0-9.]+", "-", part) for part in parts)
+
+
+def _package(spdx_id: str, name: str, version: str, sha256: str, purl: str, download: str,
+             supplier: str) -> dict[str, Any]:
+    return {
+        "SPDXID": spdx_id, "name": name, "versionInfo": version, "supplier": supplier,
+        "downloadLocation": download or "NOASSERTION", "filesAnalyzed": False,
+        "checksums": [{"algorithm": "SHA256", "checksumValue": sha256}],
+        "licenseConcluded": "NOASSERTION", "licenseDeclared": "NOASSERTION", "copyrightText": "NOASSERTION",
+        "externalRefs": [{"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl",
+                          "referenceLocator": purl}],
+    }
+
+
+def build_sbom(name: str, digest: str, debian: list[dict[str, Any]], wheels: list[dict[str, Any]],
+               release: str = "bookworm") -> dict[str, Any]:
+    created = datetime.datetime.fromtimestamp(source_date_epoch(), datetime.timezone.utc)
+    image_id = "SPDXRef-Image"
+    packages = [{
+        "SPDXID": image_id, "name": name, "versionInfo": digest, "downloadLocation": "NOASSERTION",
+        "primaryPackagePurpose": "CONTAINER", "filesAnalyzed": False, "supplier": "Organization: Omni",
+        "checksums": [{"algorithm": "SHA256", "checksumValue": digest.split(":", 1)[1]}],
+        "licenseConcluded": "NOASSERTION", "licenseDeclared": "NOASSERTION", "copyrightText": "NOASSERTION",
+    }]
+    for deb in sorted(debian, key=lambda d: (d["name"], d["architecture"])):
+        purl = (f"pkg:deb/debian/{deb['name']}@{quote(deb['version'], safe='')}"
+                f"?arch={deb['architecture']}&distro={DEBIAN_DISTRO.get(release, release)}")
+        packages.append(_package(_spdx_id("deb", deb["name"], deb["architecture"]), deb["name"], deb["version"],
+                                 deb["sha256"], purl, deb.get("url", ""), "Organization: Debian"))
+    for wheel in sorted(wheels, key=lambda w: w["name"].lower()):
+        purl = f"pkg:pypi/{wheel['name'].lower()}@{quote(wheel['version'], safe='')}"
+        packages.append(_package(_spdx_id("pypi", wheel["name"]), wheel["name"], wheel["version"], wheel["sha256"],
+                                 purl, wheel.get("url", ""), "NOASSERTION"))
+    return {
+        "spdxVersion": "SPDX-2.3",
+        "dataLicense": "CC0-1.0",
+        "SPDXID": "SPDXRef-DOCUMENT",
+        "name": f"omni-{name}",
+        "documentNamespace": f"https://spdx.org/spdxdocs/omni-{name}-{digest.split(':', 1)[1]}",
+        "creationInfo": {"created": created.strftime("%Y-%m-%dT%H:%M:%SZ"), "creators": [f"Tool: {TOOL}"]},
+        "packages": packages,
+        "relationships": [{"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES",
+                           "relatedSpdxElement": image_id}]
+        + [{"spdxElementId": image_id, "relationshipType": "CONTAINS", "relatedSpdxElement": p["SPDXID"]}
+           for p in packages[1:]],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sbom", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--digest-file", type=Path, required=True)
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--debian", type=Path, action="append", default=[])
+    parser.add_argument("--wheels", type=Path, action="append", default=[])
+    parser.add_argument("--debian-lock", type=Path, help="adds each package's download URL")
+    args = parser.parse_args(argv)
+    debian = [item for path in args.debian for item in json.loads(path.read_text())]
+    if args.debian_lock:
+        lock = json.loads(args.debian_lock.read_text())
+        urls = {(p["name"], p["architecture"]): p["urls"][0] for arch in lock["packages"].values() for p in arch}
+        for item in debian:
+            item["url"] = urls.get((item["name"], item["architecture"]), "")
+    wheels = [item for path in args.wheels for item in json.loads(path.read_text())]
+    sbom = build_sbom(args.name, args.digest_file.read_text().strip(), debian, wheels)
+    args.output.write_text(json.dumps(sbom, indent=2, sort_keys=True) + "\n")
+    print(f"sbom: {len(debian)} Debian packages, {len(wheels)} Python distributions", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
