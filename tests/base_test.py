@@ -149,3 +149,48 @@ def test_push_sends_the_sbom_as_an_artifact_referring_to_the_image(tmp_path: Pat
             payload = client.blob("omni/qwen", artifact["layers"][0]["digest"])
     assert payload == Path("images/qwen_mi300x.spdx.json").read_bytes()
     assert how in ("api", "tag")
+
+
+def _ar(members: dict[str, bytes]) -> bytes:
+    out = b"!<arch>\n"
+    for name, data in members.items():
+        out += f"{name + '/':<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(data):<10}`\n".encode() + data
+        out += b"\n" if len(data) % 2 else b""
+    return out
+
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    import io
+    import tarfile
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("compression", ["xz", "zst"])
+def test_data_archives_in_xz_and_zstd_are_unpacked(tmp_path: Path, compression: str) -> None:
+    import hashlib
+    import lzma
+
+    import zstandard
+
+    data_tar = _tar({"./usr/share/doc/omni-test/hello.txt": b"hello\n"})
+    data = lzma.compress(data_tar) if compression == "xz" else zstandard.ZstdCompressor().compress(data_tar)
+    control = _tar({"./control": b"Package: omni-test\nVersion: 1.0-1\nArchitecture: amd64\n"})
+    deb = _ar({"debian-binary": b"2.0\n", "control.tar.xz": lzma.compress(control), f"data.tar.{compression}": data})
+    (tmp_path / "debs").mkdir()
+    (tmp_path / "debs" / "omni-test_amd64.deb").write_bytes(deb)
+    lock = {"packages": {"amd64": [{"name": "omni-test", "version": "1.0-1", "architecture": "amd64",
+                                    "sha256": hashlib.sha256(deb).hexdigest(), "size": len(deb), "urls": []}]}}
+    _, packages = build(lock, "amd64", tmp_path / "debs", Path("images/local_base/passwd"),
+                        Path("images/local_base/group"), tmp_path / "layer.tar.gz")
+    import tarfile
+    with tarfile.open(tmp_path / "layer.tar.gz") as tar:
+        assert tar.extractfile("usr/share/doc/omni-test/hello.txt").read() == b"hello\n"
+        assert "var/lib/dpkg/status.d/omni-test" in tar.getnames()
+    assert packages == [{"name": "omni-test", "version": "1.0-1", "architecture": "amd64",
+                         "sha256": lock["packages"]["amd64"][0]["sha256"]}]

@@ -44,6 +44,15 @@ def ar_members(data: bytes, where: str) -> dict[str, bytes]:
     return members
 
 
+def _zstd_decompress(payload: bytes) -> bytes:
+    try:
+        from compression import zstd  # Python 3.14+
+        return zstd.decompress(payload)
+    except ImportError:
+        import zstandard  # a stream reader: Debian's frames need not record their size
+        return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(payload)).read()
+
+
 def _open_tar(members: dict[str, bytes], prefix: str, where: str) -> tarfile.TarFile:
     for name, payload in members.items():
         if name.startswith(prefix):
@@ -53,7 +62,7 @@ def _open_tar(members: dict[str, bytes], prefix: str, where: str) -> tarfile.Tar
                 import gzip
                 payload = gzip.decompress(payload)
             elif name.endswith(".zst"):
-                raise OciError(f"{where}: {name} is zstd-compressed, which this Python cannot read", field=where)
+                payload = _zstd_decompress(payload)
             return tarfile.open(fileobj=io.BytesIO(payload), mode="r:")
     raise OciError(f"{where} has no {prefix}* member", field=where)
 
