@@ -20,7 +20,9 @@ from typing import Sequence
 
 import httpx
 
+from attest.engine import engine_search_path, find_distribution, source_commit
 from attest.errors import AttestError
+from attest.pins import check_engine_commit, check_model_revision, load_baked
 from boot.settings import REVISION, BootSettings
 
 COMMANDS = ("run", "prepare", "verify", "health", "smoke")
@@ -29,6 +31,20 @@ COMMANDS = ("run", "prepare", "verify", "health", "smoke")
 def _refuse(exc: AttestError) -> int:
     print(json.dumps({"ok": False, "error": str(exc), "field": exc.field}), file=sys.stderr)
     return 2
+
+
+def check_image_pins(settings: BootSettings, command: str) -> list[str]:
+    """Refuse to start when the image's baked pins disagree with what is here."""
+    baked = load_baked()
+    if baked is None:
+        return []
+    notes = [check_model_revision(baked, REVISION, "boot's pinned revision")]
+    if settings.env.get("MODEL_REVISION"):
+        notes.append(check_model_revision(baked, settings.env["MODEL_REVISION"], "MODEL_REVISION"))
+    if command == "run":
+        distribution = find_distribution("sglang", engine_search_path(settings.engine_python))
+        notes.append(check_engine_commit(baked, "sglang", source_commit(distribution) if distribution else ""))
+    return notes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         settings = BootSettings.from_env()
+        for note in check_image_pins(settings, command):
+            print(f"pins: {note}", file=sys.stderr)
         if command == "prepare":
             from boot.prepare import prepare
             prepare(settings)

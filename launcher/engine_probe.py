@@ -7,19 +7,15 @@ that interpreter for its sys.path, which imports nothing of vLLM either.
 from __future__ import annotations
 
 import importlib.metadata
-import json
-import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from attest.primitives import REVISION_RE
+from attest.engine import source_commit
 
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
-VERSION_COMMIT_RE = re.compile(r"\+g?([0-9a-f]{40})\b", re.IGNORECASE)
 API_KEY_ENV = "VLLM_API_KEY"
 
 SOURCES = {
@@ -73,37 +69,6 @@ def version_tuple(value: str) -> tuple[int, int, int]:
     if not match:
         return (0, 0, 0)
     return tuple(int(part) for part in match.groups())  # type: ignore[return-value]
-
-
-def source_commit(distribution: importlib.metadata.Distribution) -> str:
-    """The full commit the wheel was built from: direct_url.json's vcs_info, else a
-    40-hex commit embedded in the version's local part (``0.18.0+g<sha>``)."""
-    try:
-        text = distribution.read_text("direct_url.json")
-        if text:
-            commit = str(json.loads(text).get("vcs_info", {}).get("commit_id", ""))
-            if REVISION_RE.fullmatch(commit):
-                return commit.lower()
-    except (OSError, json.JSONDecodeError, AttributeError, TypeError):
-        pass
-    match = VERSION_COMMIT_RE.search(distribution.version or "")
-    return match.group(1).lower() if match else ""
-
-
-def engine_search_path(engine_python: str) -> list[str]:
-    """sys.path of the engine's interpreter (ours when it is the same one and we run with
-    its site-packages; in images we run with -I -S, isolated from the engine's packages)."""
-    if os.path.realpath(engine_python) == os.path.realpath(sys.executable) and not sys.flags.no_site:
-        return list(sys.path)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    try:
-        completed = subprocess.run(
-            [engine_python, "-c", "import json, sys; print(json.dumps(sys.path))"],
-            capture_output=True, text=True, timeout=20, check=True, env=env,
-        )
-        return [str(item) for item in json.loads(completed.stdout)]
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return []
 
 
 def probe_installed_vllm(search_path: Sequence[str] | None = None) -> VllmCapabilities:

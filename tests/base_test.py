@@ -137,7 +137,8 @@ def test_sbom_lists_every_package_and_wheel_and_validates(name: str, arch: str) 
 def test_push_sends_the_sbom_as_an_artifact_referring_to_the_image(tmp_path: Path) -> None:
     runner = Path("images/qwen_mi300x.run.sh").resolve()
     with LoopbackRegistry() as registry:
-        completed = subprocess.run([str(runner), "--push", f"{registry.host}/omni/qwen"], capture_output=True,
+        completed = subprocess.run([str(runner), "--unsigned", "--push", f"{registry.host}/omni/qwen"],
+                                   capture_output=True,
                                    text=True, timeout=300, env={**os.environ, "BUILD_WORKING_DIRECTORY": str(tmp_path)})
         assert completed.returncode == 0, completed.stderr
         digest = blobs_of(Path("images/qwen_mi300x.layout"))["digest"]

@@ -72,7 +72,7 @@ def test_bazel_run_summary_archive_and_push(tmp_path: Path) -> None:
     env = {**os.environ, "BUILD_WORKING_DIRECTORY": str(tmp_path)}
     with LoopbackRegistry() as registry:
         completed = subprocess.run(
-            [str(runner), "--archive", "qwen.tar", "--output", "layout-copy", "--push",
+            [str(runner), "--archive", "qwen.tar", "--output", "layout-copy", "--unsigned", "--push",
              f"{registry.host}/omni/qwen_mi300x:dev"],
             capture_output=True, text=True, env=env, timeout=300)
         assert completed.returncode == 0, completed.stderr
@@ -81,6 +81,7 @@ def test_bazel_run_summary_archive_and_push(tmp_path: Path) -> None:
         assert lines[0] == f"//images:qwen_mi300x  {digest}"
         assert "base: omni-debian-bookworm (built locally, complete)" in lines
         assert lines[-1] == f"{registry.host}/omni/qwen_mi300x@{digest}"
+        assert f"UNSIGNED: {lines[-1]} was pushed without signatures (--unsigned)" in completed.stderr
         assert crane("validate", "--remote", lines[-1]).returncode == 0
         assert crane("digest", f"{registry.host}/omni/qwen_mi300x:dev").stdout.strip() == digest
     assert blobs_of(tmp_path / "layout-copy")["digest"] == digest
@@ -91,11 +92,24 @@ def test_bazel_run_summary_archive_and_push(tmp_path: Path) -> None:
 def test_push_target_pushes_by_digest(tmp_path: Path) -> None:
     runner = Path("images/deepseek_spark_push.push.sh").resolve()
     with LoopbackRegistry() as registry:
-        completed = subprocess.run([str(runner), "--push", f"{registry.host}/omni/spark"], capture_output=True,
+        completed = subprocess.run([str(runner), "--unsigned", "--push", f"{registry.host}/omni/spark"],
+                                   capture_output=True,
                                    text=True, timeout=300, env={**os.environ, "BUILD_WORKING_DIRECTORY": str(tmp_path)})
         assert completed.returncode == 0, completed.stderr
         digest = blobs_of(_layout("deepseek_spark"))["digest"]
         assert completed.stdout.splitlines()[-1] == f"{registry.host}/omni/spark@{digest}"
         manifest = json.loads(crane("manifest", f"{registry.host}/omni/spark@{digest}").stdout)
         config = json.loads(crane("config", f"{registry.host}/omni/spark@{digest}").stdout)
-        assert config["architecture"] == "arm64" and len(manifest["layers"]) == 4
+        assert config["architecture"] == "arm64" and len(manifest["layers"]) == 5
+        assert manifest["layers"][-1]["annotations"] == {"org.opencontainers.image.title": "/etc/omni/image.json"}
+
+
+def test_push_without_a_key_or_unsigned_flag_is_refused_before_anything_is_pushed(tmp_path: Path) -> None:
+    runner = Path("images/qwen_mi300x.run.sh").resolve()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_SIGNING_KEY")}
+    with LoopbackRegistry() as registry:
+        completed = subprocess.run([str(runner), "--push", f"{registry.host}/omni/nokey"], capture_output=True,
+                                   text=True, timeout=300, env={**env, "BUILD_WORKING_DIRECTORY": str(tmp_path)})
+        assert completed.returncode == 2
+        assert "no signing key: set OMNI_SIGNING_KEY_FILE" in completed.stderr
+        assert crane("ls", f"{registry.host}/omni/nokey").stdout.strip() == ""

@@ -36,6 +36,9 @@ from tools.oci.layout import (
     write_layout,
 )
 
+TOOLKIT_VERSION = "0.1.0"
+BAKED_DEST = "/etc/omni/image.json"
+TITLE = "org.opencontainers.image.title"
 CONFIG_KEYS = ("entrypoint", "cmd", "env", "workdir", "user", "exposed_ports", "labels", "annotations",
                "os", "architecture", "variant", "layer_names")
 
@@ -112,13 +115,70 @@ def build_config(base_config: dict[str, Any], spec: dict[str, Any], layers: list
     }
 
 
+def pin_labels(pins: dict[str, Any]) -> dict[str, str]:
+    """Image labels generated from the pin document (never typed twice)."""
+    labels = {
+        "omni.image": pins["image"],
+        "omni.base.pinned": f"{pins['base']['image']}@{pins['base']['digest'] or 'unpinned'}",
+        "omni.engine": pins["engine"]["name"],
+        "omni.engine.repository": pins["engine"]["repository"],
+        "omni.engine.commit": pins["engine"]["commit"] or "unpinned",
+        "omni.model.id": pins["model"]["id"],
+        "omni.model.revision": pins["model"]["revision"] or "unpinned",
+        "omni.hardware.profile": pins["hardware"]["profile"],
+        "omni.hardware.gpu_arch": pins["hardware"]["gpu_arch"],
+        "omni.toolkit.version": TOOLKIT_VERSION,
+    }
+    if pins.get("speculator"):
+        labels["omni.speculator.id"] = pins["speculator"]["id"]
+        labels["omni.speculator.revision"] = pins["speculator"]["revision"] or "unpinned"
+    return labels
+
+
+def load_pins_checked(path: Path, release: bool) -> dict[str, Any]:
+    from attest.errors import AttestError
+    from attest.pins import load_pins
+
+    try:
+        pins = load_pins(path)
+    except AttestError as exc:
+        raise OciError(str(exc), field=exc.field) from None
+    empty = pins.empty_pins()
+    if release and empty:
+        raise OciError(f"release build refused: {', '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty in "
+                       f"{path.name}; fill {'it' if len(empty) == 1 else 'them'} with the real value "
+                       "(a digest or full commit); Omni never invents one", field=empty[0])
+    return pins.model_dump(mode="json")
+
+
+def baked_layer(output: Path, pins: dict[str, Any], base_digest: str,
+                layer_digests: list[str]) -> tuple[dict[str, Any], Path]:
+    from tools.oci.layer import write_layer
+
+    baked = {"schema_version": "1", "toolkit_version": TOOLKIT_VERSION, "image": pins["image"], "pins": pins,
+             "base_digest": base_digest, "layers": layer_digests}
+    data = json.dumps(baked, indent=2, sort_keys=True).encode() + b"\n"
+    blob = output / "baked-image-json.tar.gz"
+    desc = write_layer([{"dest": BAKED_DEST, "data": data, "mode": 0o644}], blob, mtime=source_date_epoch())
+    return desc, blob
+
+
 def assemble(output: Path, spec: dict[str, Any], layers: list[tuple[dict[str, Any], Path]],
-             base_dir: Path | None) -> dict[str, Any]:
+             base_dir: Path | None, pins: dict[str, Any] | None = None) -> dict[str, Any]:
     unknown = sorted(set(spec) - set(CONFIG_KEYS))
     if unknown:
         raise OciError(f"unknown image config keys: {unknown}", field="config")
     base = load_base(base_dir)
     created = _rfc3339(source_date_epoch())
+    layers = list(layers)
+    if pins is not None:
+        spec = {**spec, "labels": {**(spec.get("labels") or {}), **pin_labels(pins)},
+                "layer_names": [*(spec.get("layer_names") or [f"layer {i}" for i in range(len(layers))]),
+                                BAKED_DEST]}
+        built = [layer["digest"] for layer in base["manifest"]["layers"]] + [desc["digest"] for desc, _ in layers]
+        output.mkdir(parents=True, exist_ok=True)
+        desc, blob = baked_layer(output, pins, base.get("digest", ""), built)
+        layers.append((desc, blob))
     descriptors = [desc for desc, _ in layers]
     config = build_config(base["config"], spec, descriptors, created)
     if not config.get("os") or not config.get("architecture"):
@@ -148,6 +208,9 @@ def assemble(output: Path, spec: dict[str, Any], layers: list[tuple[dict[str, An
                                  for d in descriptors],
         "annotations": dict(sorted(annotations.items())),
     }
+    if pins is not None:
+        manifest["layers"][-1]["annotations"] = {TITLE: BAKED_DEST}
+        (output / "baked-image-json.tar.gz").unlink()  # linked into blobs/ above
     manifest_bytes = canonical(manifest)
     digest = write_layout(output, manifest_bytes)
     shallow = base["layout"] is None and base["source"] is not None
@@ -167,13 +230,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", type=Path)
     parser.add_argument("--layer", action="append", default=[], help="DESCRIPTOR.json=BLOB")
     parser.add_argument("--digest-file", type=Path, help="also write the manifest digest here")
+    parser.add_argument("--pins", type=Path, help="the image's pin document: labels and /etc/omni/image.json")
+    parser.add_argument("--release", action="store_true", help="refuse empty pins")
     args = parser.parse_args(argv)
     try:
         layers = []
         for item in args.layer:
             desc_path, _, blob = item.partition("=")
             layers.append((json.loads(Path(desc_path).read_text()), Path(blob)))
-        result = assemble(args.output, json.loads(args.config_spec.read_text()), layers, args.base)
+        pins = load_pins_checked(args.pins, args.release) if args.pins else None
+        result = assemble(args.output, json.loads(args.config_spec.read_text()), layers, args.base, pins)
     except OciError as exc:
         print(f"image: {exc}", file=sys.stderr)
         return 2

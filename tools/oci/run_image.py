@@ -16,6 +16,15 @@ from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, 
 from tools.oci.push import push
 from tools.oci.referrers import push_referrer
 from tools.oci.registry import Reference, RegistryClient
+from tools.oci.sign import (
+    DSSE_TYPE,
+    INTOTO_PAYLOAD_TYPE,
+    dsse_envelope,
+    load_private_key,
+    push_attestation,
+    push_image_signature,
+    tag_for,
+)
 
 SPDX_TYPE = "application/spdx+json"
 
@@ -70,6 +79,32 @@ def write_archive(layout: Path, archive: Path) -> None:
                 tar.addfile(info)
 
 
+def push_evidence(layout: Path, args: argparse.Namespace, digest: str, key) -> None:
+    """SBOM and provenance as artifacts referring to the image; cosign signatures."""
+    ref = Reference.parse(args.push)
+    _, _, manifest_bytes = read_layout(layout)
+    subject = descriptor(OCI_MANIFEST, manifest_bytes)
+    where = f"{ref.registry}/{ref.repository}"
+    with RegistryClient(ref.registry) as client:
+        if args.sbom:
+            sbom = push_referrer(client, ref.repository, subject, SPDX_TYPE, args.sbom.read_bytes(), SPDX_TYPE)
+            print(f"sbom: {where}@{sbom} (refers to {digest})", file=sys.stderr)
+        if args.provenance:
+            statement = json.loads(args.provenance.read_text())
+            if key is not None:
+                envelope = dsse_envelope(key, statement)
+                attestation = push_attestation(client, ref.repository, digest, envelope)
+                print(f"provenance: {where}:{tag_for(digest, 'att')} = {attestation} (signed)", file=sys.stderr)
+                payload, payload_type = envelope, DSSE_TYPE
+            else:
+                payload, payload_type = args.provenance.read_bytes(), INTOTO_PAYLOAD_TYPE
+            provenance = push_referrer(client, ref.repository, subject, INTOTO_PAYLOAD_TYPE, payload, payload_type)
+            print(f"provenance: {where}@{provenance} (refers to {digest})", file=sys.stderr)
+        if key is not None:
+            signature = push_image_signature(client, ref.repository, digest, key)
+            print(f"signature: {where}:{tag_for(digest, 'sig')} = {signature}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bazel run //images:<image> --", description=__doc__)
     parser.add_argument("--layout", type=Path, required=True, help=argparse.SUPPRESS)
@@ -78,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--archive", type=Path, help="write the layout as an OCI archive tarball here")
     parser.add_argument("--push", metavar="REGISTRY/REPO[:TAG]", help="push the image by digest (and its SBOM)")
     parser.add_argument("--sbom", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--provenance", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--signing-key", type=Path,
+                        help="PEM ECDSA P-256 private key signing the image and its provenance "
+                        "(default: $OMNI_SIGNING_KEY_FILE, else $OMNI_SIGNING_KEY)")
+    parser.add_argument("--unsigned", action="store_true", help="push without signatures (explicitly)")
     args = parser.parse_args(argv)
     base_dir = Path(os.environ.get("BUILD_WORKING_DIRECTORY", "."))
     layout = args.layout.resolve()
@@ -100,19 +140,15 @@ def main(argv: list[str] | None = None) -> int:
             shallow = (layout / BASE_SIDECAR).is_file()
             print(f"archive: {base_dir / args.archive}" + (" (base layers not included: shallow)" if shallow else ""))
         if args.push:
+            # No key and no --unsigned: refuse before anything leaves this machine.
+            key = None if args.unsigned else load_private_key(args.signing_key)
             report = push(layout, args.push)
             print(f"pushed: {len(report.uploaded)} blobs uploaded ({report.uploaded_bytes} bytes), "
                   f"{len(report.mounted)} mounted, {len(report.streamed)} streamed, {len(report.present)} present",
                   file=sys.stderr)
-            if args.sbom:
-                ref = Reference.parse(args.push)
-                _, _, manifest_bytes = read_layout(layout)
-                subject = descriptor(OCI_MANIFEST, manifest_bytes)
-                with RegistryClient(ref.registry) as client:
-                    sbom_digest = push_referrer(client, ref.repository, subject, SPDX_TYPE, args.sbom.read_bytes(),
-                                                SPDX_TYPE)
-                print(f"sbom: {ref.registry}/{ref.repository}@{sbom_digest} (refers to {report.digest})",
-                      file=sys.stderr)
+            push_evidence(layout, args, report.digest, key)
+            if key is None:
+                print(f"UNSIGNED: {report.reference} was pushed without signatures (--unsigned)", file=sys.stderr)
             print(report.reference)
     except OciError as exc:
         print(f"{args.name}: {exc}", file=sys.stderr)

@@ -117,6 +117,11 @@ def _oci_image_impl(ctx):
     args.add("--config-spec", spec_file)
     args.add("--digest-file", digest)
     inputs = [spec_file]
+    if ctx.file.pins:
+        args.add("--pins", ctx.file.pins)
+        inputs.append(ctx.file.pins)
+        if ctx.attr.release:
+            args.add("--release")
     if ctx.attr.base:
         base = ctx.attr.base
         if OciImageInfo in base:
@@ -141,6 +146,26 @@ def _oci_image_impl(ctx):
     )
     outputs = [layout, digest]
     extra_args = ""
+    if ctx.file.pins:
+        provenance = ctx.actions.declare_file(ctx.label.name + ".provenance.json")
+        prov_args = ctx.actions.args()
+        prov_args.add("--name", ctx.label.name)
+        prov_args.add("--digest-file", digest)
+        prov_args.add("--layout", layout.path)
+        prov_args.add("--pins", ctx.file.pins)
+        prov_args.add("--status", ctx.info_file)
+        prov_args.add_all(ctx.files.locks, before_each = "--lock")
+        prov_args.add("--output", provenance)
+        ctx.actions.run(
+            executable = ctx.executable._provenance_tool,
+            arguments = [prov_args],
+            inputs = [digest, layout, ctx.file.pins, ctx.info_file] + ctx.files.locks,
+            outputs = [provenance],
+            mnemonic = "OciProvenance",
+            progress_message = "Writing the provenance of %{label}",
+        )
+        outputs.append(provenance)
+        extra_args += " --provenance " + provenance.short_path
     if ctx.files.sbom_debian or ctx.files.sbom_wheels:
         sbom = ctx.actions.declare_file(ctx.label.name + ".spdx.json")
         sbom_args = ctx.actions.args()
@@ -161,7 +186,7 @@ def _oci_image_impl(ctx):
             env = {"SOURCE_DATE_EPOCH": ctx.attr.source_date_epoch},
         )
         outputs.append(sbom)
-        extra_args = " --sbom " + sbom.short_path
+        extra_args += " --sbom " + sbom.short_path
     runner = ctx.actions.declare_file(ctx.label.name + ".run.sh")
     ctx.actions.write(runner, _RUNNER.format(
         label = _display(ctx.label),
@@ -199,6 +224,11 @@ summary; `-- --push REGISTRY/REPO[:TAG]` pushes it, `--output DIR` copies the la
         "sbom_debian": attr.label_list(allow_files = [".json"], doc = "Debian package lists (SBOM)."),
         "sbom_wheels": attr.label_list(allow_files = [".json"], doc = "wheels.json of the deps layer (SBOM)."),
         "debian_lock": attr.label(allow_single_file = True, doc = "Adds download URLs to the SBOM."),
+        "pins": attr.label(allow_single_file = [".json"],
+                           doc = "The pin document: labels, /etc/omni/image.json and the provenance."),
+        "release": attr.bool(doc = "Refuse empty pins (set by --config=release)."),
+        "locks": attr.label_list(allow_files = True, doc = "Lock files whose digests the provenance records."),
+        "_provenance_tool": attr.label(default = "//tools/oci:provenance", executable = True, cfg = "exec"),
         "_image_tool": attr.label(default = "//tools/oci:image", executable = True, cfg = "exec"),
         "_sbom_tool": attr.label(default = "//tools/oci:sbom", executable = True, cfg = "exec"),
         "_runner": attr.label(default = "//tools/oci:run", executable = True, cfg = "target"),

@@ -1,0 +1,124 @@
+"""Image pin documents (images/<image>.pins.json) and the file baked from them into every
+image (/etc/omni/image.json), with the start-up checks both the launcher and boot run.
+
+A pin may be empty in a development build (never invented); a release build refuses
+any empty pin, naming it. At start, every pinned value is compared with what is really
+there, and a difference refuses the start naming the pin and both values.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field
+
+from attest.documents import Document, load_document
+from attest.errors import AttestError
+from attest.primitives import REVISION_RE
+
+BAKED_PATH_ENV = "OMNI_IMAGE_JSON"
+BAKED_PATH = "/etc/omni/image.json"
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def _optional(pattern: re.Pattern[str], what: str):
+    def check(value: str) -> str:
+        if value and not pattern.fullmatch(value):
+            raise ValueError(f"must be empty (not pinned yet) or {what}")
+        return value.lower()
+    return AfterValidator(check)
+
+
+OptionalRevision = Annotated[str, _optional(REVISION_RE, "a full 40-hex commit")]
+OptionalDigest = Annotated[str, _optional(DIGEST_RE, "sha256:<64 hex>")]
+
+
+class BasePin(Document):
+    image: str = Field(min_length=1)
+    digest: OptionalDigest
+    platform: Literal["linux/amd64", "linux/arm64"]
+
+
+class EnginePin(Document):
+    name: Literal["vllm", "sglang"]
+    repository: str = Field(min_length=1)
+    commit: OptionalRevision
+
+
+class ModelPin(Document):
+    id: str = Field(min_length=1)
+    revision: OptionalRevision
+
+
+class HardwarePin(Document):
+    profile: Literal["mi300x_single", "dgx_spark_x3"]
+    gpu_arch: str = Field(min_length=1)
+
+
+class ImagePins(Document):
+    schema_version: Literal["1"]
+    image: str = Field(min_length=1)
+    base: BasePin
+    engine: EnginePin
+    model: ModelPin
+    speculator: ModelPin | None
+    hardware: HardwarePin
+
+    def empty_pins(self) -> list[str]:
+        """The pins a release build needs and this document leaves empty."""
+        empty = [name for name, value in (("base.digest", self.base.digest), ("engine.commit", self.engine.commit),
+                                          ("model.revision", self.model.revision)) if not value]
+        if self.speculator is not None and not self.speculator.revision:
+            empty.append("speculator.revision")
+        return empty
+
+
+class BakedImage(Document):
+    """/etc/omni/image.json: the pins, the layers built before this file, the toolkit."""
+
+    schema_version: Literal["1"]
+    toolkit_version: str
+    image: str
+    pins: ImagePins
+    base_digest: str
+    layers: list[str]
+
+
+def load_pins(path: Path) -> ImagePins:
+    return load_document(ImagePins, path, label=path.name)
+
+
+def load_baked(path: Path | None = None) -> BakedImage | None:
+    """The baked file of the image we run in; None outside an Omni image."""
+    path = path or Path(os.environ.get(BAKED_PATH_ENV, BAKED_PATH))
+    if not path.exists():
+        return None
+    return load_document(BakedImage, path, label=str(path))
+
+
+def mismatch(pin: str, pinned: str, actual: str, what: str) -> AttestError:
+    return AttestError(f"{what} differs from the image pin {pin}: pinned {pinned}, found {actual or 'nothing'}",
+                       field=pin)
+
+
+def check_engine_commit(baked: BakedImage, engine: str, installed_commit: str) -> str:
+    """Refuse unless the installed engine is the pinned one at the pinned commit."""
+    pins = baked.pins
+    if pins.engine.name != engine:
+        raise mismatch("engine.name", pins.engine.name, engine, "the engine this program starts")
+    if not pins.engine.commit:
+        return f"engine.commit not pinned in this development image: {engine} commit not checked"
+    if installed_commit != pins.engine.commit:
+        raise mismatch("engine.commit", pins.engine.commit, installed_commit, f"the installed {engine} commit")
+    return f"engine.commit {pins.engine.commit} matches the installed {engine}"
+
+
+def check_model_revision(baked: BakedImage, revision: str, source: str) -> str:
+    pinned = baked.pins.model.revision
+    if not pinned:
+        return "model.revision not pinned in this development image: not checked"
+    if revision.lower() != pinned:
+        raise mismatch("model.revision", pinned, revision, source)
+    return f"model.revision {pinned} matches {source}"
