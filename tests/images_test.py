@@ -62,6 +62,8 @@ def test_umoci_unpacks_the_expected_files_and_modes(tmp_path: Path, name: str) -
     native = list((rootfs / "opt/omni/site-packages/pydantic_core").glob("*.so"))
     assert native and IMAGES[name]["machine"] in native[0].name
     assert not list(rootfs.rglob("*.pyc")) and not list(rootfs.rglob("BUILD.bazel"))
+    # Nothing of the build machine leaks in (pip's direct_url.json names the output base).
+    assert not list((rootfs / "opt/omni/site-packages").glob("*.dist-info/direct_url.json"))
     assert not (rootfs / "opt/omni/app/tests").exists()
     other = "boot" if module == "launcher" else "launcher"
     assert not (rootfs / "opt/omni/app" / other).exists()
