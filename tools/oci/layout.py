@@ -60,10 +60,13 @@ def link_blob(layout: Path, source: Path, digest: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists():
         return
+    # Bazel hands action inputs over as symlinks; link the file they point to, never a
+    # symlink into the sandbox.
+    real = os.path.realpath(source)
     try:
-        os.link(source, target)
+        os.link(real, target)
     except OSError:
-        shutil.copyfile(source, target)
+        shutil.copyfile(real, target)
 
 
 REF_NAME = "latest"  # the index's org.opencontainers.image.ref.name: `oci:LAYOUT:latest`
