@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -53,7 +53,7 @@ class BootSettings:
     ready_timeout_s: int = 3600
     verify_workers: int = 0
     engine_python: str = sys.executable
-    env: Mapping[str, str] = None  # type: ignore[assignment]  # the raw environment, for serve options
+    env: Mapping[str, str] = field(default_factory=dict)  # the raw environment, for serve options
 
     @classmethod
     def from_env(cls, environment: Mapping[str, str] | None = None) -> "BootSettings":

@@ -51,7 +51,7 @@ def _latency(ms: float) -> Callable[[dict], float]:
     return lambda request: ms / 1000 if not request.get("stream") else 0
 
 
-def _run_gate(tmp_path: Path, spec_model: Deterministic, *, ar_ms: float = 8, spec_ms: float = 3,
+def _run_gate(tmp_path: Path, spec_model: Deterministic, *, ar_ms: float = 16, spec_ms: float = 4,
               extra: list[str] = ()) -> tuple[int, dict, str]:
     output = tmp_path / "gate.json"
     with ScriptedOpenAI(Deterministic(), api_key=KEY, latency_s=_latency(ar_ms)) as ar, \
@@ -111,10 +111,10 @@ def test_each_parity_divergence_fails_the_gate_and_the_launcher_falls_back(tmp_p
 
 
 @pytest.mark.parametrize("kwargs,extra,reason", [
-    ({"ar_ms": 2, "spec_ms": 6}, ["--samples", "100"], "does not beat AR p95"),
+    ({"ar_ms": 3, "spec_ms": 15}, ["--samples", "100"], "does not beat AR p95"),
     ({}, ["--samples", "20"], "only 20 samples per mode"),
     ({}, ["--concurrency", "1"], "concurrency levels [2] were not measured"),
-    ({"ar_ms": 8, "spec_ms": 6}, ["--samples", "100", "--min-improvement", "50"], "is below 50.0%"),
+    ({"ar_ms": 20, "spec_ms": 14}, ["--samples", "100", "--min-improvement", "50"], "is below 50.0%"),
 ])
 def test_benchmark_shortfalls_fail_the_gate(tmp_path: Path, kwargs: dict, extra: list, reason: str) -> None:
     code, gate, digest = _run_gate(tmp_path, Deterministic(), extra=extra, **kwargs)
