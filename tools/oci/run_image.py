@@ -135,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"layout: {layout}")
         if args.sbom:
             print(f"sbom: {args.sbom.resolve()}")
+        if args.provenance:
+            print(f"provenance: {args.provenance.resolve()}")
         if args.archive:
             write_archive(layout, base_dir / args.archive)
             shallow = (layout / BASE_SIDECAR).is_file()
