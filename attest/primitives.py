@@ -14,6 +14,7 @@ from attest.errors import AttestError
 REVISION_RE = re.compile(r"^[0-9a-fA-F]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 MAX_JSON_BYTES = 16 * 1024 * 1024
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")  # binds that need no internal-network flag
 
 
 def require_revision(value: str, label: str) -> str:

@@ -21,16 +21,11 @@ from typing import Sequence
 import httpx
 
 from attest.engine import engine_search_path, find_distribution, source_commit
-from attest.errors import AttestError
+from attest.errors import AttestError, report_refusal
 from attest.pins import check_engine_commit, check_model_revision, load_baked
 from boot.settings import REVISION, BootSettings
 
 COMMANDS = ("run", "prepare", "verify", "health", "smoke")
-
-
-def _refuse(exc: AttestError) -> int:
-    print(json.dumps({"ok": False, "error": str(exc), "field": exc.field}), file=sys.stderr)
-    return 2
 
 
 def check_image_pins(settings: BootSettings, command: str) -> list[str]:
@@ -90,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 warmup(api, settings)
         return serve(settings, after_healthy=acceptance)
     except AttestError as exc:
-        return _refuse(exc)
+        return report_refusal(exc)
     except httpx.HTTPError as exc:
         print(json.dumps({"ok": False, "error": f"local server request failed: {exc}", "field": "SERVER_PORT"}),
               file=sys.stderr)

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -20,7 +19,8 @@ from typing import Callable, Sequence
 import httpx
 
 from boot.errors import BootError
-from boot.settings import CONTEXT_RANGE, LOOPBACK_HOSTS, OFFLOAD_MODES, REVISION, BootSettings
+from attest.primitives import LOOPBACK_HOSTS
+from boot.settings import CONTEXT_RANGE, OFFLOAD_MODES, REVISION, BootSettings
 from boot.state import save, store_api_key
 
 REDACTED = "[REDACTED]"

@@ -13,7 +13,6 @@ REPO = "deepseek-ai/DeepSeek-V4.1-Flash"
 REVISION = "fb2764a5cf321eaa5070ca8f9e892818f477c16d"
 CONTEXT_RANGE = (4096, 1048576)
 OFFLOAD_MODES = ("nvme", "ram")
-LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 NO_KEY = ("", "none", "off", "dummy", "0")
 
 

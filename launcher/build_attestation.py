@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Sequence
 
 from attest.documents import CHECKPOINT_ATTESTATION_FILE
-from attest.errors import AttestError
+from attest.errors import AttestError, report_refusal
 from attest.files import canonical_json, write_atomic
 from launcher.checkpoint import build_checkpoint_attestation
-from launcher.cli import refusal
 from launcher.target import TARGET_MODEL_ID
 
 
@@ -44,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             Path(args.model_path), model_id=args.model_id, revision=args.revision, hash_shards=args.hash_shards
         )
     except AttestError as exc:
-        return refusal(exc)
+        return report_refusal(exc)
     data = canonical_json(attestation.model_dump(mode="json", exclude_none=True))
     output = args.output or Path(args.model_path) / CHECKPOINT_ATTESTATION_FILE
     write_atomic(output, data)

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Callable, Mapping, Sequence
 
-from attest.errors import AttestError
+from attest.errors import AttestError, report_refusal
 from launcher.checkpoint import inspect_target_checkpoint
 from attest.engine import engine_search_path
 from attest.pins import BAKED_PATH, BAKED_PATH_ENV, load_baked
@@ -41,11 +41,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def refusal(exc: AttestError) -> int:
-    print(json.dumps({"ok": False, "error": str(exc), "field": exc.field}, ensure_ascii=False), file=sys.stderr)
-    return 2
-
-
 def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> int:
     args = parse_args(argv)
     os.environ.update(OFFLINE_ENV)
@@ -70,7 +65,7 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
         decision = select_mode(target, vllm, settings, hardware_arches=hardware, explain=explain)
         command = build_server_command(settings, target, decision, vllm)
     except AttestError as exc:
-        return refusal(exc)
+        return report_refusal(exc)
     inspect_only = args.inspect_only or explain
     report = {
         "ok": True,

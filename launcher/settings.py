@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Mapping
 
 from attest.documents import CHECKPOINT_ATTESTATION_FILE
+from attest.primitives import LOOPBACK_HOSTS
 from launcher.errors import LauncherError
 
 MODE_ALIASES = {"autoregressive": "ar", "native_mtp": "mtp", "dflash2": "dflash2_canary"}
 MODES = ("auto", "ar", "mtp", "dflash2_canary")
-LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 DTYPE_ALIASES = {"fp16": "float16", "half": "float16"}
 
 

@@ -22,7 +22,7 @@ from tools.oci.errors import OciError
 from tools.oci.image import load_pins_checked
 from tools.oci.provenance import build_statement, resolved
 from tools.oci.registry import RegistryClient
-from tools.oci.sign import dsse_envelope, load_private_key, push_attestation, tag_for
+from tools.oci.sign import dsse_envelope, load_private_key, push_attestation
 from tools.oci.verify import verify_image
 
 OTHER = "fe" * 20

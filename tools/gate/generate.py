@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from attest.documents import DFlash2Gate, parse_document
-from attest.errors import AttestError
+from attest.errors import AttestError, report_refusal
 from attest.files import canonical_json, write_atomic
 from attest.primitives import require_revision
 from tools.gate.corpus import BENCHMARK_MAX_TOKENS, BENCHMARK_PROMPTS, CORPUS, CORPUS_SHA256, PARITY_CASES
@@ -249,8 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         gate, results = generate(args, progress)
     except AttestError as exc:
-        print(json.dumps({"ok": False, "error": str(exc), "field": exc.field}), file=sys.stderr)
-        return 2
+        return report_refusal(exc)
     data = canonical_json(gate.model_dump(mode="json"))
     write_atomic(args.output.with_name(args.output.name + ".results.json"), canonical_json(results))
     write_atomic(args.output, data)

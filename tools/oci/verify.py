@@ -16,11 +16,11 @@ import base64
 import gzip
 import io
 import json
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
+from attest.errors import report_refusal
 from tools.oci.errors import OciError
 from tools.oci.image import BAKED_DEST, TITLE, pin_labels
 from tools.oci.provenance import PREDICATE_TYPE, STATEMENT_TYPE, resolved
@@ -121,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = verify_image(args.reference, args.key)
     except OciError as exc:
-        print(json.dumps({"ok": False, "error": str(exc), "field": exc.field}), file=sys.stderr)
-        return 2
+        return report_refusal(exc)
     print(json.dumps(summary, indent=2, sort_keys=True))
     return 0
 
