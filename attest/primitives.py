@@ -2,7 +2,6 @@
 local roots, safe child files and bounded JSON reading."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,10 +9,10 @@ from typing import Annotated, Any
 from pydantic import AfterValidator
 
 from attest.errors import AttestError
+from attest.reader import MAX_JSON_BYTES, read_json_file
 
 REVISION_RE = re.compile(r"^[0-9a-fA-F]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
-MAX_JSON_BYTES = 16 * 1024 * 1024
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")  # binds that need no internal-network flag
 
 
@@ -51,25 +50,9 @@ Sha256 = Annotated[str, AfterValidator(_sha256)]
 
 
 def read_json_object(path: Path, *, label: str, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any]:
-    """Read a JSON object from a regular, non-empty file of at most `max_bytes`."""
-    try:
-        stat = path.stat()
-    except OSError as exc:
-        raise AttestError(f"{label} is not readable: {path}", field=label) from exc
-    if not path.is_file() or stat.st_size <= 0 or stat.st_size > max_bytes:
-        raise AttestError(f"{label} must be a non-empty JSON file below {max_bytes} bytes", field=label)
-    try:
-        with path.open("rb") as handle:
-            # Read at most one byte past the bound: a file that grew since stat() is refused.
-            raw = handle.read(max_bytes + 1)
-        if len(raw) > max_bytes:
-            raise AttestError(f"{label} must be a non-empty JSON file below {max_bytes} bytes", field=label)
-        value = json.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeError, json.JSONDecodeError) as exc:
-        raise AttestError(f"{label} is not valid UTF-8 JSON: {path}", field=label) from exc
-    if not isinstance(value, dict):
-        raise AttestError(f"{label} must contain a JSON object", field=label)
-    return value
+    """A JSON object from a regular, non-empty file of at most `max_bytes`, read once and
+    parsed strictly (attest.reader)."""
+    return read_json_file(path, label=label, max_bytes=max_bytes)[0]
 
 
 def local_root(path: Path, *, label: str) -> Path:

@@ -80,7 +80,7 @@ def test_read_json_object_bounds(tmp_path: Path) -> None:
     path.write_text('{"a": 1}')
     assert read_json_object(path, label="doc") == {"a": 1}
     path.write_text('{"a": "' + "x" * 100 + '"}')
-    with pytest.raises(AttestError, match="below 50 bytes"):
+    with pytest.raises(AttestError, match="is 109 bytes; at most 50 allowed"):
         read_json_object(path, label="doc", max_bytes=50)
 
 
