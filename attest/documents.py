@@ -81,6 +81,8 @@ class ParityResult(Document):
     corpus_sha256: Sha256
     result_sha256: Sha256
     reasons: list[str] = []
+    # Added evidence (absent from seed-format gates): benchmark samples also compared token for token.
+    benchmark_samples_compared: int | None = Field(default=None, ge=0)
 
 
 class ConcurrencyResult(Document):
@@ -92,6 +94,15 @@ class ConcurrencyResult(Document):
     ar_p95_ms: float
     dflash2_p50_ms: float
     dflash2_p95_ms: float
+    # Added evidence (absent from seed-format gates): tails and per-output-token time.
+    ar_p99_ms: float | None = None
+    dflash2_p99_ms: float | None = None
+    ar_tpot_p50_ms: float | None = None
+    ar_tpot_p95_ms: float | None = None
+    ar_tpot_p99_ms: float | None = None
+    dflash2_tpot_p50_ms: float | None = None
+    dflash2_tpot_p95_ms: float | None = None
+    dflash2_tpot_p99_ms: float | None = None
 
 
 class BenchmarkResult(Document):
@@ -102,6 +113,10 @@ class BenchmarkResult(Document):
     dflash2_p95_ms: float
     per_concurrency: list[ConcurrencyResult] = []
     reasons: list[str] = []
+    # Added evidence (absent from seed-format gates).
+    median_completion_tokens: float | None = None
+    acceptance_rate: float | None = None
+    mean_accepted_length: float | None = None
 
 
 class DFlash2Gate(Document):

@@ -5,19 +5,32 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 from unittest import mock
 
 import pytest
 
-from tests.fixtures.openai_server import GoodModel, ScriptedOpenAI, completion
+from tests.fixtures.openai_server import GoodModel, Raw, ScriptedOpenAI, completion
 from tests.fixtures.qwen import SPECULATOR_REVISION, TARGET_REVISION, VLLM_COMMIT, LauncherWorld
 from tools.gate import generate
-from tools.gate.corpus import CORPUS, CORPUS_SHA256, corpus_sha256
+from tools.gate.corpus import BENCHMARK_MAX_TOKENS, CORPUS, CORPUS_SHA256, corpus_sha256
 from tools.gate.stats import percentile, summary
 
 KEY = "sk-gate-key"
+MODEL = "qwen3.8-27b"
+
+
+def long_answer(request: dict[str, Any]) -> dict[str, Any]:
+    """A greedy benchmark answer: `max_tokens` one-token words, a pure function of the prompt,
+    with usage and token ids that account for exactly what was returned."""
+    seed = hashlib.sha256(json.dumps(request.get("messages")).encode()).hexdigest()[:6]
+    count = request["max_tokens"]
+    answer = completion(" ".join(f"{seed}{i}" for i in range(count)), finish_reason="length",
+                        usage={"prompt_tokens": 9, "completion_tokens": count, "total_tokens": 9 + count})
+    answer["choices"][0]["token_ids"] = [int(seed, 16) + i for i in range(count)]
+    return answer
 
 
 class Deterministic(GoodModel):
@@ -28,6 +41,8 @@ class Deterministic(GoodModel):
 
     def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
         text = json.dumps(request.get("messages"))
+        if request.get("ignore_eos"):
+            return long_answer(request)
         if request.get("stop"):
             if self.diverge == "stop":
                 return completion("red\ngreen\nblue\nyellow\nEND", finish_reason="length")
@@ -47,21 +62,55 @@ class Deterministic(GoodModel):
         return completion(f"Answer {digest} in plain words for the prompt given here.")
 
 
+class Benchmarked(Deterministic):
+    """Correct on the parity corpus; on benchmark samples, `alter(index, answer)` changes the answer."""
+
+    def __init__(self, alter: Callable[[int, dict[str, Any]], Any]) -> None:
+        super().__init__()
+        self.alter = alter
+        self.count = 0
+
+    def __call__(self, request: dict[str, Any]) -> Any:
+        answer = super().__call__(request)
+        if request.get("ignore_eos"):
+            self.count += 1
+            return self.alter(self.count, answer)
+        return answer
+
+
 def _latency(ms: float) -> Callable[[dict], float]:
     return lambda request: ms / 1000 if not request.get("stream") else 0
 
 
-def _run_gate(tmp_path: Path, spec_model: Deterministic, *, ar_ms: float = 16, spec_ms: float = 4,
-              extra: list[str] = ()) -> tuple[int, dict, str]:
+def spec_metrics() -> Callable[[], str]:
+    """vLLM's spec-decode counters, advancing on every scrape as a busy server's would."""
+    scrapes = []
+
+    def render() -> str:
+        scrapes.append(1)
+        n = len(scrapes) * 1000
+        return ("# TYPE vllm:spec_decode_num_drafts counter\n"
+                f'vllm:spec_decode_num_drafts_total{{model_name="{MODEL}"}} {n}\n'
+                f'vllm:spec_decode_num_draft_tokens_total{{model_name="{MODEL}"}} {n * 3}\n'
+                f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{MODEL}"}} {n * 2}\n')
+    return render
+
+
+def _run_gate(tmp_path: Path, spec_model: Any, *, ar_ms: float = 16, spec_ms: float = 4,
+              extra: list[str] = (), env: dict[str, str] | None = None,
+              log: list | None = None) -> tuple[int, dict, str]:
     output = tmp_path / "gate.json"
-    with ScriptedOpenAI(Deterministic(), api_key=KEY, latency_s=_latency(ar_ms)) as ar, \
-            ScriptedOpenAI(spec_model, api_key=KEY, latency_s=_latency(spec_ms)) as spec, \
-            mock.patch.dict(os.environ, {"OMNI_GATE_API_KEY": KEY}):
+    with ScriptedOpenAI(Deterministic(), api_key=KEY, latency_s=_latency(ar_ms), served_model=MODEL,
+                        log=log, name="ar") as ar, \
+            ScriptedOpenAI(spec_model, api_key=KEY, latency_s=_latency(spec_ms), served_model=MODEL,
+                           metrics=spec_metrics(), log=log, name="spec") as spec, \
+            mock.patch.dict(os.environ, env if env is not None else {"OMNI_GATE_API_KEY": KEY}):
         code = generate.main([
-            "--ar-url", ar.url, "--spec-url", spec.url, "--model", "qwen3.8-27b",
+            "--ar-url", ar.url, "--spec-url", spec.url, "--model", MODEL,
             "--target-revision", TARGET_REVISION, "--speculator-revision", SPECULATOR_REVISION,
             "--engine-commit", VLLM_COMMIT, "--output", str(output), *extra])
-        assert ar.unauthorized == spec.unauthorized == 0
+        if env is None:
+            assert ar.unauthorized == spec.unauthorized == 0
     document = json.loads(output.read_text())
     return code, document, hashlib.sha256(output.read_bytes()).hexdigest()
 
@@ -81,18 +130,173 @@ def test_identical_and_faster_speculation_passes_and_the_launcher_selects_the_ca
     assert gate["parity"]["passed"] and gate["benchmark"]["passed"], gate
     assert gate["parity"]["covers"] == ["greedy", "sampling", "tool_json", "stop_and_cancel"]
     assert gate["parity"]["corpus_sha256"] == CORPUS_SHA256
+    assert gate["parity"]["benchmark_samples_compared"] == 200
     bench = gate["benchmark"]
     assert bench["samples_per_mode"] == 100 and bench["concurrency"] == [1, 2]
     assert bench["dflash2_p95_ms"] < bench["ar_p95_ms"]
+    assert bench["median_completion_tokens"] == BENCHMARK_MAX_TOKENS
+    # Acceptance from the counter deltas of /metrics: 2 accepted of 3 drafted per draft.
+    assert bench["acceptance_rate"] == pytest.approx(2 / 3, abs=1e-4)
+    assert bench["mean_accepted_length"] == pytest.approx(3.0)
+    for level in bench["per_concurrency"]:
+        assert level["ar_p50_ms"] <= level["ar_p95_ms"] <= level["ar_p99_ms"]
+        assert level["dflash2_tpot_p95_ms"] == pytest.approx(level["dflash2_p95_ms"] / BENCHMARK_MAX_TOKENS, rel=0.3)
     assert [level["concurrency"] for level in bench["per_concurrency"]] == [1, 2]
     out = capsys.readouterr()
     assert out.out.strip() == digest and f"QWEN_DFLASH2_GATE_SHA256={digest}" in out.err
-    assert "gate: benchmark speculative concurrency 2: 100/100" in out.err
+    assert "gate: benchmark concurrency 2: 100/100 per server" in out.err
+    assert "| speculative | 2 |" in out.err and "66.7%, mean length 3" in out.err
     results = json.loads((tmp_path / "gate.json.results.json").read_text())
     assert gate["parity"]["result_sha256"] == hashlib.sha256((json.dumps(
         results, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()).hexdigest()
+    assert results["servers"]["speculative"]["models"] == [MODEL]
+    assert len(results["benchmark"]["concurrency_1"]["speculative"]) == 100
     decision = _launch_with(tmp_path, tmp_path / "gate.json", digest)
     assert decision["mode"] == "dflash2_canary"
+
+
+def test_benchmark_requests_are_greedy_long_and_interleaved(tmp_path: Path) -> None:
+    log: list = []
+    code, gate, _ = _run_gate(tmp_path, Deterministic(), log=log, extra=["--samples", "100"])
+    assert code == 0, gate
+    bench = [(name, request) for name, request in log if request.get("ignore_eos")]
+    assert all(r["temperature"] == 0 and r["max_tokens"] == BENCHMARK_MAX_TOKENS and "seed" in r for _, r in bench)
+    # Warm-up (2 each), then rounds at concurrency 1 that alternate which server goes first.
+    order = [name for name, _ in bench[4:8]]
+    assert order == ["ar", "spec", "spec", "ar"]
+
+
+def _empty_instantly(index: int, answer: dict) -> dict:
+    return completion("", finish_reason="stop", usage={"prompt_tokens": 9, "completion_tokens": 0,
+                                                       "total_tokens": 9})
+
+
+def _one_token_off(index: int, answer: dict) -> dict:
+    # Warm-up takes the first two benchmark requests; sample 37 of concurrency 1 is the 40th.
+    if index == 40:
+        words = answer["choices"][0]["message"]["content"].split(" ")
+        words[17] = "DIFFERENT"
+        answer["choices"][0]["message"]["content"] = " ".join(words)
+        answer["choices"][0]["token_ids"][17] += 1
+    return answer
+
+
+def _truncated_but_counted(index: int, answer: dict) -> dict:
+    words = answer["choices"][0]["message"]["content"].split(" ")
+    answer["choices"][0]["message"]["content"] = " ".join(words[:32])
+    answer["choices"][0]["token_ids"] = answer["choices"][0]["token_ids"][:32]
+    return answer
+
+
+def _usage_inflated(index: int, answer: dict) -> dict:
+    answer["usage"]["completion_tokens"] += 5
+    return answer
+
+
+@pytest.mark.parametrize("alter,spec_ms,sample,why", [
+    (_empty_instantly, 0.1, "benchmark sample c1-0", "speculative output differs from AR"),
+    (_one_token_off, 4, "benchmark sample c1-37", "token ids differ at token 17"),
+    (_truncated_but_counted, 1, "benchmark sample c1-0", "token_ids has 32 tokens but usage.completion_tokens is 128"),
+    (_usage_inflated, 4, "benchmark sample c1-0", "usage.completion_tokens 133 exceeds max_tokens 128"),
+])
+def test_a_speculator_that_answers_less_or_lies_never_passes(tmp_path: Path, capsys, alter, spec_ms: float,
+                                                              sample: str, why: str) -> None:
+    code, gate, digest = _run_gate(tmp_path, Benchmarked(alter), spec_ms=spec_ms)
+    assert code == 1
+    assert gate["parity"]["passed"] is False and gate["benchmark"]["passed"] is False
+    first = [reason for reason in gate["parity"]["reasons"] if reason.startswith("benchmark sample")][0]
+    assert first.startswith(sample) and why in first, gate["parity"]["reasons"]
+    err = capsys.readouterr().err
+    assert "pin it" not in err and "QWEN_DFLASH2_GATE_SHA256" not in err
+    assert err.splitlines()[-1].startswith("gate: FAILED; wrote")
+    decision = _launch_with(tmp_path, tmp_path / "gate.json", digest)
+    assert decision["mode"] == "native_mtp"
+
+
+def test_short_answers_cannot_stand_in_for_decoding_work(tmp_path: Path) -> None:
+    class Short(Deterministic):
+        def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+            if request.get("ignore_eos"):
+                return long_answer({**request, "max_tokens": 10})
+            return super().__call__(request)
+
+    # Both servers answer alike (the AR one is Short too), so only the floor can catch it.
+    output = tmp_path / "gate.json"
+    with ScriptedOpenAI(Short(), api_key=KEY, served_model=MODEL, latency_s=_latency(8)) as ar, \
+            ScriptedOpenAI(Short(), api_key=KEY, served_model=MODEL, latency_s=_latency(2)) as spec, \
+            mock.patch.dict(os.environ, {"OMNI_GATE_API_KEY": KEY}):
+        code = generate.main(["--ar-url", ar.url, "--spec-url", spec.url, "--model", MODEL, "--target-revision",
+                              TARGET_REVISION, "--speculator-revision", SPECULATOR_REVISION, "--engine-commit",
+                              VLLM_COMMIT, "--output", str(output)])
+    gate = json.loads(output.read_text())
+    assert code == 1 and gate["parity"]["passed"] is True and gate["benchmark"]["passed"] is False
+    assert any("median benchmark completion is 10 tokens; at least 64" in r for r in gate["benchmark"]["reasons"])
+
+
+def _broken(kind: str) -> Callable[[int, dict], Any]:
+    def alter(index: int, answer: dict) -> Any:
+        return {"non-json": Raw(200, b"<html>gateway</html>"),
+                "choices-strings": Raw(200, json.dumps({"choices": ["x"]}).encode()),
+                "deep": Raw(200, b"[" * 5000 + b"]" * 5000),
+                "nan": Raw(200, b'{"choices": [{"message": {"content": "a"}}], "usage": {"completion_tokens": NaN}}'),
+                "server-error": Raw(500, b'{"error": "boom"}')}[kind]
+    return alter
+
+
+@pytest.mark.parametrize("kind,reason", [
+    ("non-json", "speculative server chat completion is not valid JSON"),
+    ("choices-strings", "speculative server chat completion has the wrong shape at choices.0"),
+    ("deep", "speculative server chat completion nests deeper than 64 levels"),
+    ("nan", "NaN is not a JSON number"),
+    ("server-error", "answered HTTP 500"),
+])
+def test_every_peer_failure_fails_the_gate_with_its_reason_and_writes_it(tmp_path: Path, kind: str,
+                                                                          reason: str) -> None:
+    code, gate, _ = _run_gate(tmp_path, Benchmarked(_broken(kind)), extra=["--samples", "4"])
+    assert code == 1 and gate["parity"]["passed"] is False
+    assert reason in gate["parity"]["reasons"][0], gate["parity"]["reasons"]
+
+
+def test_a_server_that_never_answers_is_bounded_by_timeout_and_deadline(tmp_path: Path) -> None:
+    started = time.monotonic()
+    code, gate, _ = _run_gate(tmp_path, Deterministic(), spec_ms=3000,
+                              extra=["--request-timeout", "0.3", "--deadline", "20", "--samples", "4"])
+    assert code == 1 and time.monotonic() - started < 15
+    assert "did not answer within 0.3 s" in gate["parity"]["reasons"][0]
+    started = time.monotonic()
+    code, gate, _ = _run_gate(tmp_path, Deterministic(), spec_ms=400, extra=["--deadline", "2"])
+    assert code == 1 and time.monotonic() - started < 8
+    assert any("overall deadline of 2 s passed" in r for r in gate["parity"]["reasons"] + gate["benchmark"]["reasons"])
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({}, "the API key from OMNI_GATE_API_KEY is not set"),
+    ({"OMNI_GATE_API_KEY": "wrong"}, "the API key from OMNI_GATE_API_KEY is not accepted"),
+])
+def test_without_a_working_key_the_gate_stops_within_seconds_naming_the_variable(tmp_path: Path, capsys, env: dict,
+                                                                                  expected: str) -> None:
+    log: list = []
+    started = time.monotonic()
+    code, gate, _ = _run_gate(tmp_path, Deterministic(), env=env, log=log)
+    assert code == 1 and time.monotonic() - started < 5
+    assert log == []  # no chat request was sent: the preflight stopped the run
+    err = capsys.readouterr().err
+    assert expected in err.splitlines()[0] and "HTTP 401" in err and "/v1/models" in err
+    assert "pin it" not in err
+    assert gate["parity"]["passed"] is False and expected in gate["parity"]["reasons"][0]
+
+
+def test_a_server_serving_another_model_is_refused_before_the_run(tmp_path: Path) -> None:
+    output = tmp_path / "gate.json"
+    with ScriptedOpenAI(Deterministic(), api_key=KEY, served_model=MODEL) as ar, \
+            ScriptedOpenAI(Deterministic(), api_key=KEY, served_model="other") as spec, \
+            mock.patch.dict(os.environ, {"OMNI_GATE_API_KEY": KEY}):
+        code = generate.main(["--ar-url", ar.url, "--spec-url", spec.url, "--model", MODEL, "--target-revision",
+                              TARGET_REVISION, "--speculator-revision", SPECULATOR_REVISION, "--engine-commit",
+                              VLLM_COMMIT, "--output", str(output)])
+        assert spec.requests == []
+    gate = json.loads(output.read_text())
+    assert code == 1 and "serves ['other'], not the model 'qwen3.8-27b' (--spec-model)" in gate["parity"]["reasons"][0]
 
 
 @pytest.mark.parametrize("diverge,case_id", [
@@ -167,4 +371,4 @@ def test_corpus_is_fixed() -> None:
     assert {item["case"] for item in CORPUS} == {"greedy", "sampling", "tool_json", "stop_and_cancel"}
 
 
-RECORDED_CORPUS_SHA256 = "ed031a572c9a10f83141cefdc4dc286df21852a69a37019b4c8edf074902267d"
+RECORDED_CORPUS_SHA256 = "15e861c6ec9e02704851c7bd5e309ece3a0d542c68c097a1ea2a293ef6c25622"

@@ -54,10 +54,18 @@ BENCHMARK_PROMPTS = (
     "Give a short proof that the square root of two is irrational.",
 )
 BENCHMARK_MAX_TOKENS = 128
+BENCHMARK_SEED = 0
+
+
+def benchmark_request(index: int) -> dict[str, Any]:
+    """Sample `index` of the benchmark: greedy, seeded, and decoding all `max_tokens` tokens
+    (`ignore_eos`, accepted by vLLM and SGLang) so every sample does the same real work."""
+    return {"temperature": 0, "seed": BENCHMARK_SEED, "max_tokens": BENCHMARK_MAX_TOKENS, "ignore_eos": True,
+            "messages": [{"role": "user", "content": BENCHMARK_PROMPTS[index % len(BENCHMARK_PROMPTS)]}]}
 
 
 def corpus_sha256() -> str:
-    document = {"parity": CORPUS, "benchmark": {"prompts": BENCHMARK_PROMPTS, "max_tokens": BENCHMARK_MAX_TOKENS}}
+    document = {"parity": CORPUS, "benchmark": [benchmark_request(index) for index in range(len(BENCHMARK_PROMPTS))]}
     return hashlib.sha256(json.dumps(document, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 

@@ -15,12 +15,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import ipaddress
-import json
 import os
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+import platform
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
@@ -31,24 +28,13 @@ from attest.documents import DFlash2Gate, parse_document
 from attest.errors import AttestError, report_refusal
 from attest.files import canonical_json, write_atomic
 from attest.primitives import require_revision
-from tools.gate.corpus import BENCHMARK_MAX_TOKENS, BENCHMARK_PROMPTS, CORPUS, CORPUS_SHA256, PARITY_CASES
-from tools.gate.stats import percentile
+from tools.gate.benchmark import MIN_SAMPLES, run_benchmark
+from tools.gate.corpus import CORPUS, CORPUS_SHA256, PARITY_CASES, benchmark_request
+from tools.gate.parity import run_corpus
+from tools.gate.peer import KEY_VARIABLE, Deadline, Endpoint, PeerError, acceptance
 
-MIN_SAMPLES = 100
-REQUIRED_CONCURRENCY = (1, 2)
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    name: str
-    url: str
-    model: str
-    api_key: str
-
-    def client(self) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.Client(base_url=self.url.rstrip("/"), headers=headers, timeout=600)
+WARMUP_REQUESTS = 2
 
 
 def require_loopback(url: str, flag: str) -> str:
@@ -63,150 +49,77 @@ def require_loopback(url: str, flag: str) -> str:
     return url
 
 
-def _chat(client: httpx.Client, model: str, request: dict[str, Any]) -> dict[str, Any]:
-    response = client.post("/v1/chat/completions", json={"model": model, **request})
-    response.raise_for_status()
-    return response.json()
-
-
-def _cancel_then_follow_up(client: httpx.Client, model: str, request: dict[str, Any]) -> dict[str, Any]:
-    """Start a streamed answer, drop the connection after the first chunk, then prove the
-    server still answers the first greedy case exactly."""
-    chunks = 0
-    with client.stream("POST", "/v1/chat/completions", json={"model": model, **request}) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if line.startswith("data:") and line.strip() != "data: [DONE]":
-                chunks += 1
-                break
-    follow_up = _chat(client, model, CORPUS[0]["request"])
-    return {"cancelled_after_chunks": chunks, "follow_up": follow_up["choices"][0]["message"].get("content")}
-
-
-def observe(client: httpx.Client, model: str, item: dict[str, Any]) -> Any:
-    """What the comparison of `item` looks at, from one endpoint."""
-    if item["compare"] == "cancel":
-        return _cancel_then_follow_up(client, model, item["request"])
-    result = _chat(client, model, item["request"])
-    choice = result["choices"][0]
-    message = choice.get("message") or {}
-    if item["compare"] == "tool_calls":
-        return [{"name": call["function"]["name"], "arguments": json.loads(call["function"]["arguments"] or "{}")}
-                for call in message.get("tool_calls") or []]
-    if item["compare"] == "json":
-        return json.loads(message.get("content") or "null")
-    if item["compare"] == "stop":
-        return {"content": message.get("content"), "finish_reason": choice.get("finish_reason")}
-    return message.get("content")
-
-
-def _observe_safely(client: httpx.Client, model: str, item: dict[str, Any]) -> Any:
+def describe(endpoint: Endpoint, client: httpx.Client) -> dict[str, Any]:
+    """Preflight: one authorised request, which must succeed before the run sends hundreds;
+    what the server says of itself (models, version) is recorded."""
+    models = endpoint.get_json(client, "/v1/models")
+    ids = [item.get("id") for item in models.get("data", []) if isinstance(item, dict)] if isinstance(
+        models, dict) and isinstance(models.get("data"), list) else None
+    if ids is None:
+        raise PeerError(f"{endpoint.name} server: /v1/models is not an OpenAI model list")
+    if endpoint.model not in ids:
+        raise PeerError(f"{endpoint.name} server serves {ids}, not the model {endpoint.model!r} "
+                        f"({'--model' if endpoint.name == 'ar' else '--spec-model'})")
     try:
-        return {"ok": observe(client, model, item)}
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        version = endpoint.get_json(client, "/version")
+    except PeerError:
+        version = None
+    return {"url": endpoint.url, "models": ids, "version": version}
 
 
-def run_parity(ar: Endpoint, spec: Endpoint, progress: Progress) -> tuple[dict[str, Any], dict[str, Any]]:
-    results: dict[str, Any] = {"ar": {}, "speculative": {}}
-    reasons: list[str] = []
-    with ar.client() as ar_client, spec.client() as spec_client:
-        for number, item in enumerate(CORPUS, 1):
-            progress(f"parity {number}/{len(CORPUS)}: {item['id']}")
-            got_ar = _observe_safely(ar_client, ar.model, item)
-            got_spec = _observe_safely(spec_client, spec.model, item)
-            results["ar"][item["id"]], results["speculative"][item["id"]] = got_ar, got_spec
-            if "error" in got_ar or "error" in got_spec:
-                reasons.append(f"parity {item['id']} ({item['case']}): request failed "
-                               f"(AR: {got_ar.get('error', 'ok')}; speculative: {got_spec.get('error', 'ok')})")
-            elif got_ar != got_spec:
-                reasons.append(f"parity divergence in {item['id']} ({item['case']}): AR {json.dumps(got_ar['ok'])[:160]}"
-                               f" vs speculative {json.dumps(got_spec['ok'])[:160]}")
-            elif item["compare"] == "stop" and (got_ar["ok"]["finish_reason"] != "stop" or any(
-                    s in (got_ar["ok"]["content"] or "") for s in item["request"]["stop"])):
-                reasons.append(f"parity {item['id']}: the stop sequence did not end the answer on either endpoint")
-            elif item["compare"] == "cancel" and not got_ar["ok"]["cancelled_after_chunks"]:
-                reasons.append(f"parity {item['id']}: no streamed chunk arrived before the cancel")
-    covered = [case for case in PARITY_CASES if any(item["case"] == case for item in CORPUS)]
-    result_sha256 = hashlib.sha256(canonical_json(results)).hexdigest()
-    parity = {"passed": not reasons, "covers": covered, "corpus_sha256": CORPUS_SHA256,
-              "result_sha256": result_sha256, "reasons": reasons}
-    return parity, results
-
-
-def _latencies(endpoint: Endpoint, samples: int, concurrency: int, progress: Progress) -> tuple[list[float], int]:
-    done = failures = 0
-
-    def one(index: int) -> float | None:
-        nonlocal done, failures
-        request = {"temperature": 0, "max_tokens": BENCHMARK_MAX_TOKENS,
-                   "messages": [{"role": "user", "content": BENCHMARK_PROMPTS[index % len(BENCHMARK_PROMPTS)]}]}
-        started = time.perf_counter()
-        try:
-            _chat(client, endpoint.model, request)
-            latency: float | None = (time.perf_counter() - started) * 1000
-        except httpx.HTTPError:
-            failures += 1
-            latency = None
-        done += 1
-        if done % 10 == 0 or done == samples:
-            progress(f"benchmark {endpoint.name} concurrency {concurrency}: {done}/{samples}")
-        return latency
-
-    with endpoint.client() as client, ThreadPoolExecutor(concurrency) as pool:
-        latencies = list(pool.map(one, range(samples)))
-    return [value for value in latencies if value is not None], failures
-
-
-def run_benchmark(ar: Endpoint, spec: Endpoint, *, samples: int, concurrency: list[int], min_improvement: float,
-                  progress: Progress) -> dict[str, Any]:
-    reasons: list[str] = []
-    per_level, all_ar, all_spec = [], [], []
-    counts = []
-    for level in concurrency:
-        ar_ms, ar_failed = _latencies(ar, samples, level, progress)
-        spec_ms, spec_failed = _latencies(spec, samples, level, progress)
-        if ar_failed or spec_failed:
-            reasons.append(f"concurrency {level}: {ar_failed} AR and {spec_failed} speculative requests failed")
-        counts += [len(ar_ms), len(spec_ms)]
-        all_ar += ar_ms
-        all_spec += spec_ms
-        if ar_ms and spec_ms:
-            per_level.append({"concurrency": level, "samples": min(len(ar_ms), len(spec_ms)),
-                              "ar_p50_ms": round(percentile(ar_ms, 50), 3), "ar_p95_ms": round(percentile(ar_ms, 95), 3),
-                              "dflash2_p50_ms": round(percentile(spec_ms, 50), 3),
-                              "dflash2_p95_ms": round(percentile(spec_ms, 95), 3)})
-    samples_per_mode = min(counts) if counts else 0
-    if samples_per_mode < MIN_SAMPLES:
-        reasons.append(f"only {samples_per_mode} samples per mode and concurrency level; at least {MIN_SAMPLES} needed")
-    missing = [level for level in REQUIRED_CONCURRENCY if level not in concurrency]
-    if missing:
-        reasons.append(f"concurrency levels {missing} were not measured; 1 and 2 are required")
-    ar_p95 = round(percentile(all_ar, 95), 3) if all_ar else 0.0
-    spec_p95 = round(percentile(all_spec, 95), 3) if all_spec else 0.0
-    if not all_ar or not all_spec or spec_p95 >= ar_p95:
-        reasons.append(f"speculative p95 {spec_p95} ms does not beat AR p95 {ar_p95} ms")
-    elif (ar_p95 - spec_p95) / ar_p95 * 100 < min_improvement:
-        reasons.append(f"speculative p95 improvement {(ar_p95 - spec_p95) / ar_p95 * 100:.1f}% is below "
-                       f"{min_improvement}%")
-    return {"passed": not reasons, "concurrency": sorted(concurrency), "samples_per_mode": samples_per_mode,
-            "ar_p95_ms": ar_p95, "dflash2_p95_ms": spec_p95, "per_concurrency": per_level, "reasons": reasons}
+def _warm_up(endpoint: Endpoint, client: httpx.Client) -> None:
+    for index in range(WARMUP_REQUESTS):
+        endpoint.chat(client, benchmark_request(index))
 
 
 def generate(args: argparse.Namespace, progress: Progress) -> tuple[DFlash2Gate, dict[str, Any]]:
-    key = os.environ.get("OMNI_GATE_API_KEY", "")
-    ar = Endpoint("ar", require_loopback(args.ar_url, "--ar-url"), args.model, key)
-    spec = Endpoint("speculative", require_loopback(args.spec_url, "--spec-url"), args.spec_model or args.model, key)
+    key = os.environ.get(KEY_VARIABLE, "")
+    if args.samples < 1:
+        raise AttestError("--samples must be positive", field="--samples")
+    if args.request_timeout <= 0 or args.deadline <= 0:
+        raise AttestError("--request-timeout and --deadline must be positive seconds",
+                          field="--request-timeout" if args.request_timeout <= 0 else "--deadline")
     binding = {
         "target_revision": require_revision(args.target_revision, "--target-revision"),
         "speculator_revision": require_revision(args.speculator_revision, "--speculator-revision"),
         "vllm_commit": require_revision(args.engine_commit, "--engine-commit"),
     }
-    if args.samples < 1:
-        raise AttestError("--samples must be positive", field="--samples")
-    parity, results = run_parity(ar, spec, progress)
-    benchmark = run_benchmark(ar, spec, samples=args.samples, concurrency=args.concurrency,
-                              min_improvement=args.min_improvement, progress=progress)
+    deadline = Deadline(args.deadline)
+    ar = Endpoint("ar", require_loopback(args.ar_url, "--ar-url"), args.model, key, args.request_timeout, deadline)
+    spec = Endpoint("speculative", require_loopback(args.spec_url, "--spec-url"), args.spec_model or args.model, key,
+                    args.request_timeout, deadline)
+    results: dict[str, Any] = {"host": {"node": platform.node(), "machine": platform.machine(),
+                                        "cpus": os.cpu_count()},
+                               "corpus_sha256": CORPUS_SHA256}
+    parity_reasons: list[str] = []
+    benchmark: dict[str, Any] = {"passed": False, "concurrency": sorted(args.concurrency), "samples_per_mode": 0,
+                                 "ar_p95_ms": 0.0, "dflash2_p95_ms": 0.0, "reasons": []}
+    with ar.client() as ar_client, spec.client() as spec_client:
+        try:
+            results["servers"] = {"ar": describe(ar, ar_client), "speculative": describe(spec, spec_client)}
+            progress("warming up both servers")
+            _warm_up(ar, ar_client)
+            _warm_up(spec, spec_client)
+        except PeerError as exc:
+            # Stop at once: hundreds of failing requests would only bury the reason.
+            parity_reasons.append(f"preflight: {exc}")
+            benchmark["reasons"] = [f"not run: preflight failed: {exc}"]
+        else:
+            parity_reasons, results["parity"] = run_corpus(ar, spec, ar_client, spec_client, progress)
+            metrics_before = spec.metrics(spec_client)
+            benchmark, sample_reasons, results["benchmark"] = run_benchmark(
+                ar, spec, ar_client, spec_client, samples=args.samples, concurrency=args.concurrency,
+                min_improvement=args.min_improvement, progress=progress)
+            parity_reasons += sample_reasons
+            acceptance_stats = acceptance(metrics_before, spec.metrics(spec_client))
+            results["acceptance"] = acceptance_stats
+            for name in ("acceptance_rate", "mean_accepted_length"):
+                if name in acceptance_stats:
+                    benchmark[name] = acceptance_stats[name]
+    covered = [case for case in PARITY_CASES if any(item["case"] == case for item in CORPUS)]
+    parity = {"passed": not parity_reasons, "covers": covered, "corpus_sha256": CORPUS_SHA256,
+              "result_sha256": hashlib.sha256(canonical_json(results)).hexdigest(), "reasons": parity_reasons,
+              "benchmark_samples_compared": benchmark.get("samples_per_mode", 0) * len(args.concurrency)}
     document = {
         "schema_version": "1", "engine": args.engine,
         "target_model_id": args.target_model_id, **binding,
@@ -236,8 +149,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2],
                         help="comma-separated levels (default 1,2)")
     parser.add_argument("--min-improvement", type=float, default=5.0, help="p95 improvement in percent")
-    parser.add_argument("--output", type=Path, required=True)
-    return parser.parse_args(argv)
+    parser.add_argument("--request-timeout", type=float, default=300.0,
+                        help="seconds one request may take (default 300)")
+    parser.add_argument("--deadline", type=float, default=3600.0,
+                        help="seconds the whole run may take; past it the gate fails (default 3600)")
+    parser.add_argument("--output", type=Path, required=True,
+                        help="the gate file (relative to the directory `bazel run` was started from)")
+    args = parser.parse_args(argv)
+    if not args.output.is_absolute():
+        args.output = Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / args.output
+    return args
+
+
+def results_table(gate: DFlash2Gate) -> str:
+    """mode, concurrency, p50/p95/p99 latency and TPOT, acceptance: the README runbook's table."""
+    bench = gate.benchmark
+    rows = ["| mode | concurrency | p50 ms | p95 ms | p99 ms | TPOT p50 ms | TPOT p95 ms | TPOT p99 ms | acceptance |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    accepted = "-" if bench.acceptance_rate is None else f"{bench.acceptance_rate:.1%}"
+    if bench.mean_accepted_length is not None:
+        accepted += f", mean length {bench.mean_accepted_length:g}"
+    for level in bench.per_concurrency:
+        for mode, prefix in (("AR", "ar"), ("speculative", "dflash2")):
+            values = [getattr(level, f"{prefix}{part}_ms") for part in
+                      ("_p50", "_p95", "_p99", "_tpot_p50", "_tpot_p95", "_tpot_p99")]
+            cells = ["-" if value is None else f"{value:.2f}" for value in values]
+            rows.append(f"| {mode} | {level.concurrency} | {' | '.join(cells)} | "
+                        f"{accepted if prefix == 'dflash2' else '-'} |")
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,17 +189,23 @@ def main(argv: list[str] | None = None) -> int:
         gate, results = generate(args, progress)
     except AttestError as exc:
         return report_refusal(exc)
-    data = canonical_json(gate.model_dump(mode="json"))
+    data = canonical_json(gate.model_dump(mode="json", exclude_none=True))
     write_atomic(args.output.with_name(args.output.name + ".results.json"), canonical_json(results))
     write_atomic(args.output, data)
     digest = hashlib.sha256(data).hexdigest()
-    verdict = "PASSED" if gate.parity.passed and gate.benchmark.passed else "FAILED"
-    for reason in gate.parity.reasons + gate.benchmark.reasons:
-        print(f"gate: {reason}", file=sys.stderr)
-    print(f"gate: {verdict}; AR p95 {gate.benchmark.ar_p95_ms} ms, speculative p95 {gate.benchmark.dflash2_p95_ms} ms; "
+    if gate.benchmark.per_concurrency:
+        print(results_table(gate), file=sys.stderr)
+    if not (gate.parity.passed and gate.benchmark.passed):
+        # A failing gate leads with its reasons and offers nothing to pin.
+        for reason in gate.parity.reasons + gate.benchmark.reasons:
+            print(f"gate: FAILED: {reason}", file=sys.stderr)
+        print(f"gate: FAILED; wrote {args.output} (passed: false; the launcher will not enable the canary with it)",
+              file=sys.stderr)
+        return 1
+    print(f"gate: PASSED; AR p95 {gate.benchmark.ar_p95_ms} ms, speculative p95 {gate.benchmark.dflash2_p95_ms} ms; "
           f"wrote {args.output}; pin it with QWEN_DFLASH2_GATE_SHA256={digest}", file=sys.stderr)
     print(digest)
-    return 0 if verdict == "PASSED" else 1
+    return 0
 
 
 if __name__ == "__main__":
