@@ -24,32 +24,44 @@ SHA256 = "sha256"
 GIT_SHA1 = "git-sha1"  # git's blob id: sha1 over "blob <size>\0" + content
 
 
-def digest_file(path: Path, algorithm: str = SHA256, *, on_bytes: Callable[[int], None] | None = None) -> str:
-    """Hex digest of a file, read in 4 MiB chunks into one reused buffer."""
+def new_digest(algorithm: str, size: int) -> "hashlib._Hash":
+    """A running digest; git's blob id hashes a header carrying the size first."""
     if algorithm == SHA256:
-        digest = hashlib.sha256()
-    elif algorithm == GIT_SHA1:
+        return hashlib.sha256()
+    if algorithm == GIT_SHA1:
         digest = hashlib.sha1(usedforsecurity=False)
-        try:
-            digest.update(b"blob %d\0" % path.stat().st_size)
-        except OSError as exc:
-            raise AttestError(f"cannot hash local file: {path}", field=str(path)) from exc
-    else:
-        raise ValueError(f"unknown digest algorithm {algorithm!r}")
+        digest.update(b"blob %d\0" % size)
+        return digest
+    raise ValueError(f"unknown digest algorithm {algorithm!r}")
+
+
+def digest_fd(fd: int, algorithm: str, size: int, *, on_bytes: Callable[[int], None] | None = None) -> str:
+    """Hex digest of an open file read from its start, in 4 MiB chunks into one reused buffer."""
+    digest = new_digest(algorithm, size)
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    offset = 0
+    while True:
+        read = os.preadv(fd, [buffer], offset)
+        if not read:
+            break
+        offset += read
+        digest.update(view[:read])
+        if on_bytes:
+            on_bytes(read)
+    return digest.hexdigest()
+
+
+def digest_file(path: Path, algorithm: str = SHA256, *, on_bytes: Callable[[int], None] | None = None) -> str:
+    """Hex digest of a file."""
     try:
-        with path.open("rb", buffering=0) as handle:
-            buffer = bytearray(CHUNK)
-            view = memoryview(buffer)
-            while True:
-                read = handle.readinto(buffer)
-                if not read:
-                    break
-                digest.update(view[:read])
-                if on_bytes:
-                    on_bytes(read)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return digest_fd(fd, algorithm, os.fstat(fd).st_size, on_bytes=on_bytes)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise AttestError(f"cannot hash local file: {path}", field=str(path)) from exc
-    return digest.hexdigest()
 
 
 def sha256_file(path: Path, *, on_bytes: Callable[[int], None] | None = None) -> str:

@@ -47,9 +47,15 @@ class EnginePin(Document):
     commit: OptionalRevision
 
 
+OptionalSha256 = Annotated[str, _optional(re.compile(r"^[0-9a-fA-F]{64}$"), "a 64-hex sha256")]
+
+
 class ModelPin(Document):
     id: str = Field(min_length=1)
     revision: OptionalRevision
+    # The checkpoint lock's sha256 (images whose start-up downloads the checkpoint, boot);
+    # None where the image verifies an attestation instead (the launcher).
+    lock_sha256: OptionalSha256 | None = None
 
 
 class HardwarePin(Document):
@@ -70,6 +76,8 @@ class ImagePins(Document):
         """The pins a release build needs and this document leaves empty."""
         empty = [name for name, value in (("base.digest", self.base.digest), ("engine.commit", self.engine.commit),
                                           ("model.revision", self.model.revision)) if not value]
+        if self.model.lock_sha256 == "":
+            empty.append("model.lock_sha256")
         if self.speculator is not None and not self.speculator.revision:
             empty.append("speculator.revision")
         return empty

@@ -55,6 +55,33 @@ def read_json_object(path: Path, *, label: str, max_bytes: int = MAX_JSON_BYTES)
     return read_json_file(path, label=label, max_bytes=max_bytes)[0]
 
 
+MAX_NAME_BYTES = 1024
+
+
+def safe_relative_name(name: str, label: str) -> str:
+    """A file name relative to a root that can only ever land inside it: POSIX separators,
+    no absolute path, no `.` / `..` / empty component, no backslash, NUL or control
+    character. Untrusted names (a hub's listing, a lock, an index) pass here before any
+    filesystem call."""
+    problem = ""
+    if not isinstance(name, str) or not name:
+        problem = "is empty"
+    elif len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        problem = f"is longer than {MAX_NAME_BYTES} bytes"
+    elif any(ord(char) < 0x20 or ord(char) == 0x7F for char in name):
+        problem = "contains a NUL or control character"
+    elif "\\" in name:
+        problem = "contains a backslash"
+    elif name.startswith("/"):
+        problem = "is absolute"
+    elif any(part in ("", ".", "..") for part in name.split("/")):
+        problem = "has an empty, '.' or '..' component"
+    if problem:
+        raise AttestError(f"{label}: file name {name!r} {problem}; only plain relative paths are allowed",
+                          field=label)
+    return name
+
+
 def local_root(path: Path, *, label: str) -> Path:
     """An existing absolute local directory (never a URL), resolved."""
     raw = str(path)
