@@ -3,14 +3,13 @@
 Commands:
   run      prepare, then serve SGLang; on rank 0 smoke and warm-up once healthy (default)
   prepare  download the pinned revision (rank 0) or wait for it (ranks > 0), then verify
-  verify   re-check the local checkpoint against the last receipt, without any network
-           (--full re-hashes every file instead of trusting unchanged size/mtime/inode)
+  verify   re-check the local checkpoint against its lock, without any network
+           (--full re-hashes every file instead of trusting the receipt's identities)
   health   GET /health of the local server
   smoke    run the API smoke checks against the local server
 
-Settings come from the environment (MODEL_PATH, STATE_PATH, SERVER_PORT, NNODES, NODE_RANK,
-TP_SIZE, EP_SIZE, DIST_INIT_ADDR, API_KEY, OFFLOAD_MODE, CONTEXT_LENGTH, ...). A refusal
-exits 2 with {"ok": false, "error": ..., "field": ...} on stderr.
+A refusal exits 2 with one line {"ok": false, "error": ..., "field": ...} on stderr.
+Settings (environment variables):
 """
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ import httpx
 from attest.engine import engine_search_path, find_distribution, source_commit
 from attest.errors import AttestError, report_refusal
 from attest.pins import check_engine_commit, check_model_revision, load_baked
-from boot.settings import REVISION, BootSettings
+from boot.settings import REVISION, BootSettings, help_table
 
 COMMANDS = ("run", "prepare", "verify", "health", "smoke")
 
@@ -34,8 +33,8 @@ def check_image_pins(settings: BootSettings, command: str) -> list[str]:
     if baked is None:
         return []
     notes = [check_model_revision(baked, REVISION, "boot's pinned revision")]
-    if settings.env.get("MODEL_REVISION"):
-        notes.append(check_model_revision(baked, settings.env["MODEL_REVISION"], "MODEL_REVISION"))
+    if settings.model_revision:
+        notes.append(check_model_revision(baked, settings.model_revision, "MODEL_REVISION"))
     if command == "run":
         distribution = find_distribution("sglang", engine_search_path(settings.engine_python))
         notes.append(check_engine_commit(baked, "sglang", source_commit(distribution) if distribution else ""))
@@ -44,8 +43,8 @@ def check_image_pins(settings: BootSettings, command: str) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] in (["-h"], ["--help"], ["help"]):
-        print(__doc__)
+    if any(arg in ("-h", "--help") for arg in args) or args[:1] == ["help"]:
+        print(__doc__ + help_table())
         return 0
     command = args[0] if args else "run"
     if command not in COMMANDS or (args[1:] and args[1:] != ["--full"]) or (args[1:] and command != "verify"):
@@ -61,9 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             prepare(settings)
             return 0
         if command == "verify":
-            from boot.verify import entries_from_receipt, verify_checkpoint
-            verify_checkpoint(settings.model, entries_from_receipt(settings.state, REVISION), state=settings.state,
-                              revision=REVISION, workers=settings.verify_workers, rehash_all="--full" in args)
+            from boot.prepare import verify_only
+            verify_only(settings, full="--full" in args)
             return 0
         from boot.api import Api
         if command == "health":

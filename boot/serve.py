@@ -6,7 +6,6 @@ stored 0600 in STATE_PATH and redacted from every log line we print.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,21 +17,15 @@ from typing import Callable, Sequence
 
 import httpx
 
+from attest.errors import AttestError
+from attest.primitives import LOOPBACK_HOSTS, read_json_object
 from boot.errors import BootError
-from attest.primitives import LOOPBACK_HOSTS
-from boot.settings import CONTEXT_RANGE, OFFLOAD_MODES, REVISION, BootSettings
+from boot.settings import CONTEXT_RANGE, REVISION, BootSettings
 from boot.state import save, store_api_key
 
 REDACTED = "[REDACTED]"
 RAM_HEADROOM = 24 * 2**30
 ENGRAM_LAYERS = (1, 14)
-
-
-def _int_option(settings: BootSettings, name: str, default: str) -> str:
-    raw = settings.env.get(name, default).strip()
-    if not raw.isdigit():
-        raise BootError(f"{name} must be a non-negative integer, got {raw!r}", field=name)
-    return raw
 
 
 def gpu_lines() -> list[str]:
@@ -49,16 +42,16 @@ def gpu_lines() -> list[str]:
 
 def check_ram_offload(settings: BootSettings, meminfo: Path = Path("/proc/meminfo")) -> None:
     """RAM mode pins the Engram tables into host RAM, which on Spark is GPU memory."""
-    if settings.env.get("ALLOW_RAM_OFFLOAD", "0") != "1":
+    if not settings.allow_ram_offload:
         raise BootError(
             "RAM Engram offload pins ~189 GiB into host RAM, which on DGX Spark is the same pool as the GPU. "
             "Use OFFLOAD_MODE=nvme (default). Set ALLOW_RAM_OFFLOAD=1 to override.", field="ALLOW_RAM_OFFLOAD")
     index_path = settings.model / "model.safetensors.index.json"
     try:
-        index = json.loads(index_path.read_text())["weight_map"]
+        index = read_json_object(index_path, label=str(index_path))["weight_map"]
         shards = {index[f"layers.{layer}.engram.embed.weight"] for layer in ENGRAM_LAYERS}
         needed = sum((settings.model / name).stat().st_size for name in shards) + RAM_HEADROOM
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (AttestError, OSError, ValueError, KeyError, TypeError) as exc:
         raise BootError(f"cannot size the Engram tables from {index_path}: {exc}", field="OFFLOAD_MODE") from None
     fields = dict(line.split(":", 1) for line in meminfo.read_text().splitlines() if ":" in line)
     available = int(fields["MemAvailable"].split()[0]) * 1024
@@ -82,57 +75,56 @@ class LaunchPlan:
     notes: tuple[str, ...] = ()
 
 
-def sglang_args(settings: BootSettings) -> LaunchPlan:
-    env = settings.env
-    mode = env.get("OFFLOAD_MODE", "nvme")
-    if mode not in OFFLOAD_MODES:
-        raise BootError(f"OFFLOAD_MODE must be nvme or ram, got {mode!r}", field="OFFLOAD_MODE")
-    raw_context = env.get("CONTEXT_LENGTH", "409600")
+def _table(value: Path | None, variable: str, notes: list[str]) -> str | None:
+    """A DSpark table file if it exists; a note (never a crash) when it does not."""
+    if value is None:
+        return None
     try:
-        context = int(raw_context)
-    except ValueError:
-        raise BootError(f"CONTEXT_LENGTH must be an integer, got {raw_context!r}", field="CONTEXT_LENGTH") from None
+        if value.is_file():
+            return str(value)
+    except OSError:
+        pass
+    notes.append(f"{variable}={value} not found; " + ("staying on the verify-all schedule"
+                                                      if variable == "DSPARK_SPS_TABLE" else
+                                                      "not passing a confidence table"))
+    return None
+
+
+def sglang_args(settings: BootSettings) -> LaunchPlan:
+    context = settings.context_length
     if not CONTEXT_RANGE[0] <= context <= CONTEXT_RANGE[1]:
         raise BootError("Context must be 4096 through the model limit 1048576", field="CONTEXT_LENGTH")
-    max_req = _int_option(settings, "MAX_RUNNING_REQUESTS", "4")
     args = [
         "--model-path", str(settings.model),
         "--served-model-name", settings.served_model_name,
         "--trust-remote-code", "--load-format", "safetensors",
         "--tp", str(settings.tp_size), "--ep-size", str(settings.ep_size),
-        "--attention-backend", env.get("ATTENTION_BACKEND", "dsv4"),
-        "--moe-runner-backend", env.get("MOE_RUNNER_BACKEND", "flashinfer_mxfp4"),
-        "--mem-fraction-static", env.get("MEM_FRACTION_STATIC", "0.95"),
-        "--chunked-prefill-size", _int_option(settings, "CHUNKED_PREFILL_SIZE", "2048"),
+        "--attention-backend", settings.attention_backend,
+        "--moe-runner-backend", settings.moe_runner_backend,
+        "--mem-fraction-static", settings.mem_fraction_static,
+        "--chunked-prefill-size", str(settings.chunked_prefill_size),
         "--context-length", str(context),
-        "--max-running-requests", max_req,
-        "--cuda-graph-max-bs-decode", _int_option(settings, "CUDA_GRAPH_MAX_BS_DECODE", max_req),
+        "--max-running-requests", str(settings.max_running_requests),
+        "--cuda-graph-max-bs-decode", str(settings.cuda_graph_max_bs_decode),
         "--random-seed", "0",
         "--enable-decoder-swa-bounded-replay",
         "--enable-cache-report",
-        "--tool-call-parser", env.get("TOOL_CALL_PARSER", "deepseekv41"),
-        "--reasoning-parser", env.get("REASONING_PARSER", "deepseek-v41"),
+        "--tool-call-parser", settings.tool_call_parser,
+        "--reasoning-parser", settings.reasoning_parser,
         "--host", settings.host,
         "--port", str(settings.port),
     ]
     notes: list[str] = []
-    spec = env.get("SPEC_ALGO", "DSPARK")
-    if spec and spec.lower() not in ("off", "none", "0"):
-        args += ["--speculative-algorithm", spec,
-                 "--speculative-dspark-block-size", env.get("DSPARK_BLOCK_SIZE", "5")]
+    if settings.spec_algo:
+        args += ["--speculative-algorithm", settings.spec_algo,
+                 "--speculative-dspark-block-size", str(settings.dspark_block_size)]
         # Ragged verify needs a profiled SPS cost table (python -m sglang.benchmark.dspark_sps_profiler);
         # without one the planner verifies everything and DSpark buys nothing.
-        table = env.get("DSPARK_SPS_TABLE", "").strip()
-        if table and Path(table).is_file():
+        if table := _table(settings.dspark_sps_table, "DSPARK_SPS_TABLE", notes):
             args += ["--speculative-dspark-sps-table-path", table,
                      "--speculative-dspark-align-verify-tokens-to-graph-tier"]
-        elif table:
-            notes.append(f"DSPARK_SPS_TABLE={table} not found; staying on the verify-all schedule")
-        sts = env.get("DSPARK_STS_TABLE", "").strip()
-        if sts and Path(sts).is_file():
+        if sts := _table(settings.dspark_sts_table, "DSPARK_STS_TABLE", notes):
             args += ["--speculative-dspark-confidence-sts-path", sts]
-        elif sts:
-            notes.append(f"DSPARK_STS_TABLE={sts} not found; not passing a confidence table")
     if settings.nnodes > 1:
         if not settings.dist_init_addr:
             raise BootError("DIST_INIT_ADDR is required when NNODES>1", field="DIST_INIT_ADDR")
@@ -140,13 +132,10 @@ def sglang_args(settings: BootSettings) -> LaunchPlan:
                  "--dist-init-addr", settings.dist_init_addr]
     # Pin the KV pool: sized from free memory at load it varies ~2x between boots, and on
     # unified memory a bigger pool comes out of host RAM and stalls the head on reclaim.
-    total_tokens = env.get("MAX_TOTAL_TOKENS", "").strip()
-    if total_tokens and total_tokens != "0":
-        args += ["--max-total-tokens", total_tokens]
-    extra = env.get("EXTRA_SGLANG_ARGS", "").strip()
-    if extra:
-        args += extra.split()
-    return LaunchPlan(args=args, offload_mode=mode, notes=tuple(notes))
+    if settings.max_total_tokens:
+        args += ["--max-total-tokens", str(settings.max_total_tokens)]
+    args += settings.extra_sglang_args
+    return LaunchPlan(args=args, offload_mode=settings.offload_mode, notes=tuple(notes))
 
 
 def redactor(secret: str) -> Callable[[str], str]:
@@ -197,7 +186,7 @@ def wait_healthy(settings: BootSettings, server: Server, client: httpx.Client, *
 
 
 def server_command(settings: BootSettings, plan: LaunchPlan) -> tuple[list[str], dict[str, str]]:
-    env = {k: v for k, v in settings.env.items() if k not in ("PYTHONPATH", "PYTHONHOME", "API_KEY")}
+    env = {k: v for k, v in settings.passthrough_env.items() if k not in ("PYTHONPATH", "PYTHONHOME", "API_KEY")}
     env["DSV41_SOURCE"] = str(settings.model)
     # Compact ragged verify only pays off with a profiled cost table.
     if "--speculative-dspark-sps-table-path" in plan.args:

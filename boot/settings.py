@@ -1,11 +1,19 @@
-"""Boot settings from the environment; the pinned repository and revision live here."""
+"""Boot settings: every environment variable boot reads, declared once and typed.
+
+`SETTINGS` is the one declaration: variable, attribute, default, parser and help. Parsing
+refuses a bad value at start, naming the variable and the value seen; `--help` and the
+README's table are generated from the same declarations. The pinned repository and
+revision live here too.
+"""
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from boot.errors import BootError
 
@@ -14,18 +22,208 @@ REVISION = "fb2764a5cf321eaa5070ca8f9e892818f477c16d"
 CONTEXT_RANGE = (4096, 1048576)
 OFFLOAD_MODES = ("nvme", "ram")
 NO_KEY = ("", "none", "off", "dummy", "0")
-
-
-def _int(env: Mapping[str, str], name: str, default: str) -> int:
-    raw = env.get(name, default)
-    try:
-        return int(raw)
-    except ValueError:
-        raise BootError(f"{name} must be an integer, got {raw!r}", field=name) from None
+DEFAULT_LOCK_PATH = "/etc/omni/checkpoint.lock.json"
+MAX_VALUE_BYTES = 4096
+TOKEN_RE = re.compile(r"^[A-Za-z0-9_.:+-]{1,128}$")
+Parser = Callable[[str, str], Any]
 
 
 def is_on(value: str | None) -> bool:
     return str(value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _refuse(variable: str, raw: str, expected: str) -> BootError:
+    shown = raw if len(raw) <= 80 else raw[:77] + "..."
+    return BootError(f"{variable} must be {expected}, got {shown!r}", field=variable)
+
+
+def integer(low: int, high: int | None = None, *, expected: str = "") -> Parser:
+    def parse(raw: str, variable: str) -> int:
+        text = raw.strip()
+        if not re.fullmatch(r"-?[0-9]{1,12}", text):
+            raise _refuse(variable, raw, expected or "an integer")
+        value = int(text)
+        if value < low or (high is not None and value > high):
+            bound = f"{low}..{high}" if high is not None else f">= {low}"
+            raise _refuse(variable, raw, expected or f"an integer in {bound}")
+        return value
+    return parse
+
+
+def _real(raw: str, variable: str, expected: str, accept: Callable[[float], bool]) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _refuse(variable, raw, expected) from None
+    if not accept(value):  # NaN and infinities fail every comparison here
+        raise _refuse(variable, raw, expected)
+    return value
+
+
+def seconds(raw: str, variable: str) -> float:
+    return _real(raw, variable, "a positive number of seconds", lambda value: 0 < value < 10**7)
+
+
+def fraction(raw: str, variable: str) -> str:
+    _real(raw, variable, "a number in (0, 1]", lambda value: 0 < value <= 1)
+    return raw.strip()  # passed to SGLang as the operator wrote it
+
+
+def token(raw: str, variable: str) -> str:
+    if not TOKEN_RE.fullmatch(raw.strip()):
+        raise _refuse(variable, raw, "a name of letters, digits and . _ : + - (at most 128)")
+    return raw.strip()
+
+
+def text(raw: str, variable: str) -> str:
+    if len(raw.encode("utf-8", "surrogatepass")) > MAX_VALUE_BYTES or "\x00" in raw:
+        raise BootError(f"{variable} must be at most {MAX_VALUE_BYTES} bytes with no NUL byte", field=variable)
+    return raw.strip()
+
+
+def path(raw: str, variable: str) -> Path:
+    return Path(text(raw, variable))
+
+
+def optional_path(raw: str, variable: str) -> Path | None:
+    value = text(raw, variable)
+    return Path(value) if value else None
+
+
+def choice(*options: str) -> Parser:
+    def parse(raw: str, variable: str) -> str:
+        if raw.strip() not in options:
+            raise BootError(f"{variable} must be {' or '.join(options)}, got {raw!r}", field=variable)
+        return raw.strip()
+    return parse
+
+
+def exactly_one(raw: str, variable: str) -> bool:
+    return raw.strip() == "1"
+
+
+def not_off(raw: str, variable: str) -> bool:
+    return raw.strip() not in ("0", "off", "false")
+
+
+def word_counts(raw: str, variable: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in raw.split(","))
+    except ValueError:
+        raise BootError(f"{variable} must be comma-separated integers, got {raw!r}", field=variable) from None
+    if not values or len(values) > 16 or any(not 1 <= v <= 100_000 for v in values):
+        raise _refuse(variable, raw, "1 to 16 comma-separated integers in 1..100000")
+    return values
+
+
+def api_key(raw: str, variable: str) -> str:
+    value = text(raw, variable)
+    return "" if value.lower() in NO_KEY else value
+
+
+def sha256_or_empty(raw: str, variable: str) -> str:
+    value = raw.strip().lower()
+    if value and not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise _refuse(variable, raw, "empty or a 64-character SHA-256 digest")
+    return value
+
+
+def revision_or_empty(raw: str, variable: str) -> str:
+    return text(raw, variable)
+
+
+def url_or_empty(raw: str, variable: str) -> str:
+    value = text(raw, variable)
+    if value and (not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value)):
+        raise _refuse(variable, raw, "an http(s) URL such as https://huggingface.co")
+    return value.rstrip("/")
+
+
+def spec_algo(raw: str, variable: str) -> str:
+    value = raw.strip()
+    return "" if value.lower() in ("", "off", "none", "0") else token(value, variable)
+
+
+def extra_args(raw: str, variable: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text(raw, variable)))
+    except ValueError as exc:
+        raise _refuse(variable, raw, f"shell-quoted arguments ({exc})") from None
+
+
+@dataclass(frozen=True)
+class Setting:
+    variable: str
+    attribute: str
+    default: str | Callable[[Mapping[str, str]], str]
+    parse: Parser
+    help: str
+
+
+def _tp_default(env: Mapping[str, str]) -> str:
+    return env.get("TP", "3")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("MODEL_PATH", "model", "/models/DeepSeek-V4.1-Flash", path, "the checkpoint directory"),
+    Setting("STATE_PATH", "state", "/state", path, "receipts, smoke results, the API key file (writable)"),
+    Setting("SERVER_PORT", "port", "8888", integer(1, 65535, expected="an integer in 1..65535"), "API port"),
+    Setting("HOST", "host", "0.0.0.0", token, "bind address of the API"),
+    Setting("API_KEY", "api_key", "", api_key, "API key clients must send; empty, none, off, dummy or 0: none"),
+    Setting("CONTAINER_INTERNAL_ONLY", "internal_only", "0", lambda raw, _: is_on(raw),
+            "1: the network is internal-only, so a wildcard bind without a key is allowed"),
+    Setting("NNODES", "nnodes", "1", integer(1, 64), "number of nodes"),
+    Setting("NODE_RANK", "node_rank", "0", integer(0, 63), "this node's rank (0 downloads and verifies)"),
+    Setting("TP_SIZE", "tp_size", _tp_default, integer(1, 512), "tensor parallel size (default: TP, else 3)"),
+    Setting("EP_SIZE", "ep_size", lambda env: env.get("TP_SIZE", _tp_default(env)), integer(1, 512),
+            "expert parallel size (default: TP_SIZE)"),
+    Setting("DIST_INIT_ADDR", "dist_init_addr", "", text, "host:port of rank 0, required when NNODES>1"),
+    Setting("SERVED_MODEL_NAME", "served_model_name", "deepseek-v4.1-flash", token, "model name the API serves"),
+    Setting("MODEL_REVISION", "model_revision", "", revision_or_empty,
+            "optional: the revision the operator expects; checked against the image pin"),
+    Setting("CHECKPOINT_LOCK", "checkpoint_lock", DEFAULT_LOCK_PATH, path, "the checkpoint lock file"),
+    Setting("CHECKPOINT_LOCK_SHA256", "checkpoint_lock_sha256", "", sha256_or_empty,
+            "the lock's sha256 when no image pin gives it"),
+    Setting("HF_ENDPOINT", "hf_endpoint", "", url_or_empty, "hub or mirror to download from (huggingface_hub)"),
+    Setting("DOWNLOAD_STALL_S", "download_stall_s", "120", seconds, "give up on a file after this long with no bytes"),
+    Setting("DOWNLOAD_DEADLINE_S", "download_deadline_s", "21600", seconds, "deadline of the whole download"),
+    Setting("DOWNLOAD_ATTEMPTS", "download_attempts", "3", integer(1, 20), "attempts per file before refusing"),
+    Setting("DOWNLOAD_WORKERS", "download_workers", "4", integer(1, 32), "files downloaded in parallel"),
+    Setting("VERIFY_WORKERS", "verify_workers", "0", integer(0, 256), "hashing threads (0: one per core)"),
+    Setting("RANK_WAIT_TIMEOUT_S", "rank_wait_s", "3600", integer(0, 10**7),
+            "ranks > 0: how long to wait for rank 0's verified checkpoint"),
+    Setting("READY_TIMEOUT_S", "ready_timeout_s", "3600", integer(1, 10**7), "how long SGLang may take to be healthy"),
+    Setting("SKIP_PREPARE", "skip_prepare", "0", exactly_one, "1: use the checkpoint as it is (no download, no lock)"),
+    Setting("SKIP_VERIFY", "skip_verify", "0", exactly_one, "1: do not re-hash files already on disk"),
+    Setting("SKIP_SMOKE", "skip_smoke", "0", exactly_one, "1: no smoke and warm-up after start"),
+    Setting("SMOKE_QUICK", "smoke_quick", "0", exactly_one, "1: only the arithmetic smoke check"),
+    Setting("WARMUP", "warmup", "1", not_off, "0, off or false: no warm-up"),
+    Setting("WARMUP_PROMPT_WORDS", "warmup_prompt_words", "12,200,900,3600", word_counts, "warm-up prompt sizes"),
+    Setting("SGLANG_PYTHON", "engine_python", "", lambda raw, var: text(raw, var) or sys.executable,
+            "the interpreter that has SGLang (default: this one)"),
+    Setting("OFFLOAD_MODE", "offload_mode", "nvme", choice(*OFFLOAD_MODES), "where the Engram tables live"),
+    Setting("ALLOW_RAM_OFFLOAD", "allow_ram_offload", "0", exactly_one, "1: allow OFFLOAD_MODE=ram"),
+    Setting("CONTEXT_LENGTH", "context_length", "409600",
+            integer(-10**12, 10**12, expected="an integer"), "context length (4096..1048576)"),
+    Setting("MEM_FRACTION_STATIC", "mem_fraction_static", "0.95", fraction, "SGLang --mem-fraction-static"),
+    Setting("CHUNKED_PREFILL_SIZE", "chunked_prefill_size", "2048",
+            integer(0, 10**9, expected="a non-negative integer"), "SGLang --chunked-prefill-size"),
+    Setting("MAX_RUNNING_REQUESTS", "max_running_requests", "4",
+            integer(1, 100_000, expected="a non-negative integer of at least 1"), "SGLang --max-running-requests"),
+    Setting("CUDA_GRAPH_MAX_BS_DECODE", "cuda_graph_max_bs_decode", lambda env: env.get("MAX_RUNNING_REQUESTS", "4"),
+            integer(0, 100_000, expected="a non-negative integer"), "default: MAX_RUNNING_REQUESTS"),
+    Setting("ATTENTION_BACKEND", "attention_backend", "dsv4", token, "SGLang --attention-backend"),
+    Setting("MOE_RUNNER_BACKEND", "moe_runner_backend", "flashinfer_mxfp4", token, "SGLang --moe-runner-backend"),
+    Setting("TOOL_CALL_PARSER", "tool_call_parser", "deepseekv41", token, "SGLang --tool-call-parser"),
+    Setting("REASONING_PARSER", "reasoning_parser", "deepseek-v41", token, "SGLang --reasoning-parser"),
+    Setting("SPEC_ALGO", "spec_algo", "DSPARK", spec_algo, "speculative algorithm; off, none or 0: none"),
+    Setting("DSPARK_BLOCK_SIZE", "dspark_block_size", "5", integer(1, 64), "DSpark block size"),
+    Setting("DSPARK_SPS_TABLE", "dspark_sps_table", "", optional_path, "profiled SPS cost table (file)"),
+    Setting("DSPARK_STS_TABLE", "dspark_sts_table", "", optional_path, "confidence STS table (file)"),
+    Setting("MAX_TOTAL_TOKENS", "max_total_tokens", "0", integer(0, 10**12, expected="a non-negative integer"),
+            "pin the KV pool size (0: SGLang sizes it)"),
+    Setting("EXTRA_SGLANG_ARGS", "extra_sglang_args", "", extra_args, "further SGLang arguments (shell-quoted)"),
+)
 
 
 @dataclass(frozen=True)
@@ -33,73 +231,89 @@ class BootSettings:
     model: Path
     state: Path
     port: int = 8888
+    host: str = "0.0.0.0"
+    api_key: str = ""
+    internal_only: bool = False
     nnodes: int = 1
     node_rank: int = 0
     tp_size: int = 3
     ep_size: int = 3
     dist_init_addr: str = ""
     served_model_name: str = "deepseek-v4.1-flash"
-    host: str = "0.0.0.0"
-    api_key: str = ""
-    internal_only: bool = False
+    model_revision: str = ""
+    checkpoint_lock: Path = Path(DEFAULT_LOCK_PATH)
+    checkpoint_lock_sha256: str = ""
+    hf_endpoint: str = ""
+    download_stall_s: float = 120.0
+    download_deadline_s: float = 21600.0
+    download_attempts: int = 3
+    download_workers: int = 4
+    verify_workers: int = 0
+    rank_wait_s: int = 3600
+    ready_timeout_s: int = 3600
     skip_prepare: bool = False
     skip_verify: bool = False
     skip_smoke: bool = False
     smoke_quick: bool = False
     warmup: bool = True
     warmup_prompt_words: tuple[int, ...] = (12, 200, 900, 3600)
-    rank_wait_s: int = 3600
-    ready_timeout_s: int = 3600
-    verify_workers: int = 0
     engine_python: str = sys.executable
-    env: Mapping[str, str] = field(default_factory=dict)  # the raw environment, for serve options
+    offload_mode: str = "nvme"
+    allow_ram_offload: bool = False
+    context_length: int = 409600
+    mem_fraction_static: str = "0.95"
+    chunked_prefill_size: int = 2048
+    max_running_requests: int = 4
+    cuda_graph_max_bs_decode: int = 4
+    attention_backend: str = "dsv4"
+    moe_runner_backend: str = "flashinfer_mxfp4"
+    tool_call_parser: str = "deepseekv41"
+    reasoning_parser: str = "deepseek-v41"
+    spec_algo: str = "DSPARK"
+    dspark_block_size: int = 5
+    dspark_sps_table: Path | None = None
+    dspark_sts_table: Path | None = None
+    max_total_tokens: int = 0
+    extra_sglang_args: tuple[str, ...] = ()
+    defaults_used: frozenset[str] = frozenset()
+    # The environment the engine process inherits; no option is read from it.
+    passthrough_env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, environment: Mapping[str, str] | None = None) -> "BootSettings":
         env = dict(os.environ if environment is None else environment)
-        tp = _int(env, "TP_SIZE", env.get("TP", "3"))
-        key = env.get("API_KEY", "").strip()
-        words = env.get("WARMUP_PROMPT_WORDS", "12,200,900,3600")
-        try:
-            warmup_words = tuple(int(x) for x in words.split(","))
-        except ValueError:
-            raise BootError(f"WARMUP_PROMPT_WORDS must be comma-separated integers, got {words!r}",
-                            field="WARMUP_PROMPT_WORDS") from None
-        settings = cls(
-            model=Path(env.get("MODEL_PATH", "/models/DeepSeek-V4.1-Flash")),
-            state=Path(env.get("STATE_PATH", "/state")),
-            port=_int(env, "SERVER_PORT", "8888"),
-            nnodes=_int(env, "NNODES", "1"),
-            node_rank=_int(env, "NODE_RANK", "0"),
-            tp_size=tp,
-            ep_size=_int(env, "EP_SIZE", str(tp)),
-            dist_init_addr=env.get("DIST_INIT_ADDR", ""),
-            served_model_name=env.get("SERVED_MODEL_NAME", "deepseek-v4.1-flash"),
-            host=env.get("HOST", "0.0.0.0").strip(),
-            api_key="" if key.lower() in NO_KEY else key,
-            internal_only=is_on(env.get("CONTAINER_INTERNAL_ONLY")),
-            skip_prepare=env.get("SKIP_PREPARE", "0") == "1",
-            skip_verify=env.get("SKIP_VERIFY", "0") == "1",
-            skip_smoke=env.get("SKIP_SMOKE", "0") == "1",
-            smoke_quick=env.get("SMOKE_QUICK", "0") == "1",
-            warmup=env.get("WARMUP", "1") not in ("0", "off", "false"),
-            warmup_prompt_words=warmup_words,
-            rank_wait_s=_int(env, "RANK_WAIT_TIMEOUT_S", "3600"),
-            ready_timeout_s=_int(env, "READY_TIMEOUT_S", "3600"),
-            verify_workers=_int(env, "VERIFY_WORKERS", "0"),
-            engine_python=env.get("SGLANG_PYTHON", "").strip() or sys.executable,
-            env=env,
-        )
-        if not 1 <= settings.port <= 65535:
-            raise BootError("SERVER_PORT is outside 1..65535", field="SERVER_PORT")
-        if settings.nnodes < 1 or not 0 <= settings.node_rank < settings.nnodes:
-            raise BootError(f"NODE_RANK must be in 0..NNODES-1 (NNODES={settings.nnodes})", field="NODE_RANK")
+        values: dict[str, Any] = {}
+        defaulted = set()
+        for setting in SETTINGS:
+            raw = env.get(setting.variable)
+            if raw is None:
+                defaulted.add(setting.variable)
+                raw = setting.default(env) if callable(setting.default) else setting.default
+            values[setting.attribute] = setting.parse(raw, setting.variable)
+        settings = cls(**values, defaults_used=frozenset(defaulted), passthrough_env=env)
+        if not settings.node_rank < settings.nnodes:
+            raise BootError(f"NODE_RANK must be in 0..NNODES-1 (NNODES={settings.nnodes}, NODE_RANK="
+                            f"{settings.node_rank})", field="NODE_RANK")
         return settings
-
-    @property
-    def max_running_requests(self) -> int:
-        return max(1, _int(self.env, "MAX_RUNNING_REQUESTS", "4"))
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+def help_table() -> str:
+    """Every setting as `VARIABLE (default) help`, for --help."""
+    lines = []
+    for setting in SETTINGS:
+        default = "computed" if callable(setting.default) else (setting.default or "unset")
+        lines.append(f"  {setting.variable:<26} {setting.help} [default: {default}]")
+    return "\n".join(lines)
+
+
+def markdown_table() -> str:
+    """The README's table of boot's settings, generated from SETTINGS (a test keeps them equal)."""
+    rows = ["| variable | default | what |", "| --- | --- | --- |"]
+    for setting in SETTINGS:
+        default = "computed" if callable(setting.default) else (f"`{setting.default}`" if setting.default else "unset")
+        rows.append(f"| `{setting.variable}` | {default} | {setting.help} |")
+    return "\n".join(rows)

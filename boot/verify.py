@@ -1,50 +1,51 @@
-"""Checkpoint verification against the hub's file metadata, with a receipt.
+"""The local checkpoint against its lock: every file, nothing else, no symlink anywhere.
 
-Every file: inside the model root, exact size, then sha256 (LFS) or git blob sha1
-(others), and unchanged while hashed. The receipt (`verification.json`) lets a file whose
-size, mtime_ns and inode are unchanged and whose expected digest is the same skip
-re-hashing. The old receipt is withdrawn before checking, so a failed or interrupted run
-never leaves a "verified" receipt behind.
+Each locked file is reached without following a symlink (attest.tree), must have the
+lock's size and digest (sha256 for LFS files, git blob sha1 otherwise) and be unchanged
+while hashed. Expected digests come only from the lock. A file whose identity matches the
+receipt (boot.receipt) is not re-hashed; `--full` re-hashes everything. Files the lock does
+not list are refused where the engine would load them, listed otherwise.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
 
 from attest.errors import AttestError
-from attest.hashing import GIT_SHA1, SHA256, Progress, hash_files_parallel
+from attest.hashing import Progress, digest_fd
+from attest.lock import CheckpointLock, LockedFile
+from attest.reader import loads_object
+from attest.tree import open_regular, stat_regular, walk_files
 from boot.errors import BootError
-from boot.state import load, save
+from boot.receipt import Identity, Receipt
 
-RECEIPT = "verification.json"
 WEIGHT_INDEX = "model.safetensors.index.json"
+# Names of ours inside the model root (partial downloads, rank 0's published verdict).
+PARTIAL_DIR = ".omni-partial"
+VERIFIED_MARKER = ".omni-verified.json"
+PUBLISHED_LOCK = ".omni-checkpoint.lock.json"
+OWN_NAMES = frozenset({PARTIAL_DIR, VERIFIED_MARKER, PUBLISHED_LOCK})
+# What SGLang, transformers and the tokenizers load from a model directory: code under
+# --trust-remote-code, weights, configs, tokenizer and template files.
+ENGINE_LOADED_SUFFIXES = (".py", ".pyc", ".so", ".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model",
+                          ".tiktoken", ".txt", ".jinja")
+MAX_INDEX_BYTES = 64 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class FileEntry:
-    """One file of the pinned revision, as the hub describes it."""
+@dataclass
+class LocalCheck:
+    """Files that match the lock (with their identity) and files that do not (with why)."""
 
-    name: str
-    size: int
-    digest: str
-    algorithm: str  # SHA256 for LFS files, GIT_SHA1 otherwise
-
-    @classmethod
-    def from_sibling(cls, sibling: Any) -> "FileEntry":
-        """From huggingface_hub's RepoSibling (model_info(files_metadata=True))."""
-        lfs = getattr(sibling, "lfs", None)
-        if lfs:
-            sha = lfs["sha256"] if isinstance(lfs, dict) else lfs.sha256
-            return cls(sibling.rfilename, int(sibling.size), sha, SHA256)
-        return cls(sibling.rfilename, int(sibling.size), sibling.blob_id, GIT_SHA1)
-
-    def public_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "size": self.size, "digest": self.digest, "algorithm": self.algorithm}
+    good: dict[str, Identity] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+    hashed: int = 0
+    hashed_bytes: int = 0
+    reused: int = 0  # vouched for by the receipt's identities
+    downloaded: int = 0  # hashed as they arrived, never read again
 
 
 @dataclass(frozen=True)
@@ -54,123 +55,128 @@ class VerifyReport:
     reused: int
     hashed_bytes: int
     seconds: float
+    trust: str
+    downloaded: int = 0
+    listed_extra: tuple[str, ...] = ()
 
     @property
     def throughput_mb_s(self) -> float:
         return self.hashed_bytes / max(self.seconds, 1e-9) / 1e6
 
 
-def _identity(stat: os.stat_result) -> dict[str, int]:
-    return {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "inode": stat.st_ino}
-
-
-def withdraw_receipt(state: Path) -> dict[str, Any]:
-    """Remove the receipt (so nothing claims "verified" while we check) and return it."""
-    old = load(state, RECEIPT) or {}
-    (state / RECEIPT).unlink(missing_ok=True)
-    return old if isinstance(old, dict) else {}
-
-
-def verify_checkpoint(
-    model: Path,
-    entries: Iterable[FileEntry],
-    *,
-    state: Path,
-    revision: str,
-    workers: int = 0,
-    quiet: bool = False,
-    rehash_all: bool = False,
-    previous: dict[str, Any] | None = None,
-) -> VerifyReport:
-    """Verify `entries` under `model`; `previous` is a receipt already withdrawn by the
-    caller (else the current one is read and withdrawn here)."""
-    started = time.monotonic()
-    entries = list(entries)
-    old = withdraw_receipt(state) if previous is None else previous
-    reusable = old.get("revision") == revision and not rehash_all
-    cached = {f["name"]: f for f in old.get("files", [])} if reusable else {}
-
-    root = model.resolve()
-    to_hash: dict[Path, tuple[FileEntry, dict[str, int]]] = {}
-    verified: dict[str, dict[str, Any]] = {}
-    for entry in entries:
-        path = model / entry.name
-        try:
-            resolved = path.resolve(strict=True)
-        except OSError:
-            raise BootError(f"checkpoint file is missing: {entry.name}", field=entry.name) from None
-        if not resolved.is_relative_to(root) or resolved == root:
-            raise BootError(f"checkpoint file escapes the model root: {entry.name}", field=entry.name)
-        before = resolved.stat()
-        if before.st_size != entry.size:
-            raise BootError(
-                f"Wrong file size: {entry.name} (expected {entry.size} bytes, found {before.st_size})", field=entry.name
-            )
-        identity = _identity(before)
-        previous = cached.get(entry.name, {})
-        if previous.get("digest") == entry.digest and all(previous.get(k) == v for k, v in identity.items()):
-            verified[entry.name] = previous
-            continue
-        to_hash[resolved] = (entry, identity)
-
-    hashed_bytes = sum(entry.size for entry, _ in to_hash.values())
-    progress = Progress(hashed_bytes, len(to_hash), "verifying checkpoint", enabled=None if not quiet else False)
+def _hash_one(model: Path, item: LockedFile, progress: Progress) -> tuple[Identity | None, str]:
     try:
-        digests = hash_files_parallel(
-            to_hash, label="verifying checkpoint", workers=workers or None,
-            algorithm_of=lambda p: to_hash[p][0].algorithm, progress=progress,
-        )
+        with open_regular(model, item.path) as fd:
+            before = os.fstat(fd)
+            if before.st_size != item.size:
+                return None, f"Wrong file size: {item.path} (expected {item.size} bytes, found {before.st_size})"
+            digest = digest_fd(fd, item.algorithm, item.size, on_bytes=progress.add_bytes)
+            after = os.fstat(fd)
     except AttestError as exc:
-        raise BootError(str(exc), field=exc.field) from None
-    for path, (entry, identity) in to_hash.items():
-        if digests[path] != entry.digest:
-            raise BootError(
-                f"Hash mismatch: {entry.name} ({entry.algorithm} expected {entry.digest}, found {digests[path]})",
-                field=entry.name,
-            )
-        if _identity(path.stat()) != identity:
-            raise BootError(f"checkpoint file changed while it was hashed: {entry.name}", field=entry.name)
-        verified[entry.name] = {"name": entry.name, "digest": entry.digest, **identity}
-        if not quiet:
-            print(f"Verified {entry.name}", flush=True)
+        return None, str(exc)
+    finally:
+        progress.file_done()
+    if (before.st_size, before.st_mtime_ns, before.st_ctime_ns) != (after.st_size, after.st_mtime_ns,
+                                                                     after.st_ctime_ns):
+        return None, f"checkpoint file changed while it was hashed: {item.path}"
+    if digest != item.digest:
+        return None, f"Hash mismatch: {item.path} ({item.algorithm} expected {item.digest}, found {digest})"
+    return Identity.of(after), ""
 
-    index_path = model / WEIGHT_INDEX
-    if index_path.is_file():
+
+def check_local(model: Path, lock: CheckpointLock, receipt: Receipt | None, *, rehash_all: bool = False,
+                workers: int = 0, quiet: bool = False) -> LocalCheck:
+    """Every locked file on disk, hashed unless the receipt vouches for its exact identity."""
+    result = LocalCheck()
+    to_hash: list[LockedFile] = []
+    for item in lock.files:
         try:
-            weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
-            shards = set(weight_map.values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            raise BootError(f"{WEIGHT_INDEX} has no readable weight_map", field=WEIGHT_INDEX) from None
-        missing = sorted(shards - set(verified))
-        if missing:
-            raise BootError(
-                f"weight index names shards that were not verified: {missing[:5]}", field=WEIGHT_INDEX
-            )
-    files = [verified[entry.name] for entry in entries]
+            found = stat_regular(model, item.path)
+        except AttestError as exc:
+            result.problems[item.path] = str(exc)
+            continue
+        if found is None:
+            result.problems[item.path] = f"checkpoint file is missing: {item.path} (under {model})"
+        elif found.st_size != item.size:
+            result.problems[item.path] = (f"Wrong file size: {item.path} (expected {item.size} bytes, "
+                                          f"found {found.st_size})")
+        elif not rehash_all and receipt is not None and receipt.files.get(item.path) == Identity.of(found):
+            result.good[item.path] = Identity.of(found)
+            result.reused += 1
+        else:
+            to_hash.append(item)
+    result.hashed = len(to_hash)
+    result.hashed_bytes = sum(item.size for item in to_hash)
+    progress = Progress(result.hashed_bytes, len(to_hash), "verifying checkpoint", enabled=False if quiet else None)
+    with ThreadPoolExecutor(max(1, workers or min(32, os.cpu_count() or 1))) as pool:
+        for item, (identity, problem) in zip(to_hash, pool.map(lambda i: _hash_one(model, i, progress), to_hash)):
+            if identity is None:
+                result.problems[item.path] = problem
+            else:
+                result.good[item.path] = identity
+                if not quiet:
+                    print(f"Verified {item.path}", flush=True)
+    return result
+
+
+def unexpected_files(model: Path, lock: CheckpointLock) -> tuple[list[str], list[str]]:
+    """(refused, listed): files the lock does not name; refused where the engine would load
+    them or where they are symlinks."""
+    listed = lock.by_path
+    refused, extra = [], []
+    for name, is_link in walk_files(model, OWN_NAMES):
+        if name in listed and not is_link:
+            continue
+        if is_link or name.lower().endswith(ENGINE_LOADED_SUFFIXES):
+            refused.append(name + (" (symlink)" if is_link else ""))
+        else:
+            extra.append(name)
+    return sorted(refused), sorted(extra)
+
+
+def check_weight_index(model: Path, lock: CheckpointLock) -> None:
+    """Every shard the (verified) weight index names is a locked file."""
+    item = lock.by_path.get(WEIGHT_INDEX)
+    if item is None:
+        return
+    try:
+        with open_regular(model, WEIGHT_INDEX) as fd:
+            data = os.pread(fd, MAX_INDEX_BYTES + 1, 0)
+        if len(data) > MAX_INDEX_BYTES:
+            raise AttestError(f"{WEIGHT_INDEX} is larger than {MAX_INDEX_BYTES} bytes", field=WEIGHT_INDEX)
+        weight_map = loads_object(data, label=WEIGHT_INDEX, max_bytes=MAX_INDEX_BYTES).get("weight_map")
+    except AttestError as exc:
+        raise BootError(str(exc), field=WEIGHT_INDEX) from None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise BootError(f"{WEIGHT_INDEX} has no readable weight_map", field=WEIGHT_INDEX)
+    missing = sorted(set(weight_map.values()) - set(lock.by_path))
+    if missing:
+        raise BootError(f"weight index names shards that the checkpoint lock does not list: {missing[:5]}",
+                        field=WEIGHT_INDEX)
+
+
+def finish(model: Path, lock: CheckpointLock, check: LocalCheck, *, started: float, trust: str,
+           quiet: bool = False) -> VerifyReport:
+    """The checks after every file matched: nothing unexpected, the index covered."""
+    refused, extra = unexpected_files(model, lock)
+    if refused:
+        raise BootError(f"files in {model} that the checkpoint lock does not list and the engine would load: "
+                        f"{refused[:5]}{' …' if len(refused) > 5 else ''}; remove them", field=refused[0].split(" ")[0])
+    if extra and not quiet:
+        print(f"note: {len(extra)} file(s) in {model} are not in the checkpoint lock (not loaded by the engine): "
+              f"{extra[:5]}", file=sys.stderr, flush=True)
+    check_weight_index(model, lock)
     seconds = time.monotonic() - started
-    report = VerifyReport(len(entries), len(to_hash), len(entries) - len(to_hash), hashed_bytes, seconds)
-    save(state, RECEIPT, {
-        "revision": revision,
-        "status": "verified",
-        "files": files,
-        "expected": [entry.public_dict() for entry in entries],
-    })
+    report = VerifyReport(len(lock.files), check.hashed, check.reused, check.hashed_bytes, seconds, trust,
+                          check.downloaded, tuple(extra))
     if not quiet:
-        print(f"Verified {report.files} files ({report.hashed} hashed, {report.reused} unchanged since the receipt): "
-              f"{hashed_bytes / 1e9:.2f} GB in {seconds:.2f} s, {report.throughput_mb_s:.0f} MB/s",
-              file=sys.stderr, flush=True)
+        print(f"Verified {report.files} files ({report.downloaded} downloaded and hashed as they arrived, "
+              f"{report.hashed} hashed, {report.reused} unchanged since the receipt) "
+              f"against the {trust} checkpoint lock: {report.hashed_bytes / 1e9:.2f} GB in {seconds:.2f} s, "
+              f"{report.throughput_mb_s:.0f} MB/s", file=sys.stderr, flush=True)
     return report
 
 
-def entries_from_receipt(state: Path, revision: str) -> list[FileEntry]:
-    """What the last verification expected, for an offline re-check (`boot verify`)."""
-    receipt = load(state, RECEIPT)
-    if not receipt or receipt.get("revision") != revision or receipt.get("status") != "verified":
-        raise BootError(
-            f"no verified receipt for revision {revision} in {state / RECEIPT}; run `boot prepare` first",
-            field=RECEIPT,
-        )
-    try:
-        return [FileEntry(e["name"], int(e["size"]), e["digest"], e["algorithm"]) for e in receipt["expected"]]
-    except (KeyError, TypeError, ValueError):
-        raise BootError(f"{RECEIPT} has no readable expected file list", field=RECEIPT) from None
+def first_problem(lock: CheckpointLock, problems: dict[str, str]) -> BootError:
+    name = next(item.path for item in lock.files if item.path in problems)
+    return BootError(problems[name], field=name)

@@ -74,7 +74,6 @@ def test_multi_node_argv_and_tables_only_when_present(tmp_path: Path) -> None:
     ({"CONTEXT_LENGTH": "4095"}, "CONTEXT_LENGTH", "Context must be 4096 through the model limit 1048576"),
     ({"CONTEXT_LENGTH": "1048577"}, "CONTEXT_LENGTH", "Context must be 4096 through"),
     ({"CONTEXT_LENGTH": "lots"}, "CONTEXT_LENGTH", "must be an integer"),
-    ({"OFFLOAD_MODE": "disk"}, "OFFLOAD_MODE", "OFFLOAD_MODE must be nvme or ram"),
     ({"NNODES": "3", "NODE_RANK": "0"}, "DIST_INIT_ADDR", "DIST_INIT_ADDR is required when NNODES>1"),
     ({"MAX_RUNNING_REQUESTS": "four"}, "MAX_RUNNING_REQUESTS", "non-negative integer"),
 ])
@@ -86,8 +85,24 @@ def test_argv_refusals(tmp_path: Path, extra: dict, field: str, message: str) ->
 
 @pytest.mark.parametrize("extra,field,message", [
     ({"NNODES": "3", "NODE_RANK": "3"}, "NODE_RANK", "NODE_RANK must be in 0..NNODES-1"),
-    ({"SERVER_PORT": "0"}, "SERVER_PORT", "outside 1..65535"),
+    ({"SERVER_PORT": "0"}, "SERVER_PORT", "SERVER_PORT must be an integer in 1..65535, got '0'"),
     ({"SERVER_PORT": "http"}, "SERVER_PORT", "must be an integer"),
+    ({"SERVER_PORT": "9" * 5000}, "SERVER_PORT", "must be an integer in 1..65535"),
+    ({"MEM_FRACTION_STATIC": "1.5"}, "MEM_FRACTION_STATIC", "must be a number in (0, 1], got '1.5'"),
+    ({"MEM_FRACTION_STATIC": "nan"}, "MEM_FRACTION_STATIC", "must be a number in (0, 1]"),
+    ({"ATTENTION_BACKEND": "dsv4 --evil"}, "ATTENTION_BACKEND", "must be a name of letters"),
+    ({"TOOL_CALL_PARSER": ""}, "TOOL_CALL_PARSER", "must be a name of letters"),
+    ({"DSPARK_SPS_TABLE": "/x" * 5000}, "DSPARK_SPS_TABLE", "at most 4096 bytes"),
+    ({"DSPARK_BLOCK_SIZE": "0"}, "DSPARK_BLOCK_SIZE", "an integer in 1..64"),
+    ({"EXTRA_SGLANG_ARGS": '--x "unterminated'}, "EXTRA_SGLANG_ARGS", "shell-quoted arguments"),
+    ({"DOWNLOAD_STALL_S": "0"}, "DOWNLOAD_STALL_S", "a positive number of seconds"),
+    ({"DOWNLOAD_DEADLINE_S": "inf"}, "DOWNLOAD_DEADLINE_S", "a positive number of seconds"),
+    ({"DOWNLOAD_ATTEMPTS": "0"}, "DOWNLOAD_ATTEMPTS", "an integer in 1..20"),
+    ({"CHECKPOINT_LOCK_SHA256": "abc"}, "CHECKPOINT_LOCK_SHA256", "64-character SHA-256"),
+    ({"HF_ENDPOINT": "ftp://mirror"}, "HF_ENDPOINT", "an http(s) URL"),
+    ({"WARMUP_PROMPT_WORDS": "a,b"}, "WARMUP_PROMPT_WORDS", "comma-separated integers"),
+    ({"OFFLOAD_MODE": "disk"}, "OFFLOAD_MODE", "OFFLOAD_MODE must be nvme or ram"),
+    ({"MAX_TOTAL_TOKENS": "-1"}, "MAX_TOTAL_TOKENS", "non-negative integer"),
 ])
 def test_settings_refusals(tmp_path: Path, extra: dict, field: str, message: str) -> None:
     with pytest.raises(BootError) as caught:

@@ -1,0 +1,104 @@
+"""The verification receipt (STATE_PATH/verification.json): which files were verified
+against which lock, and each file's identity when it was.
+
+It holds no digests (those come only from the lock), so it can only ever save work, never
+change what is expected. A file is re-hashed unless its size, mtime_ns, ctime_ns, inode and
+device all match: an in-place edit that restores the mtime (`touch -d`) still moves the
+ctime, which only the kernel sets. The receipt carries an HMAC-SHA256 under a random key
+kept 0600 in STATE_PATH (`receipt.key`): a receipt edited by anyone who cannot read that key
+is refused. What this cannot stop: root on the host (it can read the key, or change the
+bytes under a mounted filesystem), which the README's threat model says.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from attest.documents import Document, parse_document
+from attest.errors import AttestError
+from attest.files import canonical_json, write_atomic
+from attest.reader import read_file, read_json_file
+from boot.errors import BootError
+
+RECEIPT = "verification.json"
+RECEIPT_KEY = "receipt.key"
+MAX_RECEIPT_BYTES = 64 * 1024 * 1024
+
+
+class Identity(Document):
+    size: int = Field(ge=0)
+    mtime_ns: int
+    ctime_ns: int
+    inode: int = Field(ge=0)
+    device: int = Field(ge=0)
+
+    @classmethod
+    def of(cls, stat: os.stat_result) -> "Identity":
+        return cls(size=stat.st_size, mtime_ns=stat.st_mtime_ns, ctime_ns=stat.st_ctime_ns, inode=stat.st_ino,
+                   device=stat.st_dev)
+
+
+class Receipt(Document):
+    schema_version: Literal["1"] = "1"
+    status: Literal["verified"] = "verified"
+    revision: str
+    lock_sha256: str
+    trust: Literal["reviewed", "trust-on-first-use", "unpinned"]
+    files: dict[str, Identity]
+    mac: str = ""
+
+    def body(self) -> bytes:
+        return canonical_json(self.model_dump(mode="json", exclude={"mac"}))
+
+
+def _key(state: Path, *, create: bool) -> bytes | None:
+    path = state / RECEIPT_KEY
+    if not path.exists():
+        if not create:
+            return None
+        state.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, secrets.token_hex(32).encode(), mode=0o600)
+    try:
+        return read_file(path, label=f"{path}", max_bytes=256, follow_symlinks=False).data
+    except AttestError as exc:
+        raise BootError(f"the receipt key cannot be read: {exc}", field="STATE_PATH") from None
+
+
+def _mac(key: bytes, receipt: Receipt) -> str:
+    return hmac.new(key, receipt.body(), hashlib.sha256).hexdigest()
+
+
+def save_receipt(state: Path, receipt: Receipt) -> None:
+    key = _key(state, create=True)
+    signed = receipt.model_copy(update={"mac": _mac(key, receipt)})
+    write_atomic(state / RECEIPT, canonical_json(signed.model_dump(mode="json")))
+
+
+def load_receipt(state: Path, *, lock_sha256: str) -> tuple[Receipt | None, str]:
+    """The receipt if it is intact and bound to this lock, else None and why it was refused
+    ("" when there is none)."""
+    path = state / RECEIPT
+    if not path.exists() and not path.is_symlink():
+        return None, ""
+    try:
+        value, _ = read_json_file(path, label=str(path), max_bytes=MAX_RECEIPT_BYTES, follow_symlinks=False)
+        receipt = parse_document(Receipt, value, label=str(path))
+    except AttestError as exc:
+        return None, f"{exc}"
+    key = _key(state, create=False)
+    if key is None or not hmac.compare_digest(receipt.mac, _mac(key, receipt)):
+        return None, f"{path} fails its integrity check (edited, or written under another {RECEIPT_KEY})"
+    if receipt.lock_sha256 != lock_sha256:
+        return None, f"{path} is bound to checkpoint lock {receipt.lock_sha256[:12]}…, not {lock_sha256[:12]}…"
+    return receipt, ""
+
+
+def withdraw_receipt(state: Path) -> None:
+    """Nothing claims "verified" while files may change."""
+    (state / RECEIPT).unlink(missing_ok=True)
