@@ -12,14 +12,15 @@ from unittest import mock
 import pytest
 
 from boot.cli import main as boot_main
+from attest.errors import AttestError
 from boot.settings import REVISION
-from tests.fixtures.deepseek import boot_env
+from tests.fixtures.deepseek import boot_env, tiny_repo, write_lock
 from tests.fixtures.oci import blobs_of, make_image, make_layer, run
 from tests.fixtures.pins import key_pair, qwen_pins, write_baked
 from tests.fixtures.qwen import SPECULATOR_REVISION, TARGET_REVISION, VLLM_COMMIT, LauncherWorld, make_fake_vllm
 from tests.fixtures.registry import LoopbackRegistry
 from tools.oci.errors import OciError
-from tools.oci.image import load_pins_checked
+from tools.oci.image import checked_lock, load_pins_checked
 from tools.oci.provenance import build_statement, resolved
 from tools.oci.registry import RegistryClient
 from tools.oci.sign import dsse_envelope, load_private_key, push_attestation
@@ -134,6 +135,56 @@ def test_release_builds_refuse_empty_pins(tmp_path: Path) -> None:
     bad.write_text(json.dumps(qwen_pins(engine__commit="v0.18")))
     with pytest.raises(OciError, match="engine.commit: Value error, must be empty"):
         load_pins_checked(bad, release=False)
+
+
+def test_the_deepseek_release_needs_a_reviewed_checkpoint_lock(tmp_path: Path) -> None:
+    with pytest.raises(OciError, match=r"release build refused: base.digest, engine.commit, model.lock_sha256 are "
+                                       r"empty in deepseek_spark.pins.json") as caught:
+        load_pins_checked(Path("images/deepseek_spark.pins.json"), release=True)
+    assert caught.value.field == "base.digest"
+    pins = load_pins_checked(Path("images/deepseek_spark.pins.json"), release=False)
+    assert pins["model"]["lock_sha256"] == ""
+    assert checked_lock(None, pins) is None  # development: no lock, nothing baked
+    lock = tmp_path / "deepseek_spark.checkpoint.lock.json"
+    sha = write_lock(lock, tiny_repo())
+    with pytest.raises(OciError, match=f"has sha256 {sha}; model.lock_sha256 pins nothing"):
+        checked_lock(lock, pins)
+    pins["model"]["lock_sha256"] = sha
+    with pytest.raises(OciError, match="model.lock_sha256 is pinned .* but no checkpoint lock is given"):
+        checked_lock(None, pins)
+    pins["model"]["lock_sha256"] = "ab" * 32
+    with pytest.raises(OciError, match=f"has sha256 {sha}; model.lock_sha256 pins {'ab' * 32}"):
+        checked_lock(lock, pins)
+    pins["model"]["lock_sha256"] = sha
+    result = make_image(tmp_path / "layout", [make_layer(tmp_path, "app", {"/opt/x": "x"})], pins=pins,
+                        checkpoint_lock=checked_lock(lock, pins))
+    assert result["config"]["config"]["Labels"]["omni.model.lock_sha256"] == sha
+    import gzip
+    import io
+    import tarfile
+    baked_blob = tmp_path / "layout" / "blobs/sha256" / result["manifest"]["layers"][-1]["digest"].split(":")[1]
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(baked_blob.read_bytes()))) as tar:
+        assert tar.extractfile("etc/omni/checkpoint.lock.json").read() == lock.read_bytes()
+
+
+def test_boot_takes_the_lock_sha256_from_the_image_pin(tmp_path: Path, capsys) -> None:
+    from boot.prepare import prepare
+    from boot.settings import BootSettings
+    from tests.fixtures.hub import LoopbackHub
+
+    lock = tmp_path / "locks" / "checkpoint.lock.json"
+    sha = write_lock(lock, tiny_repo())
+    for pinned, expected in ((sha, None), ("ab" * 32, "model.lock_sha256 pins " + "ab" * 32)):
+        env = boot_env(tmp_path, OMNI_IMAGE_JSON=str(_spark_baked(tmp_path, model__lock_sha256=pinned)),
+                       CHECKPOINT_LOCK=str(lock))
+        with LoopbackHub(tiny_repo()) as hub, mock.patch.dict(os.environ, {**env, "HF_ENDPOINT": hub.url},
+                                                               clear=True):
+            if expected is None:
+                assert prepare(BootSettings.from_env()).trust == "reviewed"
+                assert "WARNING" not in capsys.readouterr().err
+            else:
+                with pytest.raises(AttestError, match=expected):
+                    prepare(BootSettings.from_env())
 
 
 def test_the_deepseek_pin_is_the_revision_boot_downloads() -> None:

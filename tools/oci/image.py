@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ from tools.oci.layout import (
 
 TOOLKIT_VERSION = "0.1.0"
 BAKED_DEST = "/etc/omni/image.json"
+CHECKPOINT_LOCK_DEST = "/etc/omni/checkpoint.lock.json"  # boot's CHECKPOINT_LOCK default
 TITLE = "org.opencontainers.image.title"
 CONFIG_KEYS = ("entrypoint", "cmd", "env", "workdir", "user", "exposed_ports", "labels", "annotations",
                "os", "architecture", "variant", "layer_names")
@@ -125,6 +127,8 @@ def pin_labels(pins: dict[str, Any]) -> dict[str, str]:
         "omni.engine.commit": pins["engine"]["commit"] or "unpinned",
         "omni.model.id": pins["model"]["id"],
         "omni.model.revision": pins["model"]["revision"] or "unpinned",
+        **({"omni.model.lock_sha256": pins["model"]["lock_sha256"] or "unpinned"}
+           if pins["model"].get("lock_sha256") is not None else {}),
         "omni.hardware.profile": pins["hardware"]["profile"],
         "omni.hardware.gpu_arch": pins["hardware"]["gpu_arch"],
         "omni.toolkit.version": TOOLKIT_VERSION,
@@ -151,20 +155,40 @@ def load_pins_checked(path: Path, release: bool) -> dict[str, Any]:
     return pins.model_dump(mode="json")
 
 
-def baked_layer(output: Path, pins: dict[str, Any], base_digest: str,
-                layer_digests: list[str]) -> tuple[dict[str, Any], Path]:
+def checked_lock(path: Path | None, pins: dict[str, Any]) -> bytes | None:
+    """The checkpoint lock's bytes, which must have the sha256 the pin document names."""
+    pinned = pins["model"].get("lock_sha256")
+    if path is None:
+        if pinned:
+            raise OciError(f"{pins['image']}: model.lock_sha256 is pinned ({pinned}) but no checkpoint lock is "
+                           f"given; commit it as images/{pins['image']}.checkpoint.lock.json", field="checkpoint_lock")
+        return None
+    data = path.read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if pinned is None or actual != pinned:
+        raise OciError(f"{path.name} has sha256 {actual}; model.lock_sha256 pins {pinned or 'nothing'}: pin it "
+                       "after review", field="model.lock_sha256")
+    return data
+
+
+def baked_layer(output: Path, pins: dict[str, Any], base_digest: str, layer_digests: list[str],
+                checkpoint_lock: bytes | None = None) -> tuple[dict[str, Any], Path]:
     from tools.oci.layer import write_layer
 
     baked = {"schema_version": "1", "toolkit_version": TOOLKIT_VERSION, "image": pins["image"], "pins": pins,
              "base_digest": base_digest, "layers": layer_digests}
     data = json.dumps(baked, indent=2, sort_keys=True).encode() + b"\n"
+    entries = [{"dest": BAKED_DEST, "data": data, "mode": 0o644}]
+    if checkpoint_lock is not None:
+        entries.append({"dest": CHECKPOINT_LOCK_DEST, "data": checkpoint_lock, "mode": 0o644})
     blob = output / "baked-image-json.tar.gz"
-    desc = write_layer([{"dest": BAKED_DEST, "data": data, "mode": 0o644}], blob, mtime=source_date_epoch())
+    desc = write_layer(entries, blob, mtime=source_date_epoch())
     return desc, blob
 
 
 def assemble(output: Path, spec: dict[str, Any], layers: list[tuple[dict[str, Any], Path]],
-             base_dir: Path | None, pins: dict[str, Any] | None = None) -> dict[str, Any]:
+             base_dir: Path | None, pins: dict[str, Any] | None = None,
+             checkpoint_lock: bytes | None = None) -> dict[str, Any]:
     unknown = sorted(set(spec) - set(CONFIG_KEYS))
     if unknown:
         raise OciError(f"unknown image config keys: {unknown}", field="config")
@@ -177,7 +201,7 @@ def assemble(output: Path, spec: dict[str, Any], layers: list[tuple[dict[str, An
                                 BAKED_DEST]}
         built = [layer["digest"] for layer in base["manifest"]["layers"]] + [desc["digest"] for desc, _ in layers]
         output.mkdir(parents=True, exist_ok=True)
-        desc, blob = baked_layer(output, pins, base.get("digest", ""), built)
+        desc, blob = baked_layer(output, pins, base.get("digest", ""), built, checkpoint_lock)
         layers.append((desc, blob))
     descriptors = [desc for desc, _ in layers]
     config = build_config(base["config"], spec, descriptors, created)
@@ -232,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--digest-file", type=Path, help="also write the manifest digest here")
     parser.add_argument("--pins", type=Path, help="the image's pin document: labels and /etc/omni/image.json")
     parser.add_argument("--release", action="store_true", help="refuse empty pins")
+    parser.add_argument("--checkpoint-lock", type=Path, help=f"baked at {CHECKPOINT_LOCK_DEST}; must match the pin")
     args = parser.parse_args(argv)
     try:
         layers = []
@@ -239,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             desc_path, _, blob = item.partition("=")
             layers.append((json.loads(Path(desc_path).read_text()), Path(blob)))
         pins = load_pins_checked(args.pins, args.release) if args.pins else None
-        result = assemble(args.output, json.loads(args.config_spec.read_text()), layers, args.base, pins)
+        lock = checked_lock(args.checkpoint_lock, pins) if pins else None
+        result = assemble(args.output, json.loads(args.config_spec.read_text()), layers, args.base, pins, lock)
     except OciError as exc:
         print(f"image: {exc}", file=sys.stderr)
         return 2

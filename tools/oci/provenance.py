@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.oci.image import TOOLKIT_VERSION
+from tools.oci.image import TOOLKIT_VERSION, load_pins_checked
 from tools.oci.layout import read_layout
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.status and args.status.exists():
         status = dict(line.split(" ", 1) for line in args.status.read_text().splitlines() if " " in line)
     commit = status.get("STABLE_OMNI_SOURCE_COMMIT", "").strip()
-    pins = json.loads(args.pins.read_text())
+    # The same typed form the image bakes: one rendering of the pins everywhere.
+    pins = load_pins_checked(args.pins, release=False)
     locks = {lock.name: hashlib.sha256(lock.read_bytes()).hexdigest() for lock in args.lock}
     _, manifest, _ = read_layout(args.layout)
     annotations = manifest.get("annotations") or {}

@@ -122,6 +122,9 @@ def _oci_image_impl(ctx):
         inputs.append(ctx.file.pins)
         if ctx.attr.release:
             args.add("--release")
+        if ctx.file.checkpoint_lock:
+            args.add("--checkpoint-lock", ctx.file.checkpoint_lock)
+            inputs.append(ctx.file.checkpoint_lock)
     if ctx.attr.base:
         base = ctx.attr.base
         if OciImageInfo in base:
@@ -227,6 +230,8 @@ summary; `-- --push REGISTRY/REPO[:TAG]` pushes it, `--output DIR` copies the la
         "pins": attr.label(allow_single_file = [".json"],
                            doc = "The pin document: labels, /etc/omni/image.json and the provenance."),
         "release": attr.bool(doc = "Refuse empty pins (set by --config=release)."),
+        "checkpoint_lock": attr.label(allow_single_file = [".json"],
+                                      doc = "Baked at /etc/omni/checkpoint.lock.json; its sha256 must be the pin's."),
         "locks": attr.label_list(allow_files = True, doc = "Lock files whose digests the provenance records."),
         "_provenance_tool": attr.label(default = "//tools/oci:provenance", executable = True, cfg = "exec"),
         "_image_tool": attr.label(default = "//tools/oci:image", executable = True, cfg = "exec"),
