@@ -37,3 +37,12 @@ def test_setup_help_and_refusal_of_unknown_arguments():
     refused = subprocess.run(["bash", str(setup), "--frobnicate"], capture_output=True, text=True)
     assert refused.returncode != 0
     assert "unknown argument: --frobnicate" in refused.stderr
+
+
+def test_the_readme_table_of_boot_settings_is_generated_from_their_declaration():
+    from boot.settings import SETTINGS, help_table, markdown_table
+
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- boot-settings:begin[^>]*-->\n(.*?)\n<!-- boot-settings:end -->", readme, flags=re.S)
+    assert block is not None and block.group(1) == markdown_table()
+    assert all(setting.variable in help_table() for setting in SETTINGS)

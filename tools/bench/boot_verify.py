@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -19,13 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from attest.hashing import SHA256
-from boot.verify import FileEntry, verify_checkpoint
+from boot.prepare import resolve_lock, verify_rank0
+from boot.settings import REPO, REVISION, BootSettings
+from boot.verify import VerifyReport
 
-REVISION = "f" * 40
 
-
-def _make(root: Path, count: int, size: int) -> list[FileEntry]:
+def _make(root: Path, count: int, size: int) -> list[dict]:
+    """`count` random files of `size` bytes and their lock entries."""
     root.mkdir(parents=True, exist_ok=True)
     entries = []
     block = os.urandom(1 << 20)
@@ -39,8 +40,22 @@ def _make(root: Path, count: int, size: int) -> list[FileEntry]:
                 handle.write(chunk)
                 digest.update(chunk)
                 written += len(chunk)
-        entries.append(FileEntry(path.name, size, digest.hexdigest(), SHA256))
+        entries.append({"path": path.name, "size": size, "sha256": digest.hexdigest()})
     return entries
+
+
+def _settings(base: Path, model: str, entries: list[dict]) -> BootSettings:
+    """Settings that pin a lock of `entries` for the model directory `model`."""
+    lock = base / f"{model}.lock.json"
+    data = json.dumps({"schema_version": "1", "repo": REPO, "revision": REVISION, "trust": "reviewed",
+                       "files": entries}).encode()
+    lock.write_bytes(data)
+    return BootSettings(model=base / model, state=base / f"state-{model}", checkpoint_lock=lock,
+                        checkpoint_lock_sha256=hashlib.sha256(data).hexdigest())
+
+
+def _verify(settings: BootSettings) -> VerifyReport:
+    return verify_rank0(settings, resolve_lock(settings, None, derive=False), download=False, quiet=True)
 
 
 def _openssl_limit_mb_s() -> tuple[float, int]:
@@ -63,28 +78,29 @@ def main() -> int:
         base = Path(tmp)
         size = int(args.gb * 1e9 / args.files)
         entries = _make(base / "model", args.files, size)
+        settings = _settings(base, "model", entries)
         total = size * args.files
         subprocess.run(f"cat {base}/model/* > /dev/null", shell=True, check=True)  # into the page cache
 
         started = time.perf_counter()
-        report = verify_checkpoint(base / "model", entries, state=base / "state", revision=REVISION, quiet=True)
+        report = _verify(settings)
         cold = time.perf_counter() - started
         started = time.perf_counter()
-        warm_report = verify_checkpoint(base / "model", entries, state=base / "state", revision=REVISION, quiet=True)
+        warm_report = _verify(settings)
         warm = time.perf_counter() - started
         assert report.hashed == args.files and warm_report.hashed == 0
 
-        files = " ".join(str(base / "model" / e.name) for e in entries)
+        files = " ".join(str(base / "model" / e["path"]) for e in entries)
         started = time.perf_counter()
         subprocess.run(f"printf '%s\\n' {files} | xargs -P {cores} -n 1 sha256sum > /dev/null", shell=True, check=True)
         sha256sum = time.perf_counter() - started
         per_core, _ = _openssl_limit_mb_s()
         limit = per_core * cores
 
-        small = _make(base / "small", args.small, 4096)
-        verify_checkpoint(base / "small", small, state=base / "state-small", revision=REVISION, quiet=True)
+        small = _settings(base, "small", _make(base / "small", args.small, 4096))
+        _verify(small)
         started = time.perf_counter()
-        verify_checkpoint(base / "small", small, state=base / "state-small", revision=REVISION, quiet=True)
+        _verify(small)
         small_warm = time.perf_counter() - started
         shutil.rmtree(base / "small")
 
