@@ -29,7 +29,9 @@ from attest.tree import place, stat_regular
 from boot.errors import BootError
 
 MAX_METADATA_BYTES = 32 * 1024 * 1024
-CHUNK = 1 << 20
+# Written bytes are pushed to disk every this many bytes, so the fsync before the rename
+# finds little left to write: durability overlaps the transfer instead of following it.
+WRITEBACK_BYTES = 64 << 20
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
@@ -190,7 +192,7 @@ def _fetch_once(url: str, item: LockedFile, partial: Path, limits: Limits, deadl
     """One attempt: stream into a temporary file, hashing as it is written."""
     fd, temporary = tempfile.mkstemp(prefix="part-", dir=partial)
     digest = new_digest(item.algorithm, item.size)
-    received = 0
+    received = flushed = 0
     try:
         with os.fdopen(fd, "wb") as sink:
             with _session().stream("GET", url, headers=_headers(), follow_redirects=True,
@@ -199,7 +201,7 @@ def _fetch_once(url: str, item: LockedFile, partial: Path, limits: Limits, deadl
                     retry = response.status_code in RETRYABLE_STATUS
                     message = f"{item.path}: the hub answered HTTP {response.status_code}"
                     raise (_Retry(message) if retry else BootError(message, field=item.path))
-                for chunk in response.iter_bytes(CHUNK):
+                for chunk in response.iter_bytes():
                     received += len(chunk)
                     if received > item.size:
                         raise _Retry(f"{item.path}: the hub sent more than the lock's {item.size} bytes")
@@ -209,6 +211,11 @@ def _fetch_once(url: str, item: LockedFile, partial: Path, limits: Limits, deadl
                     digest.update(chunk)
                     sink.write(chunk)
                     progress.add(len(chunk))
+                    if received - flushed >= WRITEBACK_BYTES:
+                        sink.flush()
+                        # DONTNEED starts asynchronous writeback of the dirty range (Linux).
+                        os.posix_fadvise(sink.fileno(), flushed, received - flushed, os.POSIX_FADV_DONTNEED)
+                        flushed = received
             sink.flush()
             os.fsync(sink.fileno())
         if received != item.size:
@@ -223,6 +230,9 @@ def _fetch_once(url: str, item: LockedFile, partial: Path, limits: Limits, deadl
     except httpx.HTTPError as exc:
         os.unlink(temporary)
         raise _Retry(f"{item.path}: {type(exc).__name__}: {exc}") from None
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        raise BootError(f"{item.path}: cannot write under {partial}: {exc.strerror or exc}", field=item.path) from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise

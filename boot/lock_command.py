@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from attest.errors import AttestError, report_refusal
+from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.files import canonical_json, write_atomic
 from attest.lock import REVIEWED
 from attest.primitives import require_revision
@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         lock = hub.lock_from_listing(args.repo, revision, listing, REVIEWED)
     except AttestError as exc:
         return report_refusal(exc)
+    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
+        return report_unexpected(exc)
     data = canonical_json(lock.model_dump(mode="json", exclude_none=True))
     write_atomic(output, data)
     digest = hashlib.sha256(data).hexdigest()

@@ -74,6 +74,8 @@ def _hash_one(model: Path, item: LockedFile, progress: Progress) -> tuple[Identi
             after = os.fstat(fd)
     except AttestError as exc:
         return None, str(exc)
+    except OSError as exc:
+        return None, f"{item.path} cannot be read: {exc.strerror or exc}"
     finally:
         progress.file_done()
     if (before.st_size, before.st_mtime_ns, before.st_ctime_ns) != (after.st_size, after.st_mtime_ns,
@@ -170,10 +172,10 @@ def finish(model: Path, lock: CheckpointLock, check: LocalCheck, *, started: flo
     report = VerifyReport(len(lock.files), check.hashed, check.reused, check.hashed_bytes, seconds, trust,
                           check.downloaded, tuple(extra))
     if not quiet:
-        print(f"Verified {report.files} files ({report.downloaded} downloaded and hashed as they arrived, "
-              f"{report.hashed} hashed, {report.reused} unchanged since the receipt) "
-              f"against the {trust} checkpoint lock: {report.hashed_bytes / 1e9:.2f} GB in {seconds:.2f} s, "
-              f"{report.throughput_mb_s:.0f} MB/s", file=sys.stderr, flush=True)
+        print(f"Verified {report.files} files against the {trust} checkpoint lock in {seconds:.2f} s: "
+              f"{report.downloaded} downloaded and hashed as they arrived, {report.hashed} hashed from disk "
+              f"({report.hashed_bytes / 1e9:.2f} GB, {report.throughput_mb_s:.0f} MB/s), {report.reused} unchanged "
+              "since the receipt", file=sys.stderr, flush=True)
     return report
 
 

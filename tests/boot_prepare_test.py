@@ -206,9 +206,11 @@ def test_verify_full_hashes_against_the_lock_never_the_receipt(tmp_path: Path, c
         _prepare(tmp_path, hub, **pinned)
     with mock.patch.dict(os.environ, _env(tmp_path, None, **pinned), clear=True):
         assert boot_main(["verify"]) == 0
-        assert "(0 downloaded and hashed as they arrived, 0 hashed, 5 unchanged" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "0 downloaded and hashed as they arrived, 0 hashed from disk" in err and "5 unchanged" in err
         assert boot_main(["verify", "--full"]) == 0
-        assert "0 downloaded and hashed as they arrived, 5 hashed, 0 unchanged" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "0 downloaded and hashed as they arrived, 5 hashed from disk" in err and "0 unchanged" in err
     # A lock that expects other bytes: --full refuses although the receipt would vouch.
     other = tiny_repo()
     other.files[SHARDS[0]] = b"\x05" * 4096
@@ -362,3 +364,27 @@ def test_a_waiting_rank_starts_once_rank_0_publishes(tmp_path: Path) -> None:
         _prepare(tmp_path, hub)  # trust on first use: rank 1 takes the lock rank 0 published
     waiter.join(20)
     assert not waiter.is_alive() and errors == []
+
+
+def test_the_lock_command_writes_a_reviewed_lock_and_never_overwrites(tmp_path: Path, capsys) -> None:
+    from boot.lock_command import main as lock_main
+
+    output = tmp_path / "locks" / "deepseek_spark.checkpoint.lock.json"
+    with LoopbackHub(tiny_repo()) as hub, mock.patch.dict(os.environ, {"HF_ENDPOINT": hub.url,
+                                                                       "BUILD_WORKING_DIRECTORY": str(tmp_path)}):
+        assert lock_main(["--output", "locks/deepseek_spark.checkpoint.lock.json"]) == 0
+        digest = capsys.readouterr().out.strip()
+        assert __import__("hashlib").sha256(output.read_bytes()).hexdigest() == digest
+        lock = json.loads(output.read_text())
+        assert lock["trust"] == "reviewed" and lock["revision"] == REVISION and len(lock["files"]) == 5
+        # The same bytes the test derives independently from the repository.
+        write_lock(tmp_path / "expected.json", tiny_repo())
+        assert lock["files"] == json.loads((tmp_path / "expected.json").read_text())["files"]
+        assert lock_main(["--output", str(output)]) == 2
+        assert "exists; pass --force" in capsys.readouterr().err
+        assert lock_main(["--output", str(output), "--revision", "main"]) == 2
+        assert "--revision must be an immutable" in capsys.readouterr().err
+    with LoopbackHub(_lying(listed_only={"../evil.py": b"x"})) as hub, \
+            mock.patch.dict(os.environ, {"HF_ENDPOINT": hub.url}):
+        assert lock_main(["--output", str(tmp_path / "other.json")]) == 2
+    assert "'..' component" in capsys.readouterr().err and not (tmp_path / "other.json").exists()

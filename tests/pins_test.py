@@ -42,7 +42,7 @@ def test_matching_pins_pass_and_are_reported(tmp_path: Path) -> None:
     assert result.code == 0, result.stderr
     assert result.report["decision"]["mode"] == "dflash2_canary"
     assert result.report["image_pins"] == [
-        f"engine.commit {VLLM_COMMIT} matches the installed vllm",
+        f"engine.commit {VLLM_COMMIT} matches the installed vllm (full commit from direct_url.json)",
         f"model.revision {TARGET_REVISION} matches MODEL_REVISION",
         "the DFlash2 gate is bound to the pinned engine, model and speculator"]
 
@@ -165,6 +165,8 @@ def test_the_deepseek_release_needs_a_reviewed_checkpoint_lock(tmp_path: Path) -
     baked_blob = tmp_path / "layout" / "blobs/sha256" / result["manifest"]["layers"][-1]["digest"].split(":")[1]
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(baked_blob.read_bytes()))) as tar:
         assert tar.extractfile("etc/omni/checkpoint.lock.json").read() == lock.read_bytes()
+    statement = build_statement("deepseek_spark", result["digest"], pins, "cd" * 20, {}, "", "")
+    assert resolved(statement, "checkpoint-lock") == {"sha256": sha}
 
 
 def test_boot_takes_the_lock_sha256_from_the_image_pin(tmp_path: Path, capsys) -> None:

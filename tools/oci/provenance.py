@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.oci.image import TOOLKIT_VERSION, load_pins_checked
+from tools.oci.image import CHECKPOINT_LOCK_DEST, TOOLKIT_VERSION, load_pins_checked
 from tools.oci.layout import read_layout
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+CHECKPOINT_LOCK_URI = f"file://{CHECKPOINT_LOCK_DEST}"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "https://omni.invalid/build-types/bazel-oci-image/v1"
 BUILDER_ID = "https://omni.invalid/builders/bazel"
@@ -44,6 +45,8 @@ def build_statement(name: str, digest: str, pins: dict[str, Any], source_commit:
         _dependency("engine", f"git+{engine['repository']}", {"gitCommit": engine["commit"]}),
         _dependency("model", f"https://huggingface.co/{model['id']}", {"gitCommit": model["revision"]}),
     ]
+    if model.get("lock_sha256") is not None:
+        dependencies.append(_dependency("checkpoint-lock", CHECKPOINT_LOCK_URI, {"sha256": model["lock_sha256"]}))
     if pins.get("speculator"):
         speculator = pins["speculator"]
         dependencies.append(_dependency("speculator", f"https://huggingface.co/{speculator['id']}",
