@@ -13,7 +13,8 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from attest.errors import AttestError
-from attest.primitives import MAX_JSON_BYTES, Revision, Sha256, read_json_object
+from attest.primitives import MAX_JSON_BYTES, Revision, Sha256
+from attest.reader import loads_object, read_file
 
 SCHEMA_VERSION = "1"
 CHECKPOINT_ATTESTATION_FILE = ".omni-checkpoint.json"
@@ -162,9 +163,20 @@ def parse_document(model: type[DocumentT], value: dict[str, Any], *, label: str)
         raise validation_refusal(exc, label) from None
 
 
+def read_document(model: type[DocumentT], path: Path, *, label: str, max_bytes: int = MAX_JSON_BYTES,
+                  pinned_sha256: str = "", pin_field: str = "") -> tuple[DocumentT, str]:
+    """Read `path` once; when `pinned_sha256` is given, those exact bytes must have it before
+    they are parsed. Returns the document and the sha256 of the bytes it came from."""
+    read = read_file(path, label=label, max_bytes=max_bytes)
+    if pinned_sha256 and read.sha256 != pinned_sha256:
+        raise AttestError(f"{label} SHA-256 does not match its pin {pin_field} (pinned {pinned_sha256}, "
+                          f"found {read.sha256})", field=pin_field or label)
+    return parse_document(model, loads_object(read.data, label=label, max_bytes=max_bytes), label=label), read.sha256
+
+
 def load_document(model: type[DocumentT], path: Path, *, label: str,
                   max_bytes: int = MAX_JSON_BYTES) -> DocumentT:
-    return parse_document(model, read_json_object(path, label=label, max_bytes=max_bytes), label=label)
+    return read_document(model, path, label=label, max_bytes=max_bytes)[0]
 
 
 SCHEMAS: dict[str, type[Document]] = {

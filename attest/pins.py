@@ -15,7 +15,9 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from attest.documents import Document, load_document
+from attest.engine import InstalledDistribution, commit_matches
 from attest.errors import AttestError
+from attest.reader import refuse_nul
 from attest.primitives import REVISION_RE
 
 BAKED_PATH_ENV = "OMNI_IMAGE_JSON"
@@ -100,8 +102,8 @@ def load_pins(path: Path) -> ImagePins:
 
 def load_baked(path: Path | None = None) -> BakedImage | None:
     """The baked file of the image we run in; None outside an Omni image."""
-    path = path or Path(os.environ.get(BAKED_PATH_ENV, BAKED_PATH))
-    if not path.exists():
+    path = path or Path(refuse_nul(os.environ.get(BAKED_PATH_ENV, BAKED_PATH), BAKED_PATH_ENV))
+    if not os.path.lexists(path):  # anything there (a dangling or looping link too) must read as a document
         return None
     return load_document(BakedImage, path, label=str(path))
 
@@ -111,16 +113,19 @@ def mismatch(pin: str, pinned: str, actual: str, what: str) -> AttestError:
                        field=pin)
 
 
-def check_engine_commit(baked: BakedImage, engine: str, installed_commit: str) -> str:
-    """Refuse unless the installed engine is the pinned one at the pinned commit."""
+def check_engine_commit(baked: BakedImage, engine: str, installed: InstalledDistribution | None) -> str:
+    """Refuse unless the installed engine is the pinned one at the pinned commit (an
+    abbreviated commit matches by prefix, and the note says so)."""
     pins = baked.pins
     if pins.engine.name != engine:
         raise mismatch("engine.name", pins.engine.name, engine, "the engine this program starts")
     if not pins.engine.commit:
         return f"engine.commit not pinned in this development image: {engine} commit not checked"
-    if installed_commit != pins.engine.commit:
-        raise mismatch("engine.commit", pins.engine.commit, installed_commit, f"the installed {engine} commit")
-    return f"engine.commit {pins.engine.commit} matches the installed {engine}"
+    matches, how = commit_matches(pins.engine.commit, installed)
+    if not matches:
+        found = f"{installed.commit} ({how})" if installed and installed.commit else how
+        raise mismatch("engine.commit", pins.engine.commit, found, f"the installed {engine} commit")
+    return f"engine.commit {pins.engine.commit} matches the installed {engine} ({how})"
 
 
 def check_model_revision(baked: BakedImage, revision: str, source: str) -> str:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator
 
 from attest.errors import AttestError
-from attest.reader import MAX_JSON_BYTES, read_json_file
+from attest.reader import MAX_JSON_BYTES, read_json_file, refuse_nul
 
 REVISION_RE = re.compile(r"^[0-9a-fA-F]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -84,13 +84,15 @@ def safe_relative_name(name: str, label: str) -> str:
 
 def local_root(path: Path, *, label: str) -> Path:
     """An existing absolute local directory (never a URL), resolved."""
-    raw = str(path)
+    raw = refuse_nul(path, label)
     if "://" in raw or raw.startswith(("hf:", "s3:", "gs:")):
         raise AttestError(f"{label} must be a local directory, not a URL", field=label)
     if not path.is_absolute():
         raise AttestError(f"{label} must be an absolute local path", field=label)
     try:
         resolved = path.resolve(strict=True)
+    except RuntimeError:  # Python 3.11 reports a symlink loop this way
+        raise AttestError(f"{label} is a symlink loop: {path}", field=label) from None
     except OSError as exc:
         raise AttestError(f"{label} does not exist: {path}", field=label) from exc
     if not resolved.is_dir():
@@ -100,11 +102,13 @@ def local_root(path: Path, *, label: str) -> Path:
 
 def child_file(root: Path, relative: str, *, label: str) -> Path:
     """A non-empty regular file under `root`: no absolute path, no `..`, no symlink escape."""
-    relative_path = Path(relative)
+    relative_path = Path(refuse_nul(relative, label))
     if not relative or relative_path.is_absolute() or ".." in relative_path.parts:
         raise AttestError(f"{label} must be a safe path relative to the checkpoint", field=label)
     try:
         candidate = (root / relative_path).resolve(strict=True)
+    except RuntimeError:  # Python 3.11 reports a symlink loop this way
+        raise AttestError(f"{label} is a symlink loop: {relative}", field=label) from None
     except OSError as exc:
         raise AttestError(f"{label} is missing: {relative}", field=label) from exc
     try:

@@ -5,6 +5,7 @@ for by listing per-shard digests.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,11 @@ from attest.documents import (
     DEFAULT_WEIGHT_INDEX,
     CheckpointAttestation,
     ShardDigest,
-    load_document,
+    parse_document,
 )
-from attest.hashing import hash_files_parallel, sha256_file
-from attest.primitives import child_file, local_root, read_json_object, require_revision, require_sha256
+from attest.hashing import hash_files_parallel
+from attest.primitives import child_file, local_root, require_revision, require_sha256
+from attest.reader import MAX_JSON_BYTES, loads_object, read_file, read_json_file, refuse_nul
 from launcher.errors import LauncherError
 from launcher.target import (
     MTP_WEIGHT_GROUPS,
@@ -84,12 +86,20 @@ def _exact_text_config(config: dict[str, Any]) -> dict[str, Any]:
     return text_config
 
 
-def _indexed_shards(root: Path, index_path: Path) -> tuple[dict[str, Any], dict[str, Path]]:
-    index = read_json_object(index_path, label="target weight index")
+def _read_json(path: Path, label: str) -> tuple[dict[str, Any], str]:
+    """One read: the parsed object and the sha256 of exactly those bytes."""
+    value, read = read_json_file(path, label=label)
+    return value, read.sha256
+
+
+def _indexed_shards(root: Path, index_path: Path, index: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Path]]:
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise LauncherError("target weight index has no weight_map", field=f"{index_path.name}:weight_map")
-    names = sorted({str(value) for value in weight_map.values()})
+    if not all(isinstance(value, str) for value in weight_map.values()):
+        raise LauncherError("target weight index maps a tensor to something other than a file name",
+                            field=f"{index_path.name}:weight_map")
+    names = sorted(set(weight_map.values()))
     return weight_map, {name: child_file(root, name, label="target weight shard") for name in names}
 
 
@@ -105,9 +115,11 @@ def build_checkpoint_attestation(
     _require_target_model_id(model_id)
     revision = require_revision(revision, "MODEL_REVISION")
     config_path = child_file(root, "config.json", label="target config")
-    _exact_text_config(read_json_object(config_path, label="target config"))
+    config, config_sha = _read_json(config_path, "target config")
+    _exact_text_config(config)
     index_path = child_file(root, DEFAULT_WEIGHT_INDEX, label="target weight index")
-    _, shards = _indexed_shards(root, index_path)
+    index, index_sha = _read_json(index_path, "target weight index")
+    _, shards = _indexed_shards(root, index_path, index)
     shard_digests = None
     if hash_shards:
         digests = hash_files_parallel(shards.values(), label="hashing shards", workers=workers or None)
@@ -118,9 +130,9 @@ def build_checkpoint_attestation(
         schema_version="1",
         model_id=model_id,
         revision=revision,
-        config_sha256=sha256_file(config_path),
+        config_sha256=config_sha,
         weight_index_path=DEFAULT_WEIGHT_INDEX,
-        weight_index_sha256=sha256_file(index_path),
+        weight_index_sha256=index_sha,
         expected_shard_count=len(shards),
         shards=shard_digests,
     )
@@ -180,47 +192,45 @@ def inspect_target_checkpoint(
     _require_target_model_id(model_id)
     revision = require_revision(revision, "MODEL_REVISION")
     config_path = child_file(root, "config.json", label="target config")
-    text_config = _exact_text_config(read_json_object(config_path, label="target config"))
+    config, config_sha = _read_json(config_path, "target config")
+    text_config = _exact_text_config(config)
     max_model_len = text_config.get("max_position_embeddings")
     if not isinstance(max_model_len, int) or isinstance(max_model_len, bool) or max_model_len <= 0:
         raise LauncherError(
             "target max_position_embeddings is invalid", field="config.json:text_config.max_position_embeddings"
         )
     manifest_path = manifest_path or root / CHECKPOINT_ATTESTATION_FILE
-    try:
-        manifest_resolved = manifest_path.resolve(strict=True)
-    except OSError:
+    if not os.path.lexists(refuse_nul(manifest_path, "QWEN_CHECKPOINT_MANIFEST_PATH")):
         raise LauncherError(
             f"exact checkpoint attestation is missing; expected {CHECKPOINT_ATTESTATION_FILE} at {manifest_path}",
             field="QWEN_CHECKPOINT_MANIFEST_PATH",
-        ) from None
-    if expected_manifest_sha256:
-        expected = require_sha256(expected_manifest_sha256, "QWEN_CHECKPOINT_MANIFEST_SHA256")
-        if sha256_file(manifest_resolved) != expected:
-            raise LauncherError(
-                "checkpoint attestation SHA-256 does not match its external pin",
-                field="QWEN_CHECKPOINT_MANIFEST_SHA256",
-            )
-    manifest = load_document(CheckpointAttestation, manifest_resolved, label=ATTESTATION)
+        )
+    expected = require_sha256(expected_manifest_sha256, "QWEN_CHECKPOINT_MANIFEST_SHA256") \
+        if expected_manifest_sha256 else ""
+    # One read: the pin is checked on exactly the bytes that are parsed (no swap in between).
+    read = read_file(manifest_path, label=ATTESTATION, max_bytes=MAX_JSON_BYTES)
+    if expected and read.sha256 != expected:
+        raise LauncherError(f"checkpoint attestation SHA-256 does not match its external pin (pinned {expected}, "
+                            f"found {read.sha256})", field="QWEN_CHECKPOINT_MANIFEST_SHA256")
+    manifest = parse_document(CheckpointAttestation, loads_object(read.data, label=ATTESTATION), label=ATTESTATION)
     if manifest.model_id != model_id:
         raise LauncherError("checkpoint attestation model_id does not match MODEL_ID", field=f"{ATTESTATION}.model_id")
     if manifest.revision != revision:
         raise LauncherError(
             "checkpoint attestation revision does not match MODEL_REVISION", field=f"{ATTESTATION}.revision"
         )
-    config_sha = sha256_file(config_path)
     if config_sha != manifest.config_sha256:
         raise LauncherError(
             "checkpoint config.json SHA-256 does not match its attestation", field=f"{ATTESTATION}.config_sha256"
         )
     index_path = child_file(root, manifest.weight_index_path, label="target weight index")
-    index_sha = sha256_file(index_path)
+    index, index_sha = _read_json(index_path, "target weight index")
     if index_sha != manifest.weight_index_sha256:
         raise LauncherError(
             "checkpoint weight index SHA-256 does not match its attestation",
             field=f"{ATTESTATION}.weight_index_sha256",
         )
-    weight_map, shards = _indexed_shards(root, index_path)
+    weight_map, shards = _indexed_shards(root, index_path, index)
     if len(shards) != manifest.expected_shard_count:
         raise LauncherError(
             f"checkpoint shard count does not match its attestation "

@@ -4,18 +4,22 @@ Any failed check raises LauncherError; the selector turns that into a recorded f
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from attest.documents import (
+    DFlash2Gate,
+    DocumentT,
     PARITY_CASES,
     SPECULATOR_ATTESTATION_FILE,
-    DFlash2Gate,
     SpeculatorAttestation,
-    load_document,
+    read_document,
 )
 from attest.hashing import sha256_file
-from attest.primitives import child_file, local_root, read_json_object, require_revision, require_sha256
+from attest.errors import AttestError
+from attest.primitives import child_file, local_root, require_revision, require_sha256
+from attest.reader import read_json_file, refuse_nul
 from launcher.checkpoint import CheckpointInspection
 from launcher.engine_probe import VllmCapabilities
 from launcher.errors import LauncherError
@@ -37,13 +41,24 @@ REQUIRED_CONCURRENCY = {1, 2}
 MIN_SAMPLES_PER_MODE = 100
 
 
+def _pinned(model: type[DocumentT], path: Path, label: str, pinned: str, pin_field: str) -> tuple[DocumentT | None, str]:
+    """One read: the pin is checked on exactly the bytes that are parsed. (None, why) when
+    the bytes do not have the pinned sha256."""
+    try:
+        return read_document(model, path, label=label, pinned_sha256=pinned, pin_field=pin_field)[0], ""
+    except AttestError as exc:
+        if exc.field == pin_field:
+            return None, str(exc)
+        raise
+
+
 def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) -> Path:
     if settings.dflash2_path is None:
         raise LauncherError("DFLASH2_SPECULATOR_PATH is required", field="DFLASH2_SPECULATOR_PATH")
     root = local_root(settings.dflash2_path, label="DFlash2 speculator path")
     revision = require_revision(settings.dflash2_revision, "DFLASH2_SPECULATOR_REVISION")
     config_path = child_file(root, "config.json", label="DFlash2 config")
-    config = read_json_object(config_path, label="DFlash2 config")
+    config, config_read = read_json_file(config_path, label="DFlash2 config")
     if config.get("architectures") != [DFLASH2_ARCHITECTURE]:
         raise LauncherError(f"DFlash2 config does not declare {DFLASH2_ARCHITECTURE}", field="DFlash2 config.architectures")
     for key, expected in DFLASH2_SHAPE.items():
@@ -59,13 +74,13 @@ def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) 
         )
     manifest_path = root / SPECULATOR_ATTESTATION_FILE
     expected_manifest_sha = require_sha256(settings.dflash2_manifest_sha256, "DFLASH2_MANIFEST_SHA256")
-    if not manifest_path.is_file():
+    if not os.path.lexists(manifest_path):
         raise LauncherError(f"DFlash2 attestation is missing: {manifest_path}", field=SPECULATOR_ATTESTATION_FILE)
-    if sha256_file(manifest_path) != expected_manifest_sha:
-        raise LauncherError(
-            "DFlash2 attestation file SHA-256 does not match the pinned value", field="DFLASH2_MANIFEST_SHA256"
-        )
-    manifest = load_document(SpeculatorAttestation, manifest_path, label=SPECULATOR)
+    manifest, mismatch = _pinned(SpeculatorAttestation, manifest_path, SPECULATOR, expected_manifest_sha,
+                                 "DFLASH2_MANIFEST_SHA256")
+    if manifest is None:
+        raise LauncherError(f"DFlash2 attestation file SHA-256 does not match the pinned value: {mismatch}",
+                            field="DFLASH2_MANIFEST_SHA256")
     if manifest.model_id != DFLASH2_MODEL_ID:
         raise LauncherError("DFlash2 attestation has the wrong schema or exact model_id", field=f"{SPECULATOR}.model_id")
     if manifest.revision != revision:
@@ -74,7 +89,7 @@ def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) 
         raise LauncherError(
             "DFlash2 attestation is not bound to the exact target checkpoint", field=f"{SPECULATOR}.target"
         )
-    if sha256_file(config_path) != manifest.config_sha256:
+    if config_read.sha256 != manifest.config_sha256:
         raise LauncherError("DFlash2 config SHA-256 does not match its attestation", field=f"{SPECULATOR}.config_sha256")
     if len(manifest.weight_files) != 1:
         raise LauncherError("DFlash2 attestation must list its one exact weight file", field=f"{SPECULATOR}.weight_files")
@@ -146,23 +161,25 @@ def verify_dflash2_gate(
     if not vllm.dflash2:
         raise LauncherError("installed vLLM does not prove DFlash2 model and V2 worker support", field="vllm")
     required_commit = require_revision(settings.dflash2_vllm_commit, "DFLASH2_VLLM_COMMIT")
-    if not vllm.source_commit or vllm.source_commit != required_commit:
+    matches, how = vllm.commit_matches(required_commit)
+    if not matches:
         raise LauncherError(
             f"installed vLLM commit does not equal the DFlash2 commit pin "
-            f"(installed {vllm.source_commit or 'unknown'}, pinned {required_commit})",
+            f"(installed {vllm.identity.commit if vllm.identity and vllm.identity.commit else 'unknown'}: {how}; "
+            f"pinned {required_commit})",
             field="DFLASH2_VLLM_COMMIT",
         )
     speculator_root = verify_speculator(settings, target)
     if settings.dflash2_gate_path is None:
         raise LauncherError("QWEN_DFLASH2_GATE_PATH is required", field="QWEN_DFLASH2_GATE_PATH")
     expected_gate_sha = require_sha256(settings.dflash2_gate_sha256, "QWEN_DFLASH2_GATE_SHA256")
-    if not settings.dflash2_gate_path.is_file():
+    if not os.path.lexists(refuse_nul(settings.dflash2_gate_path, "QWEN_DFLASH2_GATE_PATH")):
         raise LauncherError(f"DFlash2 gate is missing: {settings.dflash2_gate_path}", field="QWEN_DFLASH2_GATE_PATH")
-    if sha256_file(settings.dflash2_gate_path) != expected_gate_sha:
-        raise LauncherError(
-            "DFlash2 parity/benchmark gate SHA-256 does not match its pin", field="QWEN_DFLASH2_GATE_SHA256"
-        )
-    gate = load_document(DFlash2Gate, settings.dflash2_gate_path, label=GATE)
+    gate, mismatch = _pinned(DFlash2Gate, settings.dflash2_gate_path, GATE, expected_gate_sha,
+                             "QWEN_DFLASH2_GATE_SHA256")
+    if gate is None:
+        raise LauncherError(f"DFlash2 parity/benchmark gate SHA-256 does not match its pin: {mismatch}",
+                            field="QWEN_DFLASH2_GATE_SHA256")
     binding = {
         "engine": "vllm",
         "target_model_id": target.model_id,

@@ -161,6 +161,8 @@ FATAL: list[Row] = [
     ("index sha differs", _attest(weight_index_sha256=SHA_A), "checkpoint attestation.weight_index_sha256", "weight index SHA-256 does not match"),
     ("no weight_map", lambda w: w.edit_index(lambda i: i.pop("weight_map")), "model.safetensors.index.json:weight_map", "has no weight_map"),
     ("empty weight_map", lambda w: w.edit_index(lambda i: i.__setitem__("weight_map", {})), "model.safetensors.index.json:weight_map", "has no weight_map"),
+    ("weight_map value not a name", lambda w: w.edit_index(lambda i: i["weight_map"].__setitem__("x", 42)),
+     "model.safetensors.index.json:weight_map", "maps a tensor to something other than a file name"),
     ("shard missing", _remove("model-00002-of-00002.safetensors"), "target weight shard", "target weight shard is missing"),
     ("shard empty", _write("model-00001-of-00002.safetensors", b""), "target weight shard", "not a non-empty local file"),
     ("shard escapes", lambda w: w.edit_index(lambda i: i["weight_map"].__setitem__("x", "../../etc/passwd")),
