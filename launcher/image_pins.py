@@ -11,7 +11,7 @@ from launcher.settings import LauncherSettings
 def check_image_pins(baked: BakedImage, settings: LauncherSettings, vllm: VllmCapabilities) -> list[str]:
     """What was checked; raises AttestError naming the pin and both values on a mismatch."""
     notes = [
-        check_engine_commit(baked, "vllm", vllm.source_commit),
+        check_engine_commit(baked, "vllm", vllm.identity),
         check_model_revision(baked, settings.model_revision, "MODEL_REVISION"),
     ]
     gate_path = settings.dflash2_gate_path
