@@ -17,10 +17,20 @@ class AttestError(ValueError):
         self.field = field
 
 
-def report_refusal(exc: Exception) -> int:
+def report_refusal(exc: Exception, secrets: tuple[str, ...] = ()) -> int:
     """Print `{"ok": false, "error": ..., "field": ...}` on stderr; the exit code is 2.
 
-    Any error carrying a `field` (AttestError and its subclasses, the OCI tools' OciError)."""
-    print(json.dumps({"ok": False, "error": str(exc), "field": getattr(exc, "field", "")}, ensure_ascii=False),
-          file=sys.stderr)
+    Any error carrying a `field` (AttestError and its subclasses, the OCI tools' OciError).
+    Secrets from the environment (and `secrets`) are redacted in every escaped form."""
+    from attest.redact import environment_secrets, redactor
+
+    redact = redactor([*environment_secrets(), *secrets])
+    line = json.dumps({"ok": False, "error": str(exc), "field": getattr(exc, "field", "")}, ensure_ascii=False)
+    print(redact(line), file=sys.stderr)
     return 2
+
+
+def report_unexpected(exc: BaseException, secrets: tuple[str, ...] = ()) -> int:
+    """A bug is still a refusal: one JSON line (no traceback, no secret), exit 2."""
+    return report_refusal(AttestError(f"internal error: {type(exc).__name__}: {str(exc)[:500]}", field="internal"),
+                          secrets)

@@ -17,13 +17,14 @@ from typing import Callable, Sequence
 
 import httpx
 
+from attest import redact
 from attest.errors import AttestError
 from attest.primitives import LOOPBACK_HOSTS, read_json_object
 from boot.errors import BootError
 from boot.settings import CONTEXT_RANGE, REVISION, BootSettings
 from boot.state import save, store_api_key
 
-REDACTED = "[REDACTED]"
+REDACTED = redact.REDACTED
 RAM_HEADROOM = 24 * 2**30
 ENGRAM_LAYERS = (1, 14)
 
@@ -139,7 +140,8 @@ def sglang_args(settings: BootSettings) -> LaunchPlan:
 
 
 def redactor(secret: str) -> Callable[[str], str]:
-    return (lambda line: line.replace(secret, REDACTED)) if secret else (lambda line: line)
+    """Hides the key in every escaped form it can take in an engine's log line."""
+    return redact.redactor([secret])
 
 
 class Server:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from attest.documents import CHECKPOINT_ATTESTATION_FILE
-from attest.errors import AttestError, report_refusal
+from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.files import canonical_json, write_atomic
 from launcher.checkpoint import build_checkpoint_attestation
 from launcher.target import TARGET_MODEL_ID
@@ -44,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except AttestError as exc:
         return report_refusal(exc)
+    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
+        return report_unexpected(exc)
     data = canonical_json(attestation.model_dump(mode="json", exclude_none=True))
     output = args.output or Path(args.model_path) / CHECKPOINT_ATTESTATION_FILE
     write_atomic(output, data)

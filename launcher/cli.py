@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Callable, Mapping, Sequence
 
-from attest.errors import AttestError, report_refusal
+from attest.errors import AttestError, report_refusal, report_unexpected
 from launcher.checkpoint import inspect_target_checkpoint
 from attest.engine import engine_search_path
 from attest.pins import BAKED_PATH, BAKED_PATH_ENV, load_baked
@@ -66,6 +66,8 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
         command = build_server_command(settings, target, decision, vllm)
     except AttestError as exc:
         return report_refusal(exc)
+    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
+        return report_unexpected(exc)
     inspect_only = args.inspect_only or explain
     report = {
         "ok": True,

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from attest.documents import DFlash2Gate, parse_document
-from attest.errors import AttestError, report_refusal
+from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.files import canonical_json, write_atomic
 from attest.primitives import require_revision
 from tools.gate.benchmark import MIN_SAMPLES, run_benchmark
@@ -189,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         gate, results = generate(args, progress)
     except AttestError as exc:
         return report_refusal(exc)
+    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
+        return report_unexpected(exc)
     data = canonical_json(gate.model_dump(mode="json", exclude_none=True))
     write_atomic(args.output.with_name(args.output.name + ".results.json"), canonical_json(results))
     write_atomic(args.output, data)

@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from attest.errors import report_refusal, report_unexpected
 from tools.oci.errors import OciError
 from tools.oci.layout import INDEX_TYPES, canonical, sha256_digest
-from tools.oci.registry import Reference, RegistryClient
+from tools.oci.registry import Reference, RegistryClient, json_object
 
 
 def _platform(text: str) -> dict[str, str]:
@@ -28,14 +29,20 @@ def _platform(text: str) -> dict[str, str]:
 
 def _pick(index: dict[str, Any], platform: dict[str, str], where: str) -> str:
     available = []
-    for entry in index.get("manifests", []):
-        found = entry.get("platform") or {}
+    entries = index.get("manifests")
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("digest"), str):
+            continue
+        found = entry.get("platform") if isinstance(entry.get("platform"), dict) else {}
         available.append("/".join(filter(None, (found.get("os"), found.get("architecture"), found.get("variant")))))
         if all(found.get(key) == value for key, value in platform.items()):
             return entry["digest"]
     wanted = "/".join(platform.values())
     raise OciError(f"{where}: platform {wanted} is missing from the index (it has {sorted(set(available))})",
                    field="platform")
+
+
+MAX_CONFIG_BYTES = 8 << 20
 
 
 def fetch_base(image: str, digest: str, platform: str, output: Path, *, registry: str = "",
@@ -50,17 +57,23 @@ def fetch_base(image: str, digest: str, platform: str, output: Path, *, registry
     client = client or RegistryClient(registry or ref.registry)
     try:
         data, media_type = client.manifest(ref.repository, ref.digest)
-        document = json.loads(data)
+        document = json_object(data, f"base {ref} manifest")
         media_type = document.get("mediaType") or media_type
         if media_type in INDEX_TYPES or "manifests" in document:
             manifest_digest = _pick(document, wanted, str(ref))
             data, media_type = client.manifest(ref.repository, manifest_digest)
-            document = json.loads(data)
-        config = client.blob(ref.repository, document["config"]["digest"])
+            document = json_object(data, f"base {ref} manifest")
+        descriptor = document.get("config")
+        if not isinstance(descriptor, dict) or not isinstance(descriptor.get("digest"), str) \
+                or not isinstance(descriptor.get("size"), int):
+            raise OciError(f"base {ref}: the manifest has no config descriptor", field="config")
+        # Never read past the descriptor's size, and never a "config" larger than configs are.
+        config = client.blob(ref.repository, descriptor["digest"], size=descriptor["size"],
+                             max_bytes=MAX_CONFIG_BYTES)
     finally:
         if owned:
             client.close()
-    config_platform = json.loads(config)
+    config_platform = json_object(config, f"base {ref} config")
     if config_platform.get("os") != wanted["os"] or config_platform.get("architecture") != wanted["architecture"]:
         raise OciError(f"base {ref} is {config_platform.get('os')}/{config_platform.get('architecture')}, "
                        f"not the pinned {platform}", field="platform")
@@ -85,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fetch_base(args.image, args.digest, args.platform, args.output, registry=args.registry)
     except OciError as exc:
-        print(f"base: {exc}", file=sys.stderr)
-        return 2
+        return report_refusal(exc)
+    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
+        return report_unexpected(exc)
     return 0
 
 

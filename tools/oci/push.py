@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attest.errors import report_refusal, report_unexpected
 from tools.oci.errors import OciError
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, blob_path, read_layout
 from tools.oci.registry import Reference, RegistryClient
@@ -60,8 +61,10 @@ def push(layout: Path, target: str, *, client: RegistryClient | None = None,
                 continue
             source = source_client or RegistryClient(sidecar["registry"])
             try:
-                stream = source.stream_blob(sidecar["repository"], blob["digest"], blob["size"])
-                client.upload(ref.repository, blob["digest"], stream, blob["size"])
+                # A factory: a retried upload streams the blob again from the start.
+                client.upload(ref.repository, blob["digest"],
+                              lambda: source.stream_blob(sidecar["repository"], blob["digest"], blob["size"]),
+                              blob["size"])
             finally:
                 if source_client is None:
                     source.close()
@@ -85,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = push(args.layout, args.target)
     except OciError as exc:
-        print(f"push: {exc}", file=sys.stderr)
-        return 2
+        return report_refusal(exc)
+    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
+        return report_unexpected(exc)
     print(f"pushed: {len(report.uploaded)} uploaded ({report.uploaded_bytes} bytes), {len(report.mounted)} mounted, "
           f"{len(report.streamed)} streamed from the base registry, {len(report.present)} already present",
           file=sys.stderr)

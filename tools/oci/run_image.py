@@ -11,6 +11,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+from attest.errors import report_refusal, report_unexpected
 from tools.oci.errors import OciError
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
 from tools.oci.push import push
@@ -153,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"UNSIGNED: {report.reference} was pushed without signatures (--unsigned)", file=sys.stderr)
             print(report.reference)
     except OciError as exc:
-        print(f"{args.name}: {exc}", file=sys.stderr)
-        return 2
+        return report_refusal(exc)
+    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
+        return report_unexpected(exc)
     return 0
 
 
