@@ -281,7 +281,8 @@ def test_without_a_working_key_the_gate_stops_within_seconds_naming_the_variable
     assert code == 1 and time.monotonic() - started < 5
     assert log == []  # no chat request was sent: the preflight stopped the run
     err = capsys.readouterr().err
-    assert expected in err.splitlines()[0] and "HTTP 401" in err and "/v1/models" in err
+    gate_lines = [line for line in err.splitlines() if line.startswith("gate:")]
+    assert expected in gate_lines[0] and "HTTP 401" in err and "/v1/models" in err
     assert "pin it" not in err
     assert gate["parity"]["passed"] is False and expected in gate["parity"]["reasons"][0]
 

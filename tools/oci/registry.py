@@ -9,9 +9,11 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import httpx
 
@@ -21,6 +23,13 @@ from tools.oci.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFE
 ACCEPT_MANIFESTS = ", ".join((OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST))
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 CHUNK = 1 << 20
+# Registries are untrusted: every read is bounded. A blob is never read past its descriptor's
+# size; documents read without a descriptor (manifests, tokens) have a per-kind cap.
+MAX_MANIFEST_BYTES = 4 << 20
+MAX_TOKEN_BYTES = 64 << 10
+MAX_UNSIZED_BLOB_BYTES = 16 << 20
+ATTEMPTS = 3
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DOCKER_HUB = "registry-1.docker.io"
 
 
@@ -57,6 +66,33 @@ class Reference:
     def __str__(self) -> str:
         return f"{self.registry}/{self.repository}" + (f":{self.tag}" if self.tag else "") + \
             (f"@{self.digest}" if self.digest else "")
+
+
+def _attempt_failed(attempt: int, what: str) -> None:
+    print(f"registry: attempt {attempt}/{ATTEMPTS} failed: {what}; retrying", file=sys.stderr, flush=True)
+    time.sleep(min(0.2 * 2 ** (attempt - 1), 5))
+
+
+def _bounded(response: httpx.Response, limit: int, what: str, *, truncate: bool = False) -> bytes:
+    """At most `limit` bytes of a streamed body; more is refused (or cut, for error details)."""
+    body = bytearray()
+    for chunk in response.iter_bytes(CHUNK):
+        body += chunk
+        if len(body) > limit:
+            if truncate:
+                return bytes(body[:limit])
+            raise OciError(f"{what} is larger than the {limit} bytes allowed", field=what)
+    return bytes(body)
+
+
+def json_object(data: bytes, what: str) -> dict:
+    from attest.errors import AttestError
+    from attest.reader import loads_object
+
+    try:
+        return loads_object(data, label=what)
+    except AttestError as exc:
+        raise OciError(str(exc), field=what) from None
 
 
 def _is_loopback(registry: str) -> bool:
@@ -98,15 +134,39 @@ class RegistryClient:
         if "realm" not in fields:
             raise OciError(f"{self.registry}: unsupported auth challenge {challenge!r}", field="registry")
         params = {"scope": scope, **({"service": fields["service"]} if "service" in fields else {})}
-        response = httpx.get(fields["realm"], params=params, timeout=30)
-        if response.status_code != 200:
-            raise OciError(f"{self.registry}: anonymous token refused ({response.status_code}) for {scope}",
-                           field="registry")
-        body = response.json()
-        return body.get("token") or body.get("access_token") or ""
+        try:
+            with httpx.stream("GET", fields["realm"], params=params, timeout=30) as response:
+                status = response.status_code
+                data = _bounded(response, MAX_TOKEN_BYTES, f"{self.registry} token")
+        except httpx.HTTPError as exc:
+            raise OciError(f"{self.registry}: token service cannot be reached: {exc}", field="registry") from None
+        if status != 200:
+            raise OciError(f"{self.registry}: anonymous token refused ({status}) for {scope}", field="registry")
+        body = json_object(data, f"{self.registry} token response")
+        token = body.get("token") or body.get("access_token") or ""
+        return token if isinstance(token, str) else ""
 
     def request(self, method: str, url: str, *, repository: str, push: bool = False, stream: bool = False,
                 **kwargs) -> httpx.Response:
+        """One request; idempotent ones (GET, HEAD, PUT of a manifest) are retried on 5xx and
+        connection errors with backoff, each failed attempt named on stderr."""
+        retry = method in ("GET", "HEAD") or (method == "PUT" and "/manifests/" in url)
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                response = self._send(method, url, repository=repository, push=push, stream=stream, **kwargs)
+            except OciError as exc:
+                if not retry or attempt == ATTEMPTS:
+                    raise
+                _attempt_failed(attempt, f"{method} {url}: {exc}")
+                continue
+            if retry and response.status_code in RETRY_STATUS and attempt < ATTEMPTS:
+                response.close()
+                _attempt_failed(attempt, f"{method} {url}: HTTP {response.status_code}")
+                continue
+            return response
+        raise AssertionError("unreachable")
+
+    def _send(self, method: str, url: str, *, repository: str, push: bool, stream: bool, **kwargs) -> httpx.Response:
         scope = f"repository:{repository}:{'pull,push' if push else 'pull'}"
         headers = dict(kwargs.pop("headers", {}) or {})
         if scope in self._tokens:
@@ -133,24 +193,41 @@ class RegistryClient:
         return response
 
     # --- reads -------------------------------------------------------------------
+    def _read(self, url: str, repository: str, what: str, limit: int, **kwargs) -> tuple[bytes, httpx.Response]:
+        response = self.request("GET", url, repository=repository, stream=True, **kwargs)
+        try:
+            if response.status_code != 200:
+                detail = bytes(_bounded(response, 300, what, truncate=True)).decode("utf-8", "replace")
+                raise OciError(f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(),
+                               field=what)
+            return _bounded(response, limit, f"{self.registry}/{repository}: {what}"), response
+        except httpx.HTTPError as exc:
+            raise OciError(f"{self.registry}: {what} broke off: {exc}", field=what) from None
+        finally:
+            response.close()
+
     def manifest(self, repository: str, reference: str) -> tuple[bytes, str]:
-        response = self.request("GET", f"/v2/{repository}/manifests/{reference}", repository=repository,
-                                headers={"Accept": ACCEPT_MANIFESTS})
-        self._expect(response, (200,), f"manifest {repository}@{reference}")
-        data = response.content
+        data, response = self._read(f"/v2/{repository}/manifests/{reference}", repository,
+                                    f"manifest {repository}@{reference}", MAX_MANIFEST_BYTES,
+                                    headers={"Accept": ACCEPT_MANIFESTS})
         if DIGEST_RE.fullmatch(reference) and sha256_digest(data) != reference:
             raise OciError(f"{self.registry}/{repository}: manifest bytes do not match the requested digest "
                            f"{reference} (got {sha256_digest(data)})", field="manifest")
         media_type = response.headers.get("Content-Type", "").split(";")[0]
         return data, media_type
 
-    def blob(self, repository: str, digest: str) -> bytes:
-        response = self.request("GET", f"/v2/{repository}/blobs/{digest}", repository=repository)
-        self._expect(response, (200,), f"blob {digest}")
-        if sha256_digest(response.content) != digest:
+    def blob(self, repository: str, digest: str, *, size: int | None = None,
+             max_bytes: int = MAX_UNSIZED_BLOB_BYTES) -> bytes:
+        """A blob, never read past its descriptor's `size` (or `max_bytes`), verified by digest."""
+        if size is not None and (not isinstance(size, int) or size < 0 or size > max_bytes):
+            raise OciError(f"{self.registry}/{repository}: blob {digest} declares {size} bytes; at most {max_bytes} "
+                           "are read for it", field=digest)
+        data, _ = self._read(f"/v2/{repository}/blobs/{digest}", repository, f"blob {digest}",
+                             size if size is not None else max_bytes)
+        if (size is not None and len(data) != size) or sha256_digest(data) != digest:
             raise OciError(f"{self.registry}/{repository}: blob {digest} is corrupt "
-                           f"(its bytes hash to {sha256_digest(response.content)})", field=digest)
-        return response.content
+                           f"({len(data)} bytes hashing to {sha256_digest(data)})", field=digest)
+        return data
 
     def has_blob(self, repository: str, digest: str) -> bool:
         response = self.request("HEAD", f"/v2/{repository}/blobs/{digest}", repository=repository, push=True)
@@ -183,7 +260,25 @@ class RegistryClient:
             self.request("DELETE", response.headers["Location"], repository=repository, push=True)
         return False
 
-    def upload(self, repository: str, digest: str, content: bytes | Path | Iterator[bytes], size: int) -> None:
+    def upload(self, repository: str, digest: str, content: bytes | Path | Callable[[], Iterator[bytes]],
+               size: int) -> None:
+        """Upload a blob (bytes, a file, or a factory of a fresh byte stream per attempt),
+        retrying a failed session from the start, then confirm the registry has it."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                self._upload_once(repository, digest, content() if callable(content) else content, size)
+                break
+            except OciError as exc:
+                if attempt == ATTEMPTS:
+                    raise
+                _attempt_failed(attempt, f"upload of {digest}: {exc}")
+        if not self.has_blob(repository, digest):
+            raise OciError(f"{self.registry} acknowledged {digest} but does not have it (HEAD after upload)",
+                           field=digest)
+        self.uploaded_bytes += size
+        self.uploaded_blobs.append(digest)
+
+    def _upload_once(self, repository: str, digest: str, content: bytes | Path | Iterator[bytes], size: int) -> None:
         start = self.request("POST", f"/v2/{repository}/blobs/uploads/", repository=repository, push=True)
         self._expect(start, (202,), f"upload start for {digest}")
         location = start.headers["Location"]
@@ -200,8 +295,6 @@ class RegistryClient:
                                 content=body, headers={"Content-Type": "application/octet-stream",
                                                        "Content-Length": str(size)})
         self._expect(response, (201,), f"upload of {digest}")
-        self.uploaded_bytes += size
-        self.uploaded_blobs.append(digest)
 
     def put_manifest(self, repository: str, reference: str, data: bytes, media_type: str) -> str:
         response = self.request("PUT", f"/v2/{repository}/manifests/{reference}", repository=repository, push=True,
@@ -211,4 +304,12 @@ class RegistryClient:
         returned = response.headers.get("Docker-Content-Digest")
         if returned and returned != digest:
             raise OciError(f"{self.registry} stored the manifest as {returned}, expected {digest}", field="manifest")
+        # Read it back by digest: a registry that acknowledged but did not store is caught here.
+        try:
+            stored, _ = self.manifest(repository, digest)
+        except OciError as exc:
+            raise OciError(f"{self.registry} acknowledged manifest {digest} but does not serve it: {exc}",
+                           field="manifest") from None
+        if stored != data:
+            raise OciError(f"{self.registry} serves other bytes for manifest {digest}", field="manifest")
         return digest

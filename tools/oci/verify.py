@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import argparse
 import base64
-import gzip
 import io
 import json
 import tarfile
+import zlib
 from pathlib import Path
 from typing import Any
 
-from attest.errors import report_refusal
+from attest.errors import AttestError, report_refusal, report_unexpected
+from attest.reader import loads_object
 from tools.oci.errors import OciError
 from tools.oci.image import BAKED_DEST, TITLE, pin_labels
 from tools.oci.provenance import PREDICATE_TYPE, STATEMENT_TYPE, resolved
@@ -28,8 +29,38 @@ from tools.oci.registry import Reference, RegistryClient
 from tools.oci.sign import DSSE_TYPE, SIGNATURE_ANNOTATION, SIMPLESIGNING_TYPE, load_public_key, pae, tag_for, verify
 
 
+# What verify reads, each bounded: signature payloads, the config, the (compressed) pins
+# layer and what it may decompress to.
+MAX_SIGNED_BYTES = 1 << 20
+MAX_CONFIG_BYTES = 8 << 20
+MAX_PINS_LAYER_BYTES = 1 << 20
+MAX_PINS_UNCOMPRESSED = 8 << 20
+
+
 def _refuse(message: str, field: str) -> OciError:
     return OciError(message, field=field)
+
+
+def _json(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        return loads_object(data, label=what)
+    except AttestError as exc:
+        raise _refuse(str(exc), field=what) from None
+
+
+def _descriptor(value: Any, what: str) -> dict[str, Any]:
+    """A descriptor with a sha256 digest and a non-negative integer size."""
+    if not isinstance(value, dict) or not isinstance(value.get("digest"), str) or not isinstance(
+            value.get("size"), int) or isinstance(value.get("size"), bool) or value["size"] < 0:
+        raise _refuse(f"{what} is not a descriptor with a digest and a size", field=what)
+    return value
+
+
+def _layers(manifest: dict[str, Any], what: str) -> list[dict[str, Any]]:
+    layers = manifest.get("layers")
+    if not isinstance(layers, list) or not layers:
+        raise _refuse(f"{what} has no layers", field=what)
+    return [_descriptor(layer, f"{what} layer {index}") for index, layer in enumerate(layers)]
 
 
 def _single_layer(client: RegistryClient, repository: str, tag: str, media_type: str) -> tuple[bytes, dict]:
@@ -38,23 +69,47 @@ def _single_layer(client: RegistryClient, repository: str, tag: str, media_type:
     except OciError:
         raise _refuse(f"no {tag} in {client.registry}/{repository}: the image is not signed/attested there",
                       field=tag) from None
-    manifest = json.loads(data)
-    layers = [layer for layer in manifest.get("layers", []) if layer.get("mediaType") == media_type]
+    layers = [layer for layer in _layers(_json(data, tag), tag) if layer.get("mediaType") == media_type]
     if len(layers) != 1:
         raise _refuse(f"{tag} must hold exactly one {media_type} layer", field=tag)
-    return client.blob(repository, layers[0]["digest"]), layers[0].get("annotations") or {}
+    blob = client.blob(repository, layers[0]["digest"], size=layers[0]["size"], max_bytes=MAX_SIGNED_BYTES)
+    annotations = layers[0].get("annotations")
+    return blob, annotations if isinstance(annotations, dict) else {}
+
+
+def _gunzip_bounded(blob: bytes, limit: int, what: str) -> bytes:
+    """Decompress at most `limit` bytes: a small bomb cannot take memory or time."""
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        data = inflater.decompress(blob, limit + 1)
+    except zlib.error as exc:
+        raise _refuse(f"{what} is not a gzip stream: {exc}", field=what) from None
+    if len(data) > limit:
+        raise _refuse(f"{what} decompresses to more than {limit} bytes", field=what)
+    if not inflater.eof:
+        raise _refuse(f"{what} is a truncated gzip stream", field=what)
+    return data
 
 
 def baked_pins(client: RegistryClient, repository: str, manifest: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    layers = [layer for layer in manifest["layers"] if (layer.get("annotations") or {}).get(TITLE) == BAKED_DEST]
-    if len(layers) != 1 or layers[-1] is not manifest["layers"][-1]:
+    layers = _layers(manifest, "manifest")
+    pins_layer = layers[-1]
+    annotations = pins_layer.get("annotations") if isinstance(pins_layer.get("annotations"), dict) else {}
+    if annotations.get(TITLE) != BAKED_DEST or sum(
+            1 for layer in layers if isinstance(layer.get("annotations"), dict)
+            and layer["annotations"].get(TITLE) == BAKED_DEST) != 1:
         raise _refuse(f"the image has no final layer annotated {TITLE}={BAKED_DEST}", field=BAKED_DEST)
-    blob = client.blob(repository, layers[0]["digest"])
-    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(blob))) as tar:
-        member = tar.extractfile(BAKED_DEST.lstrip("/"))
-        if member is None:
-            raise _refuse(f"the pins layer does not hold {BAKED_DEST}", field=BAKED_DEST)
-        return json.loads(member.read()), len(blob)
+    blob = client.blob(repository, pins_layer["digest"], size=pins_layer["size"], max_bytes=MAX_PINS_LAYER_BYTES)
+    archive = _gunzip_bounded(blob, MAX_PINS_UNCOMPRESSED, f"the pins layer {pins_layer['digest']}")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            member = tar.extractfile(BAKED_DEST.lstrip("/"))
+            data = member.read(MAX_PINS_UNCOMPRESSED) if member is not None else None
+    except (tarfile.TarError, KeyError):
+        data = None
+    if data is None:
+        raise _refuse(f"the pins layer does not hold {BAKED_DEST}", field=BAKED_DEST)
+    return _json(data, BAKED_DEST), len(blob)
 
 
 def verify_image(reference: str, public_key: Path, client: RegistryClient | None = None) -> dict[str, Any]:
@@ -65,24 +120,34 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
     owned = client is None
     client = client or RegistryClient(ref.registry)
     try:
-        manifest_bytes, _ = client.manifest(ref.repository, ref.digest)
-        manifest = json.loads(manifest_bytes)
-        config = json.loads(client.blob(ref.repository, manifest["config"]["digest"]))
-        baked, baked_size = baked_pins(client, ref.repository, manifest)
-
+        # The signature first: nothing the image holds is parsed or decompressed before the
+        # signed payload names this manifest digest (which in turn names every blob's digest).
         payload, annotations = _single_layer(client, ref.repository, tag_for(ref.digest, "sig"), SIMPLESIGNING_TYPE)
-        if not verify(key, payload, annotations.get(SIGNATURE_ANNOTATION, "")):
+        if not verify(key, payload, str(annotations.get(SIGNATURE_ANNOTATION, ""))):
             raise _refuse("the image signature does not verify with the given public key", field="signature")
-        signed = json.loads(payload)["critical"]["image"]["docker-manifest-digest"]
+        critical = _json(payload, "signature payload").get("critical")
+        signed = critical.get("image", {}).get("docker-manifest-digest") if isinstance(critical, dict) else None
         if signed != ref.digest:
             raise _refuse(f"the signature is for {signed}, not {ref.digest}", field="signature")
 
+        manifest_bytes, _ = client.manifest(ref.repository, ref.digest)
+        manifest = _json(manifest_bytes, "manifest")
+        config_descriptor = _descriptor(manifest.get("config"), "manifest config")
+        config = _json(client.blob(ref.repository, config_descriptor["digest"], size=config_descriptor["size"],
+                                   max_bytes=MAX_CONFIG_BYTES), "config")
+        baked, baked_size = baked_pins(client, ref.repository, manifest)
+
         envelope_bytes, _ = _single_layer(client, ref.repository, tag_for(ref.digest, "att"), DSSE_TYPE)
-        envelope = json.loads(envelope_bytes)
-        body = base64.b64decode(envelope["payload"])
-        if not any(verify(key, pae(envelope["payloadType"], body), s.get("sig", "")) for s in envelope["signatures"]):
+        envelope = _json(envelope_bytes, "provenance envelope")
+        try:
+            body = base64.b64decode(str(envelope.get("payload", "")), validate=True)
+            signatures = [item for item in envelope.get("signatures") or [] if isinstance(item, dict)]
+        except (ValueError, TypeError):
+            raise _refuse("the provenance envelope is malformed", field="provenance") from None
+        payload_type = str(envelope.get("payloadType", ""))
+        if not any(verify(key, pae(payload_type, body), str(item.get("sig", ""))) for item in signatures):
             raise _refuse("the provenance signature does not verify with the given public key", field="provenance")
-        statement = json.loads(body)
+        statement = _json(body, "provenance statement")
         if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != PREDICATE_TYPE:
             raise _refuse("the attestation is not an in-toto v1 SLSA provenance v1 statement", field="provenance")
         subjects = [s["digest"].get("sha256") for s in statement.get("subject", [])]
@@ -122,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = verify_image(args.reference, args.key)
     except OciError as exc:
         return report_refusal(exc)
+    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
+        return report_unexpected(exc)
     print(json.dumps(summary, indent=2, sort_keys=True))
     return 0
 
