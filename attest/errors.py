@@ -25,7 +25,9 @@ def report_refusal(exc: Exception, secrets: tuple[str, ...] = ()) -> int:
     from attest.redact import environment_secrets, redactor
 
     redact = redactor([*environment_secrets(), *secrets])
-    line = json.dumps({"ok": False, "error": str(exc), "field": getattr(exc, "field", "")}, ensure_ascii=False)
+    # Before encoding (the message may hold an escaped form) and after (encoding escapes again).
+    line = json.dumps({"ok": False, "error": redact(str(exc)), "field": redact(str(getattr(exc, "field", "")))},
+                      ensure_ascii=False)
     print(redact(line), file=sys.stderr)
     return 2
 

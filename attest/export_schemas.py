@@ -5,7 +5,14 @@ import json
 import sys
 from pathlib import Path
 
-from attest.documents import SCHEMAS
+from attest.documents import CheckpointAttestation, Document
+from attest.speculation import DFlash2Gate, SpeculatorAttestation
+
+SCHEMAS: dict[str, type[Document]] = {
+    "checkpoint_attestation": CheckpointAttestation,
+    "speculator_attestation": SpeculatorAttestation,
+    "dflash2_gate": DFlash2Gate,
+}
 
 
 def main(argv: list[str]) -> int:

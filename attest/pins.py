@@ -17,11 +17,8 @@ from pydantic import AfterValidator, Field
 from attest.documents import Document, load_document
 from attest.engine import InstalledDistribution, commit_matches
 from attest.errors import AttestError
-from attest.reader import refuse_nul
 from attest.primitives import REVISION_RE
 
-BAKED_PATH_ENV = "OMNI_IMAGE_JSON"
-BAKED_PATH = "/etc/omni/image.json"
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -98,14 +95,6 @@ class BakedImage(Document):
 
 def load_pins(path: Path) -> ImagePins:
     return load_document(ImagePins, path, label=path.name)
-
-
-def load_baked(path: Path | None = None) -> BakedImage | None:
-    """The baked file of the image we run in; None outside an Omni image."""
-    path = path or Path(refuse_nul(os.environ.get(BAKED_PATH_ENV, BAKED_PATH), BAKED_PATH_ENV))
-    if not os.path.lexists(path):  # anything there (a dangling or looping link too) must read as a document
-        return None
-    return load_document(BakedImage, path, label=str(path))
 
 
 def mismatch(pin: str, pinned: str, actual: str, what: str) -> AttestError:

@@ -21,7 +21,8 @@ import httpx
 
 from attest.engine import engine_search_path, find_installed
 from attest.errors import AttestError, report_refusal, report_unexpected
-from attest.pins import check_engine_commit, check_model_revision, load_baked
+from attest.baked import load_baked
+from attest.pins import check_engine_commit, check_model_revision
 from boot.settings import REVISION, BootSettings, help_table
 
 COMMANDS = ("run", "prepare", "verify", "health", "smoke")

@@ -22,7 +22,8 @@ from attest.documents import Document, parse_document
 from attest.errors import AttestError
 from attest.files import canonical_json, write_atomic
 from attest.lock import LOCK_FILE, REVIEWED, TRUST_ON_FIRST_USE, CheckpointLock, load_lock
-from attest.pins import BakedImage, load_baked
+from attest.baked import load_baked
+from attest.pins import BakedImage
 from attest.reader import read_json_file
 from attest.tree import stat_regular
 from boot import hub

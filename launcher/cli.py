@@ -15,9 +15,8 @@ from typing import Callable, Mapping, Sequence
 from attest.errors import AttestError, report_refusal, report_unexpected
 from launcher.checkpoint import inspect_target_checkpoint
 from attest.engine import engine_search_path
-from attest.pins import BAKED_PATH, BAKED_PATH_ENV, load_baked
+from attest.baked import baked_path, load_baked
 from launcher.engine_probe import probe_installed_vllm
-from launcher.image_pins import check_image_pins
 from launcher.hardware import detect_nvidia_gpus, detect_rocm_architectures
 from launcher.selection import explanation_table, select_mode
 from launcher.server import OFFLINE_ENV, build_server_command
@@ -57,8 +56,12 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
         )
         vllm = probe_installed_vllm(engine_search_path(settings.engine_python))
         baked = load_baked()
-        pin_checks = check_image_pins(baked, settings, vllm) if baked else [
-            f"not running from an Omni image (no {os.environ.get(BAKED_PATH_ENV, BAKED_PATH)}): pins not checked"]
+        if baked:
+            from launcher.image_pins import check_image_pins  # pin models load only inside an image
+
+            pin_checks = check_image_pins(baked, settings, vllm)
+        else:
+            pin_checks = [f"not running from an Omni image (no {baked_path()}): pins not checked"]
         needs_rocm = settings.required_gpu_arch or settings.requested_mode == "dflash2_canary" or explain
         hardware = detect_rocm_architectures() if needs_rocm else ()
         nvidia = detect_nvidia_gpus()

@@ -8,13 +8,12 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from attest.documents import (
-    DFlash2Gate,
-    DocumentT,
+from attest.documents import DocumentT, read_document
+from attest.speculation import (
     PARITY_CASES,
     SPECULATOR_ATTESTATION_FILE,
+    DFlash2Gate,
     SpeculatorAttestation,
-    read_document,
 )
 from attest.hashing import sha256_file
 from attest.errors import AttestError

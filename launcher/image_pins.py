@@ -1,7 +1,7 @@
 """The launcher's start-up checks against the image's baked pins (/etc/omni/image.json)."""
 from __future__ import annotations
 
-from attest.documents import DFlash2Gate, load_document
+from attest.documents import load_document
 from attest.errors import AttestError
 from attest.pins import BakedImage, check_engine_commit, check_model_revision, mismatch
 from launcher.engine_probe import VllmCapabilities
@@ -17,6 +17,8 @@ def check_image_pins(baked: BakedImage, settings: LauncherSettings, vllm: VllmCa
     gate_path = settings.dflash2_gate_path
     if settings.requested_mode != "dflash2_canary" or gate_path is None or not gate_path.is_file():
         return notes
+    from attest.speculation import DFlash2Gate
+
     try:
         gate = load_document(DFlash2Gate, gate_path, label="DFlash2 gate")
     except AttestError:

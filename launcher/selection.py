@@ -11,7 +11,6 @@ from typing import Any, Sequence
 
 from attest.errors import AttestError
 from launcher.checkpoint import CheckpointInspection
-from launcher.dflash2 import verify_dflash2_gate
 from launcher.engine_probe import VllmCapabilities
 from launcher.errors import LauncherError
 from launcher.settings import LauncherSettings
@@ -77,6 +76,8 @@ def select_mode(
     canary_field = "INFERENCE_MODE"
     if settings.requested_mode == "dflash2_canary" or explain:
         try:
+            from launcher.dflash2 import verify_dflash2_gate  # the canary's models load only when judged
+
             canary = verify_dflash2_gate(settings, target, vllm, arches)
             canary_reason = "explicit exact DFlash2 parity and target-hardware benchmark gates passed"
             canary_field = ""

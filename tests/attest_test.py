@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from attest.documents import SCHEMAS, CheckpointAttestation, DFlash2Gate, parse_document
+from attest.documents import CheckpointAttestation, parse_document
+from attest.export_schemas import SCHEMAS
+from attest.speculation import DFlash2Gate
 from attest.errors import AttestError
 from attest.files import canonical_json, write_atomic
 from attest.hashing import Progress, hash_files_parallel, sha256_file

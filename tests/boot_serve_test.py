@@ -259,3 +259,29 @@ def test_usage_and_unknown_command(tmp_path: Path) -> None:
     assert shown.returncode == 0 and "Commands:" in shown.stdout and "verify" in shown.stdout
     bad = subprocess.run([sys.executable, "-m", "boot", "launch"], env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown command or option: launch" in bad.stderr
+
+
+@pytest.mark.parametrize("secret", ['sk-"quoted"-key', "sk-back\\slash\\key", "sk-it's-mine", "sk-ünï-cødé",
+                                    "sk-tab\tkey"])
+def test_the_key_is_redacted_in_every_escaped_form(secret: str) -> None:
+    import shlex
+    from urllib.parse import quote
+
+    from boot.serve import redactor
+
+    redact = redactor(secret)
+    for printed in (secret, json.dumps(secret), json.dumps({"api_key": secret}, ensure_ascii=True), repr(secret),
+                    shlex.quote(secret), f"--api-key={quote(secret, safe='')}", str([secret])):
+        line = redact(f"engine log: {printed} end")
+        assert secret not in line and json.dumps(secret)[1:-1] not in line and repr(secret)[1:-1] not in line, line
+        assert "[REDACTED]" in line
+
+
+def test_a_refusal_never_prints_a_secret_from_the_environment(tmp_path: Path, capsys) -> None:
+    from attest.errors import AttestError, report_refusal
+
+    secret = 'sk-"leaky\\key'
+    with mock.patch.dict(os.environ, {"API_KEY": secret}):
+        assert report_refusal(AttestError(f"the server said {json.dumps(secret)} and {secret!r}", field="x")) == 2
+    err = capsys.readouterr().err
+    assert "leaky" not in err and err.count("[REDACTED]") == 2

@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from attest.documents import DFlash2Gate, parse_document
+from attest.documents import parse_document
+from attest.speculation import DFlash2Gate
 from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.files import canonical_json, write_atomic
 from attest.primitives import require_revision
