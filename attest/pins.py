@@ -44,6 +44,8 @@ class EnginePin(Document):
     name: Literal["vllm", "sglang"]
     repository: str = Field(min_length=1)
     commit: OptionalRevision
+    # Only where the engine cannot run otherwise: the image then runs as root and its labels say why.
+    needs_root: bool = False
 
 
 OptionalSha256 = Annotated[str, _optional(re.compile(r"^[0-9a-fA-F]{64}$"), "a 64-hex sha256")]
@@ -82,8 +84,20 @@ class ImagePins(Document):
         return empty
 
 
+class RuntimeContract(Document):
+    """Who the image runs as and what it writes: the user (uid:gid), the supplementary groups
+    a deployment must add, the declared volumes and the variables that point at them."""
+
+    user: str
+    root_because: str = ""
+    groups: list[str] = []
+    volumes: list[str] = []
+    writable_env: dict[str, str] = {}
+
+
 class BakedImage(Document):
-    """/etc/omni/image.json: the pins, the layers built before this file, the toolkit."""
+    """/etc/omni/image.json: the pins, the layers built before this file, the toolkit, and
+    the runtime contract."""
 
     schema_version: Literal["1"]
     toolkit_version: str
@@ -91,6 +105,7 @@ class BakedImage(Document):
     pins: ImagePins
     base_digest: str
     layers: list[str]
+    runtime: RuntimeContract | None = None
 
 
 def load_pins(path: Path) -> ImagePins:

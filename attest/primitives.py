@@ -2,9 +2,10 @@
 local roots, safe child files and bounded JSON reading."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Mapping
 
 from pydantic import AfterValidator
 
@@ -118,3 +119,42 @@ def child_file(root: Path, relative: str, *, label: str) -> Path:
     if not candidate.is_file() or candidate.stat().st_size <= 0:
         raise AttestError(f"{label} is not a non-empty local file: {relative}", field=label)
     return candidate
+
+
+# Variables that point the engine at places it writes (caches, temporary files).
+CACHE_VARIABLES = ("HOME", "XDG_CACHE_HOME", "HF_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR",
+                   "TORCHINDUCTOR_CACHE_DIR", "TMPDIR")
+
+
+def writable_dir(path: str | Path, variable: str, *, create: bool, default_used: bool = False) -> Path:
+    """A directory this process can write, or a refusal naming the variable, the path and the
+    fix. With `create`, a missing directory is made; without, its nearest existing parent
+    must be writable (so it can be made later, and nothing is written now)."""
+    text = refuse_nul(path, variable)
+    source = f"{variable}{' (default)' if default_used else ''}"
+    fix = f"mount a writable volume at {text} or set {variable} to a writable directory"
+    target = Path(text)
+    if create:
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise AttestError(f"{source} {text} cannot be created ({exc.strerror}): {fix}", field=variable) from None
+    probe = target
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise AttestError(f"{source} {text}: {probe} is not a directory: {fix}", field=variable)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise AttestError(f"{source} {text} is not writable by uid {os.geteuid()} ({probe} is read-only or owned "
+                          f"by another user): {fix}", field=variable)
+    return target
+
+
+def require_writable_cache_env(environ: Mapping[str, str]) -> list[str]:
+    """Every cache variable that is set names a place that can be written; what was checked."""
+    checked = []
+    for name in CACHE_VARIABLES:
+        if environ.get(name):
+            writable_dir(environ[name], name, create=False)
+            checked.append(f"{name}={environ[name]}")
+    return checked

@@ -22,6 +22,7 @@ import httpx
 from attest.engine import engine_search_path, find_installed
 from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.baked import load_baked
+from attest.primitives import writable_dir
 from attest.pins import check_engine_commit, check_model_revision
 from boot.settings import REVISION, BootSettings, help_table
 
@@ -54,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         settings = BootSettings.from_env()
+        if command != "health":  # every other command writes its receipt or results to STATE_PATH
+            writable_dir(settings.state, "STATE_PATH", create=True,
+                         default_used="STATE_PATH" in settings.defaults_used)
         for note in check_image_pins(settings, command):
             print(f"pins: {note}", file=sys.stderr)
         if command == "prepare":

@@ -9,6 +9,7 @@ file before starting.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,7 @@ from attest.lock import LOCK_FILE, REVIEWED, TRUST_ON_FIRST_USE, CheckpointLock,
 from attest.baked import load_baked
 from attest.pins import BakedImage
 from attest.reader import read_json_file
+from attest.primitives import writable_dir
 from attest.tree import stat_regular
 from boot import hub
 from boot.errors import BootError
@@ -141,6 +143,7 @@ def fetch_missing(settings: BootSettings, in_use: LockInUse, names: list[str]) -
                                 endpoint=settings.hf_endpoint)
     hub.compare_with_lock(lock, listing)
     items = [lock.by_path[name] for name in names]
+    writable_dir(settings.model, "MODEL_PATH", create=False, default_used="MODEL_PATH" in settings.defaults_used)
     partial = settings.model / PARTIAL_DIR
     partial.mkdir(mode=0o700, exist_ok=True)
     total = sum(item.size for item in items)
@@ -174,7 +177,9 @@ def publish(settings: BootSettings, in_use: LockInUse, receipt: Receipt) -> None
 
 def withdraw_verdicts(settings: BootSettings) -> None:
     withdraw_receipt(settings.state)
-    (settings.model / VERIFIED_MARKER).unlink(missing_ok=True)
+    marker = settings.model / VERIFIED_MARKER
+    if os.path.lexists(marker):  # a read-only model volume holds none: nothing to remove there
+        marker.unlink()
 
 
 def model_root(settings: BootSettings, *, create: bool) -> Path:
@@ -217,7 +222,8 @@ def verify_rank0(settings: BootSettings, in_use: LockInUse, *, download: bool, r
     report = finish(settings.model, lock, check, started=started, trust=in_use.trust, quiet=quiet)
     signed = Receipt(revision=REVISION, lock_sha256=in_use.sha256, trust=in_use.trust, files=check.good)
     save_receipt(settings.state, signed)
-    publish(settings, in_use, signed)
+    if settings.nnodes > 1:  # the verdict other ranks wait for; a single node writes nothing to MODEL_PATH
+        publish(settings, in_use, signed)
     return report
 
 

@@ -16,6 +16,7 @@ from attest.errors import AttestError, report_refusal, report_unexpected
 from launcher.checkpoint import inspect_target_checkpoint
 from attest.engine import engine_search_path
 from attest.baked import baked_path, load_baked
+from attest.primitives import require_writable_cache_env
 from launcher.engine_probe import probe_installed_vllm
 from launcher.hardware import detect_nvidia_gpus, detect_rocm_architectures
 from launcher.selection import explanation_table, select_mode
@@ -65,6 +66,7 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
         needs_rocm = settings.required_gpu_arch or settings.requested_mode == "dflash2_canary" or explain
         hardware = detect_rocm_architectures() if needs_rocm else ()
         nvidia = detect_nvidia_gpus()
+        writable = require_writable_cache_env(os.environ)
         decision = select_mode(target, vllm, settings, hardware_arches=hardware, explain=explain)
         command = build_server_command(settings, target, decision, vllm)
     except AttestError as exc:
@@ -84,6 +86,7 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
         "server_argv": command.redacted_argv(),
         "api_key_transport": command.api_key_transport,
         "image_pins": pin_checks,
+        "writable": writable,
     }
     if command.api_key_transport == "command_line":
         report["warnings"] = [

@@ -329,7 +329,7 @@ def test_other_ranks_wait_for_rank_0s_verdict_bound_to_the_same_lock(tmp_path: P
         _rank(tmp_path, 1, RANK_WAIT_TIMEOUT_S="1", **pinned)
     (tmp_path / "model" / "config.json").unlink()
     with LoopbackHub(tiny_repo()) as hub:
-        _prepare(tmp_path, hub, **pinned)
+        _prepare(tmp_path, hub, NNODES="3", **pinned)
     _rank(tmp_path, 2, RANK_WAIT_TIMEOUT_S="1", **pinned)
     # Another lock on this rank: it keeps waiting, then names both.
     other = tiny_repo()
@@ -361,7 +361,7 @@ def test_a_waiting_rank_starts_once_rank_0_publishes(tmp_path: Path) -> None:
         waiter.start()
         time.sleep(0.3)
         assert waiter.is_alive() and not (tmp_path / "model" / VERIFIED_MARKER).exists()
-        _prepare(tmp_path, hub)  # trust on first use: rank 1 takes the lock rank 0 published
+        _prepare(tmp_path, hub, NNODES="3")  # trust on first use: rank 1 takes the lock rank 0 published
     waiter.join(20)
     assert not waiter.is_alive() and errors == []
 

@@ -220,6 +220,11 @@ def test_signed_push_verifies_with_ours_and_cosign(pushed) -> None:
     summary = verify_image(pushed["reference"], pushed["public"])
     assert summary["ok"] and summary["image"] == "qwen_mi300x"
     assert summary["bytes_fetched_from_layers"] < 4096  # only the pins layer, never the big ones
+    # A development image says it is unpinned, and what it runs as.
+    assert summary["pinned"] is False and "base.digest" in summary["unpinned"]
+    assert summary["runtime"]["user"] == "1000:1000"
+    assert summary["runtime"]["groups"] == ["video:44", "render:110"]
+    assert summary["runtime"]["volumes"] == ["/cache", "/models", "/tmp"]
     signature = _cosign("verify", "--key", str(pushed["public"]), pushed["reference"])
     assert signature.returncode == 0, signature.stderr
     attestation = _cosign("verify-attestation", "--key", str(pushed["public"]), "--type", "slsaprovenance1",

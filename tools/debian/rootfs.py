@@ -132,7 +132,10 @@ def build(lock: dict[str, Any], arch: str, debs: Path, passwd: Path, group: Path
     tree["etc/passwd"] = {"dest": "etc/passwd", "data": passwd.read_bytes(), "mode": 0o644}
     tree["etc/group"] = {"dest": "etc/group", "data": group.read_bytes(), "mode": 0o644}
     tree["tmp"] = {"dest": "tmp", "type": "dir", "mode": 0o1777}
+    # Mount points of the declared volumes (the images may run with a read-only root).
     tree["state"] = {"dest": "state", "type": "dir", "mode": 0o755, "uid": 1000, "gid": 1000}
+    tree["cache"] = {"dest": "cache", "type": "dir", "mode": 0o755, "uid": 1000, "gid": 1000}
+    tree["models"] = {"dest": "models", "type": "dir", "mode": 0o755}
     tree["opt/omni"] = {"dest": "opt/omni", "type": "dir", "mode": 0o755}
     descriptor = write_layer(tree.values(), output, mtime=source_date_epoch())
     return descriptor, packages

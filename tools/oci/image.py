@@ -41,8 +41,12 @@ TOOLKIT_VERSION = "0.1.0"
 BAKED_DEST = "/etc/omni/image.json"
 CHECKPOINT_LOCK_DEST = "/etc/omni/checkpoint.lock.json"  # boot's CHECKPOINT_LOCK default
 TITLE = "org.opencontainers.image.title"
-CONFIG_KEYS = ("entrypoint", "cmd", "env", "workdir", "user", "exposed_ports", "labels", "annotations",
+CONFIG_KEYS = ("entrypoint", "cmd", "env", "workdir", "user", "volumes", "exposed_ports", "labels", "annotations",
                "os", "architecture", "variant", "layer_names")
+# Variables that point a program at a place it writes: recorded with the image's runtime contract.
+WRITABLE_VARIABLES = ("HOME", "XDG_CACHE_HOME", "HF_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR",
+                      "TORCHINDUCTOR_CACHE_DIR", "TMPDIR", "MODEL_PATH", "STATE_PATH")
+GROUPS_LABEL = "omni.runtime.groups"
 
 
 def _rfc3339(epoch: int) -> str:
@@ -98,6 +102,8 @@ def build_config(base_config: dict[str, Any], spec: dict[str, Any], layers: list
         runtime["WorkingDir"] = spec["workdir"]
     if "user" in spec:
         runtime["User"] = spec["user"]
+    if spec.get("volumes"):
+        runtime["Volumes"] = {**(inherited.get("Volumes") or {}), **{str(v): {} for v in spec["volumes"]}}
     if spec.get("exposed_ports"):
         runtime["ExposedPorts"] = {**(inherited.get("ExposedPorts") or {}),
                                    **{str(p): {} for p in spec["exposed_ports"]}}
@@ -155,6 +161,28 @@ def load_pins_checked(path: Path, release: bool) -> dict[str, Any]:
     return pins.model_dump(mode="json")
 
 
+def runtime_contract(spec: dict[str, Any], pins: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Who the image runs as and where it writes, from its own config spec: the spec (with
+    User forced to root only where the pin document says the engine needs it) and the
+    contract recorded in labels and /etc/omni/image.json."""
+    needs_root = bool(pins["engine"].get("needs_root"))
+    user = "0:0" if needs_root else spec.get("user", "")
+    if not needs_root and user.split(":")[0] in ("", "0", "root"):
+        raise OciError(f"{pins['image']}: the image would run as root (user {user!r}); set a non-root user, or "
+                       "declare engine.needs_root in the pin document", field="user")
+    env = spec.get("env") or {}
+    contract = {
+        "user": user,
+        "root_because": "engine.needs_root in the pin document" if needs_root else "",
+        "groups": [g for g in (spec.get("labels") or {}).get(GROUPS_LABEL, "").split(",") if g],
+        "volumes": sorted(spec.get("volumes") or []),
+        "writable_env": {name: env[name] for name in WRITABLE_VARIABLES if name in env},
+    }
+    labels = {"omni.runtime.user": user, "omni.runtime.volumes": ",".join(contract["volumes"]),
+              **({"omni.runtime.root": contract["root_because"]} if needs_root else {})}
+    return {**spec, "user": user, "labels": {**(spec.get("labels") or {}), **labels}}, contract
+
+
 def checked_lock(path: Path | None, pins: dict[str, Any]) -> bytes | None:
     """The checkpoint lock's bytes, which must have the sha256 the pin document names."""
     pinned = pins["model"].get("lock_sha256")
@@ -172,11 +200,12 @@ def checked_lock(path: Path | None, pins: dict[str, Any]) -> bytes | None:
 
 
 def baked_layer(output: Path, pins: dict[str, Any], base_digest: str, layer_digests: list[str],
-                checkpoint_lock: bytes | None = None) -> tuple[dict[str, Any], Path]:
+                checkpoint_lock: bytes | None = None,
+                runtime: dict[str, Any] | None = None) -> tuple[dict[str, Any], Path]:
     from tools.oci.layer import write_layer
 
     baked = {"schema_version": "1", "toolkit_version": TOOLKIT_VERSION, "image": pins["image"], "pins": pins,
-             "base_digest": base_digest, "layers": layer_digests}
+             "base_digest": base_digest, "layers": layer_digests, **({"runtime": runtime} if runtime else {})}
     data = json.dumps(baked, indent=2, sort_keys=True).encode() + b"\n"
     entries = [{"dest": BAKED_DEST, "data": data, "mode": 0o644}]
     if checkpoint_lock is not None:
@@ -195,13 +224,15 @@ def assemble(output: Path, spec: dict[str, Any], layers: list[tuple[dict[str, An
     base = load_base(base_dir)
     created = _rfc3339(source_date_epoch())
     layers = list(layers)
+    runtime = None
     if pins is not None:
+        spec, runtime = runtime_contract(spec, pins)
         spec = {**spec, "labels": {**(spec.get("labels") or {}), **pin_labels(pins)},
                 "layer_names": [*(spec.get("layer_names") or [f"layer {i}" for i in range(len(layers))]),
                                 BAKED_DEST]}
         built = [layer["digest"] for layer in base["manifest"]["layers"]] + [desc["digest"] for desc, _ in layers]
         output.mkdir(parents=True, exist_ok=True)
-        desc, blob = baked_layer(output, pins, base.get("digest", ""), built, checkpoint_lock)
+        desc, blob = baked_layer(output, pins, base.get("digest", ""), built, checkpoint_lock, runtime)
         layers.append((desc, blob))
     descriptors = [desc for desc, _ in layers]
     config = build_config(base["config"], spec, descriptors, created)

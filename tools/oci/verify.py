@@ -173,8 +173,12 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
     finally:
         if owned:
             client.close()
+    empty = [name for name, value in (("base.digest", pins["base"]["digest"]), ("engine.commit", pins["engine"]["commit"]),
+                                      ("model.revision", pins["model"]["revision"]),
+                                      ("model.lock_sha256", pins["model"].get("lock_sha256"))) if value == ""]
     return {"ok": True, "reference": str(ref), "image": baked["image"], "engine": pins["engine"],
-            "model": pins["model"], "base_digest": baked["base_digest"], "bytes_fetched_from_layers": baked_size}
+            "model": pins["model"], "base_digest": baked["base_digest"], "bytes_fetched_from_layers": baked_size,
+            "pinned": not empty, "unpinned": empty, "runtime": baked.get("runtime")}
 
 
 def main(argv: list[str] | None = None) -> int:

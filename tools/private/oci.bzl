@@ -104,6 +104,8 @@ def _oci_image_impl(ctx):
     for key in ("env", "labels", "annotations"):
         if getattr(ctx.attr, key):
             spec[key] = getattr(ctx.attr, key)
+    if ctx.attr.volumes:
+        spec["volumes"] = ctx.attr.volumes
     for key in ("workdir", "user", "os", "architecture", "variant"):
         if getattr(ctx.attr, key):
             spec[key] = getattr(ctx.attr, key)
@@ -216,7 +218,8 @@ summary; `-- --push REGISTRY/REPO[:TAG]` pushes it, `--output DIR` copies the la
         "cmd": attr.string_list(),
         "env": attr.string_dict(),
         "workdir": attr.string(),
-        "user": attr.string(),
+        "user": attr.string(doc = "uid:gid (numeric, so Kubernetes runAsNonRoot can check it)."),
+        "volumes": attr.string_list(doc = "Paths the image writes to, declared as Volumes."),
         "exposed_ports": attr.string_list(),
         "labels": attr.string_dict(),
         "annotations": attr.string_dict(doc = "Manifest annotations (org.opencontainers.image.*)."),
