@@ -2,7 +2,8 @@
 
 An installed distribution is found by its `*.dist-info` directory on the engine's search
 path and read with bounded, regular-file-only reads (attest.reader): its name and version
-(METADATA), the commit it was built from, and the sha256 of its RECORD. The commit comes,
+(METADATA), the commit it was built from, and its canonical RECORD digest (attest.record),
+the identity a pin can name where no commit is recorded. The commit comes,
 in order, from direct_url.json's vcs_info, a `+g<hex>` local version, or
 `<package>/_version.py`'s `__commit_id__` (read as text, never imported). PyPI wheels record
 at most an abbreviated commit there: a 40-hex pin matches an abbreviated commit only by a
@@ -14,20 +15,23 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from attest.errors import AttestError
 from attest.primitives import REVISION_RE
 from attest.reader import loads, loads_object, read_file
+from attest.record import RecordCheck, RecordRow, canonical_sha256, parse_record, verify_installed
 
 MAX_METADATA_BYTES = 4 * 1024 * 1024
 MAX_RECORD_BYTES = 32 * 1024 * 1024
 MAX_VERSION_PY_BYTES = 64 * 1024
 MIN_ABBREVIATED = 9
 VERSION_COMMIT_RE = re.compile(r"\+(?:.*?[.])?g?([0-9a-f]{7,40})(?:[.]|$)", re.IGNORECASE)
-COMMIT_ID_RE = re.compile(r"""^__commit_id__\s*(?::[^=]*)?=\s*['"]g?([0-9a-fA-F]{7,40})['"]""", re.MULTILINE)
+# setuptools-scm writes `__commit_id__ = commit_id = 'g62d4bc3c7'` (chained) or an annotated form.
+COMMIT_ID_RE = re.compile(
+    r"""^__commit_id__\s*(?::[^=]*)?=\s*(?:[A-Za-z_]\w*\s*=\s*)*['"]g?([0-9a-fA-F]{7,40})['"]""", re.MULTILINE)
 FULL, ABBREVIATED, NO_COMMIT = "full", "abbreviated", "none"
 
 
@@ -45,6 +49,15 @@ class InstalledDistribution:
     commit_kind: str = NO_COMMIT
     commit_source: str = ""
     record_sha256: str = ""
+    record_rows: tuple[RecordRow, ...] = field(default=(), repr=False, compare=False)
+    record_outside: int = 0
+
+    def verify_files(self) -> RecordCheck:
+        """Every file against RECORD; AttestError names the first that differs."""
+        if not self.record_sha256:
+            raise AttestError(f"{self.dist_info}/RECORD is missing: the installed {self.name} cannot be verified",
+                              field=f"{self.dist_info.name}/RECORD")
+        return verify_installed(self.site, list(self.record_rows), self.record_outside, self.dist_info.name)
 
     def locate(self, *parts: str) -> Path:
         return self.site.joinpath(*parts)
@@ -115,10 +128,13 @@ def find_installed(names: Sequence[str], package: str, search_path: Sequence[str
                 continue
             commit, kind, source = _commit(dist_info, headers["version"], package, site)
             record = dist_info / "RECORD"
-            record_sha256 = read_file(record, label=str(record), max_bytes=MAX_RECORD_BYTES).sha256 \
-                if os.path.lexists(record) else ""
+            rows: list[RecordRow] = []
+            outside = 0
+            if os.path.lexists(record):
+                data = read_file(record, label=str(record), max_bytes=MAX_RECORD_BYTES).data
+                rows, outside = parse_record(data, str(record))
             return InstalledDistribution(headers["name"], headers["version"], site, dist_info, commit, kind, source,
-                                         record_sha256)
+                                         canonical_sha256(rows) if rows else "", tuple(rows), outside)
     return None
 
 

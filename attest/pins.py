@@ -40,15 +40,19 @@ class BasePin(Document):
     platform: Literal["linux/amd64", "linux/arm64"]
 
 
+OptionalSha256 = Annotated[str, _optional(re.compile(r"^[0-9a-fA-F]{64}$"), "a 64-hex sha256")]
+
+
 class EnginePin(Document):
+    """The engine by commit and/or by its canonical RECORD digest (attest.record): PyPI wheels
+    often record no commit or only an abbreviated one, and the RECORD names every file exactly."""
+
     name: Literal["vllm", "sglang"]
     repository: str = Field(min_length=1)
     commit: OptionalRevision
+    record_sha256: OptionalSha256 = ""
     # Only where the engine cannot run otherwise: the image then runs as root and its labels say why.
     needs_root: bool = False
-
-
-OptionalSha256 = Annotated[str, _optional(re.compile(r"^[0-9a-fA-F]{64}$"), "a 64-hex sha256")]
 
 
 class ModelPin(Document):
@@ -75,7 +79,9 @@ class ImagePins(Document):
 
     def empty_pins(self) -> list[str]:
         """The pins a release build needs and this document leaves empty."""
-        empty = [name for name, value in (("base.digest", self.base.digest), ("engine.commit", self.engine.commit),
+        empty = [name for name, value in (("base.digest", self.base.digest),
+                                          ("engine.commit or engine.record_sha256",
+                                           self.engine.commit or self.engine.record_sha256),
                                           ("model.revision", self.model.revision)) if not value]
         if self.model.lock_sha256 == "":
             empty.append("model.lock_sha256")
@@ -117,19 +123,33 @@ def mismatch(pin: str, pinned: str, actual: str, what: str) -> AttestError:
                        field=pin)
 
 
-def check_engine_commit(baked: BakedImage, engine: str, installed: InstalledDistribution | None) -> str:
-    """Refuse unless the installed engine is the pinned one at the pinned commit (an
-    abbreviated commit matches by prefix, and the note says so)."""
+def check_engine_identity(baked: BakedImage, engine: str, installed: InstalledDistribution | None) -> list[str]:
+    """Refuse unless the installed engine is the pinned one: its RECORD digest and/or commit
+    (an abbreviated commit matches by prefix, and the note says so), and, whenever either is
+    pinned, every installed file matches its RECORD."""
     pins = baked.pins
     if pins.engine.name != engine:
         raise mismatch("engine.name", pins.engine.name, engine, "the engine this program starts")
-    if not pins.engine.commit:
-        return f"engine.commit not pinned in this development image: {engine} commit not checked"
-    matches, how = commit_matches(pins.engine.commit, installed)
-    if not matches:
-        found = f"{installed.commit} ({how})" if installed and installed.commit else how
-        raise mismatch("engine.commit", pins.engine.commit, found, f"the installed {engine} commit")
-    return f"engine.commit {pins.engine.commit} matches the installed {engine} ({how})"
+    if not pins.engine.commit and not pins.engine.record_sha256:
+        return [f"engine.commit and engine.record_sha256 not pinned in this development image: "
+                f"{engine} identity not checked"]
+    if installed is None:
+        raise AttestError(f"the pinned engine {engine} is not installed", field="engine.name")
+    notes = []
+    if pins.engine.record_sha256:
+        if installed.record_sha256 != pins.engine.record_sha256:
+            raise mismatch("engine.record_sha256", pins.engine.record_sha256, installed.record_sha256,
+                           f"the installed {installed.name} {installed.version} RECORD digest")
+        notes.append(f"engine.record_sha256 matches the installed {installed.name} {installed.version}")
+    if pins.engine.commit:
+        matches, how = commit_matches(pins.engine.commit, installed)
+        if not matches:
+            found = f"{installed.commit} ({how})" if installed.commit else how
+            raise mismatch("engine.commit", pins.engine.commit, found, f"the installed {engine} commit")
+        notes.append(f"engine.commit {pins.engine.commit} matches the installed {engine} ({how})")
+    check = installed.verify_files()
+    notes.append(f"{check.files} installed {installed.name} files ({check.bytes} bytes) match its RECORD")
+    return notes
 
 
 def check_model_revision(baked: BakedImage, revision: str, source: str) -> str:

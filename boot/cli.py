@@ -23,7 +23,7 @@ from attest.engine import engine_search_path, find_installed
 from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.baked import load_baked
 from attest.primitives import writable_dir
-from attest.pins import check_engine_commit, check_model_revision
+from attest.pins import check_engine_identity, check_model_revision
 from boot.settings import REVISION, BootSettings, help_table
 
 COMMANDS = ("run", "prepare", "verify", "health", "smoke")
@@ -39,7 +39,7 @@ def check_image_pins(settings: BootSettings, command: str) -> list[str]:
         notes.append(check_model_revision(baked, settings.model_revision, "MODEL_REVISION"))
     if command == "run":
         installed = find_installed(("sglang",), "sglang", engine_search_path(settings.engine_python))
-        notes.append(check_engine_commit(baked, "sglang", installed))
+        notes.extend(check_engine_identity(baked, "sglang", installed))
     return notes
 
 

@@ -99,7 +99,7 @@ def sglang_args(settings: BootSettings) -> LaunchPlan:
         "--model-path", str(settings.model),
         "--served-model-name", settings.served_model_name,
         "--trust-remote-code", "--load-format", "safetensors",
-        "--tp", str(settings.tp_size), "--ep-size", str(settings.ep_size),
+        "--tp-size", str(settings.tp_size), "--ep-size", str(settings.ep_size),
         "--attention-backend", settings.attention_backend,
         "--moe-runner-backend", settings.moe_runner_backend,
         "--mem-fraction-static", settings.mem_fraction_static,
@@ -187,13 +187,19 @@ def wait_healthy(settings: BootSettings, server: Server, client: httpx.Client, *
                     "inspect container logs", field="READY_TIMEOUT_S")
 
 
+SGLANG_MODULE = "sglang.launch_server"
+
+
 def server_command(settings: BootSettings, plan: LaunchPlan) -> tuple[list[str], dict[str, str]]:
     env = {k: v for k, v in settings.passthrough_env.items() if k not in ("PYTHONPATH", "PYTHONHOME", "API_KEY")}
     env["DSV41_SOURCE"] = str(settings.model)
     # Compact ragged verify only pays off with a profiled cost table.
     if "--speculative-dspark-sps-table-path" in plan.args:
         env.setdefault("SGLANG_RAGGED_VERIFY_MODE", "compact")
-    argv = [settings.engine_python, "-m", "sglang.launch_server", *plan.args]
+    # `sglang serve` (0.5.23's recommended form) has no module entry point (sglang.cli.main
+    # has no __main__ guard) and its console script's location depends on the install;
+    # `-m sglang.launch_server` runs the same prepare_server_args and is still supported.
+    argv = [settings.engine_python, "-m", SGLANG_MODULE, *plan.args]
     if settings.api_key:
         argv += ["--api-key", settings.api_key]
     return argv, env

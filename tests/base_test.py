@@ -65,7 +65,7 @@ def test_launcher_entrypoint_decides_with_a_checkpoint_and_an_installed_vllm(tmp
     report = json.loads(completed.stdout)
     assert report["decision"]["mode"] == "native_mtp"
     assert report["vllm"]["package_root"] == "/usr/local/lib/python3.11/dist-packages/vllm"
-    assert report["server_argv"][:3] == ["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert report["server_argv"][:4] == ["/usr/bin/python3", "-m", "vllm.entrypoints.cli.main", "serve"]
 
 
 def test_boot_entrypoint_prints_its_usage(tmp_path: Path) -> None:

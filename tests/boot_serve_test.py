@@ -35,7 +35,7 @@ def test_single_node_argv_is_exact(tmp_path: Path) -> None:
     argv, env = server_command(settings, plan)
     assert argv == ["/opt/engine/bin/python", "-m", "sglang.launch_server",
         "--model-path", str(tmp_path / "model"), "--served-model-name", "deepseek-v4.1-flash",
-        "--trust-remote-code", "--load-format", "safetensors", "--tp", "3", "--ep-size", "3",
+        "--trust-remote-code", "--load-format", "safetensors", "--tp-size", "3", "--ep-size", "3",
         "--attention-backend", "dsv4", "--moe-runner-backend", "flashinfer_mxfp4",
         "--mem-fraction-static", "0.95", "--chunked-prefill-size", "2048", "--context-length", "409600",
         "--max-running-requests", "4", "--cuda-graph-max-bs-decode", "4", "--random-seed", "0",

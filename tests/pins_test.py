@@ -16,6 +16,7 @@ from attest.errors import AttestError
 from boot.settings import REVISION
 from tests.fixtures.deepseek import boot_env, tiny_repo, write_lock
 from tests.fixtures.oci import blobs_of, make_image, make_layer, run
+from tests.fixtures.wheels import write_record
 from tests.fixtures.pins import key_pair, qwen_pins, write_baked
 from tests.fixtures.qwen import SPECULATOR_REVISION, TARGET_REVISION, VLLM_COMMIT, LauncherWorld, make_fake_vllm
 from tests.fixtures.registry import LoopbackRegistry
@@ -43,6 +44,7 @@ def test_matching_pins_pass_and_are_reported(tmp_path: Path) -> None:
     assert result.report["decision"]["mode"] == "dflash2_canary"
     assert result.report["image_pins"] == [
         f"engine.commit {VLLM_COMMIT} matches the installed vllm (full commit from direct_url.json)",
+        "12 installed vllm files (562 bytes) match its RECORD",
         f"model.revision {TARGET_REVISION} matches MODEL_REVISION",
         "the DFlash2 gate is bound to the pinned engine, model and speculator"]
 
@@ -97,6 +99,7 @@ def test_boot_refuses_an_sglang_commit_other_than_the_pin(tmp_path: Path, capsys
     make_fake_vllm(site)  # a dist-info with a commit, renamed to sglang below
     (site / "vllm-0.18.1.dist-info").rename(site / "sglang-0.5.0.dist-info")
     (site / "sglang-0.5.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.0\n")
+    write_record(site, site / "sglang-0.5.0.dist-info", ("vllm",))
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     for commit, code, expected in ((OTHER, 2, f"pinned {OTHER}, found {VLLM_COMMIT}"), (VLLM_COMMIT, 2, '"API_KEY"')):
@@ -127,19 +130,26 @@ def test_pins_edited_in_one_place_change_labels_baked_file_and_provenance(tmp_pa
 
 
 def test_release_builds_refuse_empty_pins(tmp_path: Path) -> None:
-    with pytest.raises(OciError, match=r"release build refused: base.digest, engine.commit, model.revision, "
-                                       r"speculator.revision are empty in qwen_mi300x.pins.json"):
+    with pytest.raises(OciError, match=r"release build refused: base.digest, engine.commit or engine.record_sha256, "
+                                       r"model.revision, speculator.revision are empty in qwen_mi300x.pins.json"):
         load_pins_checked(Path("images/qwen_mi300x.pins.json"), release=True)
     assert load_pins_checked(Path("images/qwen_mi300x.pins.json"), release=False)["engine"]["commit"] == ""
     bad = tmp_path / "bad.pins.json"
     bad.write_text(json.dumps(qwen_pins(engine__commit="v0.18")))
     with pytest.raises(OciError, match="engine.commit: Value error, must be empty"):
         load_pins_checked(bad, release=False)
+    # An engine named by its RECORD alone is pinned (PyPI wheels record no full commit).
+    by_record = tmp_path / "record.pins.json"
+    by_record.write_text(json.dumps(qwen_pins(engine__commit="", engine__record_sha256="ab" * 32)))
+    assert load_pins_checked(by_record, release=True)["engine"]["record_sha256"] == "ab" * 32
+    by_record.write_text(json.dumps(qwen_pins(engine__record_sha256="xyz")))
+    with pytest.raises(OciError, match="engine.record_sha256: Value error"):
+        load_pins_checked(by_record, release=False)
 
 
 def test_the_deepseek_release_needs_a_reviewed_checkpoint_lock(tmp_path: Path) -> None:
-    with pytest.raises(OciError, match=r"release build refused: base.digest, engine.commit, model.lock_sha256 are "
-                                       r"empty in deepseek_spark.pins.json") as caught:
+    with pytest.raises(OciError, match=r"release build refused: base.digest, engine.commit or engine.record_sha256, "
+                                       r"model.lock_sha256 are empty in deepseek_spark.pins.json") as caught:
         load_pins_checked(Path("images/deepseek_spark.pins.json"), release=True)
     assert caught.value.field == "base.digest"
     pins = load_pins_checked(Path("images/deepseek_spark.pins.json"), release=False)

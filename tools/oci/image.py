@@ -131,6 +131,7 @@ def pin_labels(pins: dict[str, Any]) -> dict[str, str]:
         "omni.engine": pins["engine"]["name"],
         "omni.engine.repository": pins["engine"]["repository"],
         "omni.engine.commit": pins["engine"]["commit"] or "unpinned",
+        "omni.engine.record_sha256": pins["engine"].get("record_sha256") or "unpinned",
         "omni.model.id": pins["model"]["id"],
         "omni.model.revision": pins["model"]["revision"] or "unpinned",
         **({"omni.model.lock_sha256": pins["model"]["lock_sha256"] or "unpinned"}

@@ -15,12 +15,15 @@ import argparse
 import base64
 import io
 import json
+import os
 import tarfile
 import zlib
 from pathlib import Path
 from typing import Any
 
+from attest.documents import parse_document
 from attest.errors import AttestError, report_refusal, report_unexpected
+from attest.pins import ImagePins
 from attest.reader import loads_object
 from tools.oci.errors import OciError
 from tools.oci.image import BAKED_DEST, TITLE, pin_labels
@@ -155,6 +158,10 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
             raise _refuse(f"the provenance is about {subjects}, not {ref.digest}", field="provenance.subject")
 
         pins = baked["pins"]
+        try:
+            typed_pins = parse_document(ImagePins, pins, label=f"{BAKED_DEST} pins")
+        except AttestError as exc:
+            raise _refuse(str(exc), field=exc.field) from None
         if statement["predicate"]["buildDefinition"]["externalParameters"].get("pins") != pins:
             raise _refuse("the provenance's pins differ from the pins baked into the image", field="provenance.pins")
         for name, digest_key, pinned in (("engine", "gitCommit", pins["engine"]["commit"]),
@@ -173,9 +180,7 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
     finally:
         if owned:
             client.close()
-    empty = [name for name, value in (("base.digest", pins["base"]["digest"]), ("engine.commit", pins["engine"]["commit"]),
-                                      ("model.revision", pins["model"]["revision"]),
-                                      ("model.lock_sha256", pins["model"].get("lock_sha256"))) if value == ""]
+    empty = typed_pins.empty_pins()
     return {"ok": True, "reference": str(ref), "image": baked["image"], "engine": pins["engine"],
             "model": pins["model"], "base_digest": baked["base_digest"], "bytes_fetched_from_layers": baked_size,
             "pinned": not empty, "unpinned": empty, "runtime": baked.get("runtime")}
@@ -187,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("reference", help="REGISTRY/REPO@sha256:...")
     parser.add_argument("--key", type=Path, required=True, help="the signer's PEM public key")
     args = parser.parse_args(argv)
+    key = Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / args.key  # where the user typed it
     try:
-        summary = verify_image(args.reference, args.key)
+        summary = verify_image(args.reference, key)
     except OciError as exc:
         return report_refusal(exc)
     except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret

@@ -3,6 +3,8 @@
 `pypi.lock(name, lock)` creates a repository holding one `py_library` per locked
 distribution (`@pypi//:pydantic`, `@pypi//:huggingface_hub`, ...), installed for the Python
 interpreter found on the machine, and `@pypi//:python_toolchain` bound to that interpreter.
+`pypi.site(name, lock, packages)` installs (some of) a lock's wheels into one directory that
+tests read in place (`site.json`): the real engines and what their parsers import.
 """
 
 _HELPER = Label("//tools/private:pypi_repo.py")
@@ -63,6 +65,38 @@ pypi_image_site = repository_rule(
     },
 )
 
+def _pypi_site_impl(rctx):
+    helper = rctx.path(_HELPER)
+    lock = rctx.path(rctx.attr.lock)
+    python = rctx.read(rctx.path(Label("@pypi//:python.txt"))).strip()
+    plan = json.decode(_run(rctx, [python, helper, "plan", lock] + rctx.attr.packages, "choosing wheels from " + str(lock)))
+    for wheel in plan["wheels"]:
+        rctx.download(url = [wheel["url"]], output = "wheels/" + wheel["filename"], sha256 = wheel["sha256"])
+    _run(rctx, [python, helper, "site", "wheels", "site"], "installing wheels")
+
+    # Too many files for runfiles (torch alone has ~15,000): tests read the site where it lies,
+    # through site.json, which changes whenever a wheel does.
+    rctx.file("site.json", json.encode_indent({
+        "site": str(rctx.path("site")),
+        "wheels_dir": str(rctx.path("wheels")),
+        "wheels": plan["wheels"],
+    }, indent = "  ") + "\n")
+    rctx.file("BUILD.bazel", 'exports_files(["site.json"])\n')
+
+pypi_site = repository_rule(
+    implementation = _pypi_site_impl,
+    attrs = {
+        "lock": attr.label(mandatory = True, allow_single_file = True),
+        "packages": attr.string_list(doc = "Only these distributions of the lock; all when empty."),
+    },
+)
+
+_site_tag = tag_class(attrs = {
+    "name": attr.string(mandatory = True),
+    "lock": attr.label(mandatory = True, doc = "A lock made by `tools/lock_python --exact`: the whole set."),
+    "packages": attr.string_list(doc = "Only these distributions of the lock; all when empty."),
+})
+
 _image_site_tag = tag_class(attrs = {
     "name": attr.string(mandatory = True),
     "lock": attr.label(mandatory = True),
@@ -80,11 +114,13 @@ def _pypi_impl(module_ctx):
     for mod in module_ctx.modules:
         for tag in mod.tags.lock:
             pypi_repo(name = tag.name, lock = tag.lock)
+        for tag in mod.tags.site:
+            pypi_site(name = tag.name, lock = tag.lock, packages = tag.packages)
         for tag in mod.tags.image_site:
             pypi_image_site(name = tag.name, lock = tag.lock, python_version = tag.python_version,
                             platform = tag.platform, packages = tag.packages)
 
 pypi = module_extension(
     implementation = _pypi_impl,
-    tag_classes = {"lock": _lock_tag, "image_site": _image_site_tag},
+    tag_classes = {"lock": _lock_tag, "image_site": _image_site_tag, "site": _site_tag},
 )

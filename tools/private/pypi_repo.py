@@ -1,6 +1,7 @@
 """Fetch-time helper of the `pypi` module extension (run by the repository rule).
 
-    pypi_repo.py plan LOCK                 -> JSON: interpreter path and chosen wheels
+    pypi_repo.py plan LOCK [NAME...]       -> JSON: interpreter path and chosen wheels (of NAMEs)
+    pypi_repo.py site WHEELS SITE          -> installs the wheels into SITE (no BUILD file)
     pypi_repo.py install WHEELS SITE PYTHON -> installs wheels into SITE, writes BUILD.bazel
     pypi_repo.py image-plan LOCK PYVER PLATFORM ROOT...  -> JSON: wheels of ROOT's closure
                                               for an image's Python (e.g. 3.11, linux/arm64)
@@ -17,6 +18,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 from pip._vendor.packaging.requirements import Requirement
 from pip._vendor.packaging.tags import sys_tags
@@ -42,7 +44,7 @@ def plan(lock: Path, tags=None, only: set[str] | None = None) -> dict:
             return
         ranked = []
         for sha256, url in candidates:
-            filename = url.rsplit("/", 1)[-1]
+            filename = unquote(url.rsplit("/", 1)[-1])  # torch-2.13.0%2Bcpu-... names torch-2.13.0+cpu-...
             ranks = [tag_rank[t] for t in parse_wheel_filename(filename)[3] if t in tag_rank]
             if ranks:
                 ranked.append((min(ranks), filename, sha256, url))
@@ -248,8 +250,12 @@ toolchain(
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["plan"] and len(argv) == 2:
-        print(json.dumps(plan(Path(argv[1]))))
+    if argv[:1] == ["plan"] and len(argv) >= 2:
+        only = {canonicalize_name(name) for name in argv[2:]} or None
+        print(json.dumps(plan(Path(argv[1]), only=only)))
+        return 0
+    if argv[:1] == ["site"] and len(argv) == 3:
+        _pip_install(sys.executable, Path(argv[1]), Path(argv[2]), [])
         return 0
     if argv[:1] == ["install"] and len(argv) == 4:
         install(Path(argv[1]), Path(argv[2]), argv[3])
