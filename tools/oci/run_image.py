@@ -1,5 +1,11 @@
 """What `bazel run` of an image does: print its digest and a summary; optionally copy the
 layout (--output), write an OCI archive tarball (--archive) and push (--push).
+
+Nothing the user did not make with Omni is ever deleted: --output fills a new or empty
+directory, and replaces an existing OCI layout only with --force; --archive writes a new
+file, and replaces an existing one only with --force. Both are written beside the target
+and renamed into place, so a failure leaves the old content as it was. Relative paths are
+resolved against the directory `bazel run` was started from.
 """
 from __future__ import annotations
 
@@ -63,10 +69,56 @@ def summary(layout: Path, name: str) -> str:
     return "\n".join(lines)
 
 
-def write_archive(layout: Path, archive: Path) -> None:
+def engine_line(layout: Path, name: str) -> str:
+    """Whether the image carries an engine: the local base has none (its launcher refuses to
+    start), the release's vendor base does."""
+    if (layout / BASE_SIDECAR).is_file():
+        sidecar = json.loads((layout / BASE_SIDECAR).read_text())
+        return f"engine: from the vendor base {sidecar.get('image')}@{sidecar.get('digest')}"
+    return (f"engine: none (local Debian base: the image's entrypoint refuses to start without one); "
+            f"the deployable image: bazel run --config=release //images:{name}")
+
+
+def _is_oci_layout(path: Path) -> bool:
+    return (path / "oci-layout").is_file() and (path / "index.json").is_file() and \
+        {child.name for child in path.iterdir()} <= {"oci-layout", "index.json", "blobs", BASE_SIDECAR}
+
+
+def write_output(layout: Path, target: Path, *, force: bool) -> None:
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise OciError(f"--output {target} exists and is not a directory; choose another path", field="--output")
+    existing = target.is_dir() and any(target.iterdir())
+    if existing and not _is_oci_layout(target):
+        raise OciError(f"--output {target} is a non-empty directory that is not an OCI layout; Omni never "
+                       "deletes what it did not write: choose a new or empty directory", field="--output")
+    if existing and not force:
+        raise OciError(f"--output {target} already holds an OCI layout; pass --force to replace it",
+                       field="--output")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.omni-partial"
+    if staging.exists():
+        shutil.rmtree(staging)  # our own leftover from an interrupted run
+    shutil.copytree(layout, staging)
+    for path in [staging, *staging.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    if target.is_dir():
+        retired = target.parent / f".{target.name}.omni-replaced"
+        target.rename(retired)
+        staging.rename(target)
+        shutil.rmtree(retired)
+    else:
+        staging.rename(target)
+
+
+def write_archive(layout: Path, archive: Path, *, force: bool = False) -> None:
     """An OCI archive: the layout as a tar, entries sorted, owners and times fixed."""
+    if archive.is_symlink() or archive.is_dir():
+        raise OciError(f"--archive {archive} is a directory or a symlink; name a file", field="--archive")
+    if archive.exists() and not force:
+        raise OciError(f"--archive {archive} exists; pass --force to replace it", field="--archive")
     archive.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive, "w", format=tarfile.GNU_FORMAT) as tar:
+    staging = archive.parent / f".{archive.name}.omni-partial"
+    with tarfile.open(staging, "w", format=tarfile.GNU_FORMAT) as tar:
         for path in sorted(layout.rglob("*")):
             info = tar.gettarinfo(str(path), arcname=str(path.relative_to(layout)))
             info.uid = info.gid = 0
@@ -78,6 +130,7 @@ def write_archive(layout: Path, archive: Path) -> None:
                     tar.addfile(info, handle)
             else:
                 tar.addfile(info)
+    staging.replace(archive)
 
 
 def push_evidence(layout: Path, args: argparse.Namespace, digest: str, key) -> None:
@@ -110,8 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bazel run //images:<image> --", description=__doc__)
     parser.add_argument("--layout", type=Path, required=True, help=argparse.SUPPRESS)
     parser.add_argument("--name", default="image", help=argparse.SUPPRESS)
-    parser.add_argument("--output", type=Path, help="copy the OCI layout to this directory")
-    parser.add_argument("--archive", type=Path, help="write the layout as an OCI archive tarball here")
+    parser.add_argument("--output", type=Path,
+                        help="copy the OCI layout to this new or empty directory (relative to where bazel run started)")
+    parser.add_argument("--archive", type=Path, help="write the layout as an OCI archive tarball to this new file")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing OCI layout at --output, or an existing --archive file")
+    parser.add_argument("--allow-shallow", action="store_true",
+                        help="write --archive even for a shallow image (its base layers are not in it)")
     parser.add_argument("--push", metavar="REGISTRY/REPO[:TAG]", help="push the image by digest (and its SBOM)")
     parser.add_argument("--sbom", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--provenance", type=Path, help=argparse.SUPPRESS)
@@ -121,16 +179,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unsigned", action="store_true", help="push without signatures (explicitly)")
     args = parser.parse_args(argv)
     base_dir = Path(os.environ.get("BUILD_WORKING_DIRECTORY", "."))
+    if args.signing_key is not None:
+        args.signing_key = base_dir / args.signing_key
     layout = args.layout.resolve()
     try:
         print(summary(layout, args.name))
+        print(engine_line(layout, args.name))
+        shallow = (layout / BASE_SIDECAR).is_file()
+        if args.archive and shallow and not args.allow_shallow:
+            raise OciError("--archive of a shallow image would lack its base layers (they stay in the base's "
+                           "registry), so docker, podman and `crane validate --tarball` cannot load it; push it "
+                           "instead, or pass --allow-shallow to write it anyway", field="--archive")
         if args.output:
             target = base_dir / args.output
-            if target.exists():
-                shutil.rmtree(target)
-            shutil.copytree(layout, target)
-            for path in [target, *target.rglob("*")]:
-                path.chmod(0o755 if path.is_dir() else 0o644)
+            write_output(layout, target, force=args.force)
             print(f"layout: {target}")
         else:
             print(f"layout: {layout}")
@@ -139,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.provenance:
             print(f"provenance: {args.provenance.resolve()}")
         if args.archive:
-            write_archive(layout, base_dir / args.archive)
-            shallow = (layout / BASE_SIDECAR).is_file()
+            write_archive(layout, base_dir / args.archive, force=args.force)
             print(f"archive: {base_dir / args.archive}" + (" (base layers not included: shallow)" if shallow else ""))
         if args.push:
             # No key and no --unsigned: refuse before anything leaves this machine.

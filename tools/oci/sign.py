@@ -33,16 +33,24 @@ SLSA_PREDICATE = "https://slsa.dev/provenance/v1"
 
 
 def load_private_key(path: Path | None = None) -> ec.EllipticCurvePrivateKey:
-    if path is not None:
-        source, pem = str(path), path.read_bytes()
-    elif os.environ.get("OMNI_SIGNING_KEY_FILE"):
-        source = os.environ["OMNI_SIGNING_KEY_FILE"]
-        pem = Path(source).read_bytes()
+    if path is not None or os.environ.get("OMNI_SIGNING_KEY_FILE"):
+        source = str(path) if path is not None else os.environ["OMNI_SIGNING_KEY_FILE"]
+        field = "--signing-key" if path is not None else "OMNI_SIGNING_KEY_FILE"
+        try:
+            pem = Path(source).read_bytes()
+        except OSError as exc:
+            raise OciError(f"{field}: the signing key {source} cannot be read ({exc.strerror}); a relative path "
+                           "is taken from the directory `bazel run` was started in", field=field) from None
     elif os.environ.get("OMNI_SIGNING_KEY"):
         source, pem = "OMNI_SIGNING_KEY", os.environ["OMNI_SIGNING_KEY"].encode()
     else:
         raise OciError("no signing key: set OMNI_SIGNING_KEY_FILE (or OMNI_SIGNING_KEY, or --signing-key), "
                        "or push with --unsigned", field="OMNI_SIGNING_KEY_FILE")
+    if b"ENCRYPTED SIGSTORE PRIVATE KEY" in pem:
+        raise OciError(f"signing key from {source} is cosign's own encrypted format; Omni signs with a PEM ECDSA "
+                       "P-256 key that cosign also accepts: `openssl ecparam -name prime256v1 -genkey -noout -out "
+                       "omni.key` (then `cosign import-key-pair --key omni.key` where cosign needs its format)",
+                       field=source)
     password = os.environ.get("OMNI_SIGNING_KEY_PASSWORD", "").encode() or None
     try:
         key = serialization.load_pem_private_key(pem, password=password)
@@ -55,9 +63,14 @@ def load_private_key(path: Path | None = None) -> ec.EllipticCurvePrivateKey:
 
 def load_public_key(path: Path) -> ec.EllipticCurvePublicKey:
     try:
-        key = serialization.load_pem_public_key(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        raise OciError(f"{path} is not a PEM public key: {exc}", field=str(path)) from None
+        pem = path.read_bytes()
+    except OSError as exc:
+        raise OciError(f"--key {path} cannot be read ({exc.strerror}); a relative path is taken from the directory "
+                       "`bazel run` was started in", field="--key") from None
+    try:
+        key = serialization.load_pem_public_key(pem)
+    except ValueError as exc:
+        raise OciError(f"--key {path} is not a PEM public key: {exc}", field="--key") from None
     if not isinstance(key, ec.EllipticCurvePublicKey):
         raise OciError(f"{path} is not an ECDSA public key", field=str(path))
     return key
