@@ -8,6 +8,7 @@ tests read in place (`site.json`): the real engines and what their parsers impor
 """
 
 _HELPER = Label("//tools/private:pypi_repo.py")
+_UNPACK = Label("//tools/private:wheel_unpack.py")
 
 def _run(rctx, argv, what):
     result = rctx.execute(argv, quiet = True, environment = {"PIP_CONFIG_FILE": "/dev/null"})
@@ -44,7 +45,9 @@ def _pypi_image_site_impl(rctx):
     helper = rctx.path(_HELPER)
     lock = rctx.path(rctx.attr.lock)
 
-    # The host interpreter that installed @pypi runs pip here; it only unpacks wheels.
+    rctx.path(_UNPACK)  # refetch when the unpacker changes
+    # The host interpreter that installed @pypi runs the helpers; nothing of it reaches the
+    # site (no pip here: see wheel_unpack.py).
     python = rctx.read(rctx.path(Label("@pypi//:python.txt"))).strip()
     plan = json.decode(_run(rctx, [python, helper, "image-plan", lock, rctx.attr.python_version,
                                    rctx.attr.platform] + rctx.attr.packages, "choosing image wheels"))
