@@ -21,7 +21,7 @@ def require_revision(value: str, label: str) -> str:
     """An immutable 40-hex commit, lower-cased; `label` names the field in the refusal."""
     value = str(value).strip()
     if not REVISION_RE.fullmatch(value):
-        raise AttestError(f"{label} must be an immutable 40-character commit SHA", field=label)
+        raise AttestError(f"{label} must be an immutable 40-character commit SHA, got {value[:80]!r}", field=label)
     return value.lower()
 
 
@@ -29,7 +29,7 @@ def require_sha256(value: str, label: str) -> str:
     """A 64-hex SHA-256 digest, lower-cased."""
     value = str(value).strip()
     if not SHA256_RE.fullmatch(value):
-        raise AttestError(f"{label} must be a 64-character SHA-256 digest", field=label)
+        raise AttestError(f"{label} must be a 64-character SHA-256 digest, got {value[:80]!r}", field=label)
     return value.lower()
 
 
@@ -111,7 +111,7 @@ def child_file(root: Path, relative: str, *, label: str) -> Path:
     except RuntimeError:  # Python 3.11 reports a symlink loop this way
         raise AttestError(f"{label} is a symlink loop: {relative}", field=label) from None
     except OSError as exc:
-        raise AttestError(f"{label} is missing: {relative}", field=label) from exc
+        raise AttestError(f"{label} is missing: {relative} (looked in {root})", field=label) from exc
     try:
         candidate.relative_to(root)
     except ValueError as exc:

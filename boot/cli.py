@@ -24,7 +24,8 @@ from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.baked import load_baked
 from attest.primitives import writable_dir
 from attest.pins import check_engine_identity, check_model_revision
-from boot.settings import REVISION, BootSettings, help_table
+from attest.settings import note_default
+from boot.settings import REVISION, SETTINGS, BootSettings, help_table
 
 COMMANDS = ("run", "prepare", "verify", "health", "smoke")
 
@@ -53,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(__doc__, file=sys.stderr)
         print(f"boot: unknown command or option: {' '.join(args)}", file=sys.stderr)
         return 2
+    settings = None
     try:
         settings = BootSettings.from_env()
         if command != "health":  # every other command writes its receipt or results to STATE_PATH
@@ -88,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 warmup(api, settings)
         return serve(settings, after_healthy=acceptance)
     except AttestError as exc:
-        return report_refusal(exc)
+        return report_refusal(exc if settings is None else note_default(exc, SETTINGS, settings.defaults_used))
     except httpx.HTTPStatusError as exc:
         status = exc.response.status_code
         field = "API_KEY" if status in (401, 403) else "SERVER_PORT"

@@ -197,6 +197,16 @@ def model_root(settings: BootSettings, *, create: bool) -> Path:
     return model
 
 
+def _require_some_checkpoint(settings: BootSettings, lock) -> None:
+    """A MODEL_PATH holding none of the locked files is a wrong path, not a broken checkpoint:
+    refuse before withdrawing the receipt, which still vouches for the real one."""
+    if not any(os.path.lexists(settings.model / item.path) for item in lock.files):
+        source = "MODEL_PATH" + (" (default)" if "MODEL_PATH" in settings.defaults_used else "")
+        raise BootError(f"no checkpoint at {source} {settings.model}: none of the lock's {len(lock.files)} files "
+                        f"(e.g. {lock.files[0].path}) is there; is MODEL_PATH right? The receipt in "
+                        f"{settings.state} (STATE_PATH) is kept", field="MODEL_PATH")
+
+
 def verify_rank0(settings: BootSettings, in_use: LockInUse, *, download: bool, rehash_all: bool = False,
                  quiet: bool = False) -> VerifyReport:
     started = time.monotonic()
@@ -206,8 +216,10 @@ def verify_rank0(settings: BootSettings, in_use: LockInUse, *, download: bool, r
             raise BootError(f"the receipt is refused: {refused}; run `boot verify --full` or `boot prepare`",
                             field="verification.json")
         print(f"receipt refused: {refused}; re-hashing every file", file=sys.stderr, flush=True)
-    withdraw_verdicts(settings)  # from here on files may change: nothing claims "verified"
     lock = in_use.lock
+    if not download:
+        _require_some_checkpoint(settings, lock)
+    withdraw_verdicts(settings)  # from here on files may change: nothing claims "verified"
     check = check_local(settings.model, lock, receipt, rehash_all=rehash_all, workers=settings.verify_workers,
                         quiet=quiet)
     if check.problems and download:

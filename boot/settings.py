@@ -13,8 +13,11 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Mapping
 
+from attest.settings import (Setting, flag, help_table as _help_table, integer,
+                             markdown_table as _markdown_table, optional_path, path, read_settings, real, refuse,
+                             text, token)
 from boot.errors import BootError
 
 REPO = "deepseek-ai/DeepSeek-V4.1-Flash"
@@ -23,79 +26,19 @@ CONTEXT_RANGE = (4096, 1048576)
 OFFLOAD_MODES = ("nvme", "ram")
 NO_KEY = ("", "none", "off", "dummy", "0")
 DEFAULT_LOCK_PATH = "/etc/omni/checkpoint.lock.json"
-MAX_VALUE_BYTES = 4096
-TOKEN_RE = re.compile(r"^[A-Za-z0-9_.:+-]{1,128}$")
-Parser = Callable[[str, str], Any]
 
 
 def is_on(value: str | None) -> bool:
-    return str(value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _refuse(variable: str, raw: str, expected: str) -> BootError:
-    shown = raw if len(raw) <= 80 else raw[:77] + "..."
-    return BootError(f"{variable} must be {expected}, got {shown!r}", field=variable)
-
-
-def integer(low: int, high: int | None = None, *, expected: str = "") -> Parser:
-    def parse(raw: str, variable: str) -> int:
-        text = raw.strip()
-        if not re.fullmatch(r"-?[0-9]{1,12}", text):
-            raise _refuse(variable, raw, expected or "an integer")
-        value = int(text)
-        if value < low or (high is not None and value > high):
-            bound = f"{low}..{high}" if high is not None else f">= {low}"
-            raise _refuse(variable, raw, expected or f"an integer in {bound}")
-        return value
-    return parse
-
-
-def _real(raw: str, variable: str, expected: str, accept: Callable[[float], bool]) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise _refuse(variable, raw, expected) from None
-    if not accept(value):  # NaN and infinities fail every comparison here
-        raise _refuse(variable, raw, expected)
-    return value
+    return flag(value or "", "")
 
 
 def seconds(raw: str, variable: str) -> float:
-    return _real(raw, variable, "a positive number of seconds", lambda value: 0 < value < 10**7)
+    return real(raw, variable, "a positive number of seconds", lambda value: 0 < value < 10**7)
 
 
 def fraction(raw: str, variable: str) -> str:
-    _real(raw, variable, "a number in (0, 1]", lambda value: 0 < value <= 1)
+    real(raw, variable, "a number in (0, 1]", lambda value: 0 < value <= 1)
     return raw.strip()  # passed to SGLang as the operator wrote it
-
-
-def token(raw: str, variable: str) -> str:
-    if not TOKEN_RE.fullmatch(raw.strip()):
-        raise _refuse(variable, raw, "a name of letters, digits and . _ : + - (at most 128)")
-    return raw.strip()
-
-
-def text(raw: str, variable: str) -> str:
-    if len(raw.encode("utf-8", "surrogatepass")) > MAX_VALUE_BYTES or "\x00" in raw:
-        raise BootError(f"{variable} must be at most {MAX_VALUE_BYTES} bytes with no NUL byte", field=variable)
-    return raw.strip()
-
-
-def path(raw: str, variable: str) -> Path:
-    return Path(text(raw, variable))
-
-
-def optional_path(raw: str, variable: str) -> Path | None:
-    value = text(raw, variable)
-    return Path(value) if value else None
-
-
-def choice(*options: str) -> Parser:
-    def parse(raw: str, variable: str) -> str:
-        if raw.strip() not in options:
-            raise BootError(f"{variable} must be {' or '.join(options)}, got {raw!r}", field=variable)
-        return raw.strip()
-    return parse
 
 
 def exactly_one(raw: str, variable: str) -> bool:
@@ -112,7 +55,7 @@ def word_counts(raw: str, variable: str) -> tuple[int, ...]:
     except ValueError:
         raise BootError(f"{variable} must be comma-separated integers, got {raw!r}", field=variable) from None
     if not values or len(values) > 16 or any(not 1 <= v <= 100_000 for v in values):
-        raise _refuse(variable, raw, "1 to 16 comma-separated integers in 1..100000")
+        raise refuse(variable, raw, "1 to 16 comma-separated integers in 1..100000")
     return values
 
 
@@ -124,7 +67,7 @@ def api_key(raw: str, variable: str) -> str:
 def sha256_or_empty(raw: str, variable: str) -> str:
     value = raw.strip().lower()
     if value and not re.fullmatch(r"[0-9a-f]{64}", value):
-        raise _refuse(variable, raw, "empty or a 64-character SHA-256 digest")
+        raise refuse(variable, raw, "empty or a 64-character SHA-256 digest")
     return value
 
 
@@ -135,7 +78,7 @@ def revision_or_empty(raw: str, variable: str) -> str:
 def url_or_empty(raw: str, variable: str) -> str:
     value = text(raw, variable)
     if value and (not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value)):
-        raise _refuse(variable, raw, "an http(s) URL such as https://huggingface.co")
+        raise refuse(variable, raw, "an http(s) URL such as https://huggingface.co")
     return value.rstrip("/")
 
 
@@ -148,16 +91,13 @@ def extra_args(raw: str, variable: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(text(raw, variable)))
     except ValueError as exc:
-        raise _refuse(variable, raw, f"shell-quoted arguments ({exc})") from None
+        raise refuse(variable, raw, f"shell-quoted arguments ({exc})") from None
 
 
-@dataclass(frozen=True)
-class Setting:
-    variable: str
-    attribute: str
-    default: str | Callable[[Mapping[str, str]], str]
-    parse: Parser
-    help: str
+def offload_mode(raw: str, variable: str) -> str:
+    if raw.strip() not in OFFLOAD_MODES:
+        raise BootError(f"{variable} must be {' or '.join(OFFLOAD_MODES)}, got {raw!r}", field=variable)
+    return raw.strip()
 
 
 def _tp_default(env: Mapping[str, str]) -> str:
@@ -170,7 +110,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SERVER_PORT", "port", "8888", integer(1, 65535, expected="an integer in 1..65535"), "API port"),
     Setting("HOST", "host", "0.0.0.0", token, "bind address of the API"),
     Setting("API_KEY", "api_key", "", api_key, "API key clients must send; empty, none, off, dummy or 0: none"),
-    Setting("CONTAINER_INTERNAL_ONLY", "internal_only", "0", lambda raw, _: is_on(raw),
+    Setting("CONTAINER_INTERNAL_ONLY", "internal_only", "0", flag,
             "1: the network is internal-only, so a wildcard bind without a key is allowed"),
     Setting("NNODES", "nnodes", "1", integer(1, 64), "number of nodes"),
     Setting("NODE_RANK", "node_rank", "0", integer(0, 63), "this node's rank (0 downloads and verifies)"),
@@ -201,7 +141,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("WARMUP_PROMPT_WORDS", "warmup_prompt_words", "12,200,900,3600", word_counts, "warm-up prompt sizes"),
     Setting("SGLANG_PYTHON", "engine_python", "", lambda raw, var: text(raw, var) or sys.executable,
             "the interpreter that has SGLang (default: this one)"),
-    Setting("OFFLOAD_MODE", "offload_mode", "nvme", choice(*OFFLOAD_MODES), "where the Engram tables live"),
+    Setting("OFFLOAD_MODE", "offload_mode", "nvme", offload_mode, "where the Engram tables live"),
     Setting("ALLOW_RAM_OFFLOAD", "allow_ram_offload", "0", exactly_one, "1: allow OFFLOAD_MODE=ram"),
     Setting("CONTEXT_LENGTH", "context_length", "409600",
             integer(-10**12, 10**12, expected="an integer"), "context length (4096..1048576)"),
@@ -282,15 +222,8 @@ class BootSettings:
     @classmethod
     def from_env(cls, environment: Mapping[str, str] | None = None) -> "BootSettings":
         env = dict(os.environ if environment is None else environment)
-        values: dict[str, Any] = {}
-        defaulted = set()
-        for setting in SETTINGS:
-            raw = env.get(setting.variable)
-            if raw is None:
-                defaulted.add(setting.variable)
-                raw = setting.default(env) if callable(setting.default) else setting.default
-            values[setting.attribute] = setting.parse(raw, setting.variable)
-        settings = cls(**values, defaults_used=frozenset(defaulted), passthrough_env=env)
+        values, defaulted = read_settings(SETTINGS, env, BootError)
+        settings = cls(**values, defaults_used=defaulted, passthrough_env=env)
         if not settings.node_rank < settings.nnodes:
             raise BootError(f"NODE_RANK must be in 0..NNODES-1 (NNODES={settings.nnodes}, NODE_RANK="
                             f"{settings.node_rank})", field="NODE_RANK")
@@ -302,18 +235,9 @@ class BootSettings:
 
 
 def help_table() -> str:
-    """Every setting as `VARIABLE (default) help`, for --help."""
-    lines = []
-    for setting in SETTINGS:
-        default = "computed" if callable(setting.default) else (setting.default or "unset")
-        lines.append(f"  {setting.variable:<26} {setting.help} [default: {default}]")
-    return "\n".join(lines)
+    return _help_table(SETTINGS)
 
 
 def markdown_table() -> str:
-    """The README's table of boot's settings, generated from SETTINGS (a test keeps them equal)."""
-    rows = ["| variable | default | what |", "| --- | --- | --- |"]
-    for setting in SETTINGS:
-        default = "computed" if callable(setting.default) else (f"`{setting.default}`" if setting.default else "unset")
-        rows.append(f"| `{setting.variable}` | {default} | {setting.help} |")
-    return "\n".join(rows)
+    """The README's table of boot's settings (tests/readme_test.py keeps them equal)."""
+    return _markdown_table(SETTINGS)

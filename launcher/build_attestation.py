@@ -38,9 +38,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    # Refusals name what the user typed: the flag, or the variable its default came from.
+    path_setting = "MODEL_PATH argument" if args.model_path != os.environ.get("MODEL_PATH", "") else "MODEL_PATH"
+    revision_setting = "--revision" if args.revision != os.environ.get("MODEL_REVISION", "") else "MODEL_REVISION"
+    if not args.model_path:
+        return report_refusal(AttestError("no checkpoint directory: give it as the first argument or set MODEL_PATH",
+                                          field="MODEL_PATH"))
     try:
         attestation = build_checkpoint_attestation(
-            Path(args.model_path), model_id=args.model_id, revision=args.revision, hash_shards=args.hash_shards
+            Path(args.model_path), model_id=args.model_id, revision=args.revision, hash_shards=args.hash_shards,
+            path_setting=path_setting, revision_setting=revision_setting,
         )
     except AttestError as exc:
         return report_refusal(exc)

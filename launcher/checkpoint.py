@@ -104,16 +104,17 @@ def _indexed_shards(root: Path, index_path: Path, index: dict[str, Any]) -> tupl
 
 
 def build_checkpoint_attestation(
-    model_path: Path, *, model_id: str, revision: str, hash_shards: bool = False, workers: int = 0
+    model_path: Path, *, model_id: str, revision: str, hash_shards: bool = False, workers: int = 0,
+    path_setting: str = "MODEL_PATH", revision_setting: str = "MODEL_REVISION",
 ) -> CheckpointAttestation:
     """Describe a local checkpoint without loading weights (unless `hash_shards`).
 
     An operator convenience, not a download provenance oracle: the caller must already
     have obtained and verified the immutable revision.
     """
-    root = local_root(model_path, label="Qwen model path")
+    root = local_root(model_path, label=path_setting)
     _require_target_model_id(model_id)
-    revision = require_revision(revision, "MODEL_REVISION")
+    revision = require_revision(revision, revision_setting)
     config_path = child_file(root, "config.json", label="target config")
     config, config_sha = _read_json(config_path, "target config")
     _exact_text_config(config)
@@ -188,7 +189,7 @@ def inspect_target_checkpoint(
     hash_workers: int = 0,
 ) -> CheckpointInspection:
     """Validate the exact local target without loading model weights."""
-    root = local_root(model_path, label="Qwen model path")
+    root = local_root(model_path, label="MODEL_PATH")
     _require_target_model_id(model_id)
     revision = require_revision(revision, "MODEL_REVISION")
     config_path = child_file(root, "config.json", label="target config")

@@ -21,7 +21,8 @@ from launcher.engine_probe import probe_installed_vllm
 from launcher.hardware import detect_nvidia_gpus, detect_rocm_architectures
 from launcher.selection import explanation_table, select_mode
 from launcher.server import OFFLINE_ENV, build_server_command
-from launcher.settings import LauncherSettings
+from attest.settings import note_default
+from launcher.settings import SETTINGS, LauncherSettings, help_table
 
 ExecFn = Callable[[str, Sequence[str], Mapping[str, str]], None]
 
@@ -30,8 +31,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="launcher",
         description="Fail-closed, local-files-only vLLM launcher for Qwen3.8-27B on one MI300X. "
-        "Settings come from the environment (MODEL_PATH, MODEL_ID, MODEL_REVISION, INFERENCE_MODE, QWEN_*, "
-        "DFLASH2_*); any doubt exits 2 with a JSON refusal on stderr.",
+        "Settings come from the environment (below); any doubt exits 2 with a JSON refusal on stderr.",
+        epilog="settings (environment variables):\n" + help_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--inspect-only", action="store_true",
                         help="validate and print the decision without starting vLLM or loading a model")
@@ -45,6 +47,7 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
     args = parse_args(argv)
     os.environ.update(OFFLINE_ENV)
     explain = args.explain
+    settings = None
     try:
         settings = LauncherSettings.from_env()
         target = inspect_target_checkpoint(
@@ -70,6 +73,8 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
         decision = select_mode(target, vllm, settings, hardware_arches=hardware, explain=explain)
         command = build_server_command(settings, target, decision, vllm)
     except AttestError as exc:
+        if settings is not None:
+            exc = note_default(exc, SETTINGS, settings.defaults_used)
         return report_refusal(exc)
     except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
         return report_unexpected(exc)
@@ -88,11 +93,16 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
         "image_pins": pin_checks,
         "writable": writable,
     }
+    warnings = settings.warnings()
+    if os.environ.get("API_KEY"):
+        warnings.append("API_KEY is set but this launcher reads QWEN_API_KEY (API_KEY is boot's): it is ignored")
     if command.api_key_transport == "command_line":
-        report["warnings"] = [
-            "the installed vLLM does not read VLLM_API_KEY: the API key is on the server's command line, "
-            "readable by local processes through /proc"
-        ]
+        warnings.append("the installed vLLM does not read VLLM_API_KEY: the API key is on the server's command "
+                        "line, readable by local processes through /proc")
+    if warnings:
+        report["warnings"] = warnings
+        for warning in warnings:
+            print(f"launcher: warning: {warning}", file=sys.stderr, flush=True)
     if explain:
         report["explain"] = [verdict.public_dict() for verdict in decision.explanation]
         print(explanation_table(decision.explanation), file=sys.stderr, flush=True)

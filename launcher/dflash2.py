@@ -54,7 +54,7 @@ def _pinned(model: type[DocumentT], path: Path, label: str, pinned: str, pin_fie
 def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) -> Path:
     if settings.dflash2_path is None:
         raise LauncherError("DFLASH2_SPECULATOR_PATH is required", field="DFLASH2_SPECULATOR_PATH")
-    root = local_root(settings.dflash2_path, label="DFlash2 speculator path")
+    root = local_root(settings.dflash2_path, label="DFLASH2_SPECULATOR_PATH")
     revision = require_revision(settings.dflash2_revision, "DFLASH2_SPECULATOR_REVISION")
     config_path = child_file(root, "config.json", label="DFlash2 config")
     config, config_read = read_json_file(config_path, label="DFlash2 config")

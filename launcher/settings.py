@@ -1,34 +1,138 @@
-"""Launcher settings from the environment, with every range and rule enforced."""
+"""Launcher settings: every environment variable the launcher reads, declared once and typed.
+
+`SETTINGS` is the one declaration (variable, attribute, default, parser, help). Parsing
+refuses a bad value naming the variable and the value seen; `--help` and the README's
+table are generated from it; defaults that weaken security are reported as warnings.
+"""
 from __future__ import annotations
 
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from attest.documents import CHECKPOINT_ATTESTATION_FILE
 from attest.primitives import LOOPBACK_HOSTS
+from attest.settings import (Setting, default_warnings, flag, help_table as _help_table,
+                             markdown_table as _markdown_table, optional_path, path, read_settings, shown, text)
 from launcher.errors import LauncherError
 
 MODE_ALIASES = {"autoregressive": "ar", "native_mtp": "mtp", "dflash2": "dflash2_canary"}
 MODES = ("auto", "ar", "mtp", "dflash2_canary")
 DTYPE_ALIASES = {"fp16": "float16", "half": "float16"}
+BUILT_IN_API_KEY = "omni-local-only"
 
 
 def is_true(value: str | None) -> bool:
-    return str(value or "").strip().lower() in {"1", "true", "yes", "on"}
+    return flag(value or "", "")
 
 
-def _number(env: Mapping[str, str], name: str, default: str, kind: type) -> int | float:
-    raw = env.get(name, default)
-    try:
-        return kind(raw)
-    except ValueError:
-        raise LauncherError(
-            f"numeric Qwen launcher settings are invalid: {name}={raw!r} is not a {kind.__name__}",
-            field=name,
-        ) from None
+def number(kind: type, low: float, high: float, rule: str) -> Callable[[str, str], Any]:
+    """`rule` is the refusal when the value is out of range (it names the range)."""
+    def parse(raw: str, variable: str) -> int | float:
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise LauncherError(f"numeric Qwen launcher settings are invalid: {variable}={shown(raw)} is not "
+                                f"a {kind.__name__}", field=variable) from None
+        if not low <= value <= high:  # NaN fails too
+            raise LauncherError(f"{rule}, got {shown(raw)}", field=variable)
+        return value
+    return parse
+
+
+def inference_mode(raw: str, variable: str) -> str:
+    mode = raw.strip().lower()
+    mode = MODE_ALIASES.get(mode, mode)
+    if mode not in MODES:
+        raise LauncherError(f"{variable} must be auto, autoregressive, native_mtp, or dflash2_canary, "
+                            f"got {shown(raw)}", field=variable)
+    return mode
+
+
+def mtp_tokens(raw: str, variable: str) -> int:
+    if raw.strip() != "1":
+        raise LauncherError("native MTP is deliberately fixed to exactly one speculative token "
+                            f"(NATIVE_MTP_TOKENS=1), got {shown(raw)}", field=variable)
+    return 1
+
+
+def dtype(raw: str, variable: str) -> str:
+    value = raw.strip().lower()
+    if DTYPE_ALIASES.get(value, value) != "float16":
+        raise LauncherError(f"{variable} is fixed to float16 for the Nelloz Qwen profile, got {shown(raw)}",
+                            field=variable)
+    return "float16"
+
+
+def bind_host(raw: str, variable: str) -> str:
+    value = raw.strip()
+    if value != "0.0.0.0" and value not in LOOPBACK_HOSTS:
+        raise LauncherError(f"Qwen may bind only to loopback or an explicitly internal container network "
+                            f"(0.0.0.0 with QWEN_CONTAINER_INTERNAL_ONLY=1), got {shown(raw)}", field=variable)
+    return value
+
+
+def lower_text(raw: str, variable: str) -> str:
+    return text(raw, variable).lower()
+
+
+def engine_python(raw: str, variable: str) -> str:
+    return text(raw, variable) or sys.executable
+
+
+def _manifest_default(env: Mapping[str, str]) -> str:
+    return str(Path(env.get("MODEL_PATH", "/models/qwen")) / CHECKPOINT_ATTESTATION_FILE)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("MODEL_PATH", "model_path", "/models/qwen", path, "the local checkpoint directory (absolute)"),
+    Setting("MODEL_ID", "model_id", "", text, "must be the exact target model id"),
+    Setting("MODEL_REVISION", "model_revision", "", text, "the checkpoint's pinned 40-hex revision"),
+    Setting("QWEN_CHECKPOINT_MANIFEST_PATH", "checkpoint_manifest", _manifest_default, path,
+            f"the checkpoint attestation (default: MODEL_PATH/{CHECKPOINT_ATTESTATION_FILE})"),
+    Setting("QWEN_CHECKPOINT_MANIFEST_SHA256", "checkpoint_manifest_sha256", "", text,
+            "sha256 of the attestation (what build_attestation prints); unset: the attestation is not pinned",
+            warn_when_default="the checkpoint attestation is not pinned; set it to the sha256 "
+                              "`python -m launcher.build_attestation` printed"),
+    Setting("INFERENCE_MODE", "requested_mode", "auto", inference_mode,
+            "auto, autoregressive, native_mtp or dflash2_canary"),
+    Setting("NATIVE_MTP_TOKENS", "mtp_tokens", "1", mtp_tokens, "speculative tokens of native MTP (only 1)"),
+    Setting("QWEN_BIND_HOST", "bind_host", "127.0.0.1", bind_host,
+            "bind address: loopback, or 0.0.0.0 with QWEN_CONTAINER_INTERNAL_ONLY=1"),
+    Setting("QWEN_CONTAINER_INTERNAL_ONLY", "internal_only", "0", flag,
+            "1: the container network is internal-only, so a wildcard bind is allowed"),
+    Setting("QWEN_PORT", "port", "8103", number(int, 1, 65535, "QWEN_PORT is outside 1..65535"), "API port"),
+    Setting("QWEN_SERVED_MODEL_NAME", "served_model_name", "qwen3.8-27b", text, "model name the API serves"),
+    Setting("QWEN_API_KEY", "api_key", BUILT_IN_API_KEY, text, "API key clients must send (VLLM_API_KEY)",
+            warn_when_default=f"the server uses the built-in, publicly known API key {BUILT_IN_API_KEY!r}; "
+                              "set QWEN_API_KEY", secret=True),
+    Setting("QWEN_MAX_MODEL_LEN", "max_model_len", "65536",
+            number(int, 1024, 262144, "QWEN_MAX_MODEL_LEN is outside 1024..262144"), "vLLM --max-model-len"),
+    Setting("QWEN_GPU_MEMORY_UTILIZATION", "gpu_memory_utilization", "0.60",
+            number(float, 0.20, 0.90, "QWEN_GPU_MEMORY_UTILIZATION is outside 0.20..0.90"),
+            "vLLM --gpu-memory-utilization"),
+    Setting("QWEN_DTYPE", "dtype", "float16", dtype, "vLLM --dtype (fixed: float16, fp16 or half)"),
+    Setting("QWEN_REQUIRE_GPU_ARCH", "required_gpu_arch", "", lower_text,
+            "refuse unless rocminfo reports this architecture (e.g. gfx942)"),
+    Setting("OMNI_HARDWARE_PROFILE", "hardware_profile", "mi300x_single", text, "the hardware profile"),
+    Setting("QWEN_DFLASH2_CANARY", "dflash2_canary", "0", flag, "1: allow the gated DFlash2 canary"),
+    Setting("DFLASH2_SPECULATOR_PATH", "dflash2_path", "", optional_path, "the local DFlash2 speculator directory"),
+    Setting("DFLASH2_SPECULATOR_REVISION", "dflash2_revision", "", text, "the speculator's pinned 40-hex revision"),
+    Setting("DFLASH2_MANIFEST_SHA256", "dflash2_manifest_sha256", "", text, "sha256 of the speculator's manifest"),
+    Setting("DFLASH2_VLLM_COMMIT", "dflash2_vllm_commit", "", text, "the vLLM commit the canary was gated on"),
+    Setting("QWEN_DFLASH2_GATE_PATH", "dflash2_gate_path", "", optional_path, "the canary's gate.json"),
+    Setting("QWEN_DFLASH2_GATE_SHA256", "dflash2_gate_sha256", "", text, "sha256 of gate.json"),
+    Setting("QWEN_DFLASH2_MIN_P95_IMPROVEMENT_PERCENT", "dflash2_min_p95_improvement_percent", "5.0",
+            number(float, 1e-9, 100.0, "DFlash2 minimum p95 improvement must be in (0, 100]"),
+            "the gate's required p95 improvement"),
+    Setting("OMNI_ENGINE_PYTHON", "engine_python", "", engine_python,
+            "the interpreter whose site-packages hold vLLM (default: this one)"),
+    Setting("OMNI_HASH_WORKERS", "hash_workers", "0",
+            number(int, 0, 1024, "OMNI_HASH_WORKERS must be 0 (one per core) or in 1..1024"),
+            "hashing threads (0: one per core)"),
+)
 
 
 @dataclass(frozen=True)
@@ -41,9 +145,10 @@ class LauncherSettings:
     requested_mode: str = "auto"
     mtp_tokens: int = 1
     bind_host: str = "127.0.0.1"
+    internal_only: bool = False
     port: int = 8103
     served_model_name: str = "qwen3.8-27b"
-    api_key: str = "omni-local-only"
+    api_key: str = BUILT_IN_API_KEY
     max_model_len: int = 65536
     gpu_memory_utilization: float = 0.60
     dtype: str = "float16"
@@ -59,85 +164,26 @@ class LauncherSettings:
     dflash2_min_p95_improvement_percent: float = 5.0
     engine_python: str = sys.executable
     hash_workers: int = 0
+    defaults_used: frozenset[str] = frozenset()
 
     @classmethod
     def from_env(cls, environment: Mapping[str, str] | None = None) -> "LauncherSettings":
         env = dict(os.environ if environment is None else environment)
-        model_path = Path(env.get("MODEL_PATH", "/models/qwen"))
-        manifest = Path(env.get("QWEN_CHECKPOINT_MANIFEST_PATH", str(model_path / CHECKPOINT_ATTESTATION_FILE)))
-        mode = env.get("INFERENCE_MODE", "auto").strip().lower()
-        mode = MODE_ALIASES.get(mode, mode)
-        if mode not in MODES:
-            raise LauncherError(
-                "INFERENCE_MODE must be auto, autoregressive, native_mtp, or dflash2_canary", field="INFERENCE_MODE"
-            )
-        port = _number(env, "QWEN_PORT", "8103", int)
-        mtp_tokens = _number(env, "NATIVE_MTP_TOKENS", "1", int)
-        max_model_len = _number(env, "QWEN_MAX_MODEL_LEN", "65536", int)
-        gpu_util = _number(env, "QWEN_GPU_MEMORY_UTILIZATION", "0.60", float)
-        min_improvement = _number(env, "QWEN_DFLASH2_MIN_P95_IMPROVEMENT_PERCENT", "5.0", float)
-        hash_workers = _number(env, "OMNI_HASH_WORKERS", "0", int)
-        if not 1 <= port <= 65535:
-            raise LauncherError("QWEN_PORT is outside 1..65535", field="QWEN_PORT")
-        if mtp_tokens != 1:
-            raise LauncherError(
-                "native MTP is deliberately fixed to exactly one speculative token (NATIVE_MTP_TOKENS=1)",
-                field="NATIVE_MTP_TOKENS",
-            )
-        if not 1024 <= max_model_len <= 262144:
-            raise LauncherError("QWEN_MAX_MODEL_LEN is outside 1024..262144", field="QWEN_MAX_MODEL_LEN")
-        if not 0.20 <= gpu_util <= 0.90:
-            raise LauncherError(
-                "QWEN_GPU_MEMORY_UTILIZATION is outside 0.20..0.90", field="QWEN_GPU_MEMORY_UTILIZATION"
-            )
-        if not 0.0 < min_improvement <= 100.0:
-            raise LauncherError(
-                "DFlash2 minimum p95 improvement must be in (0, 100]",
-                field="QWEN_DFLASH2_MIN_P95_IMPROVEMENT_PERCENT",
-            )
-        if hash_workers < 0:
-            raise LauncherError("OMNI_HASH_WORKERS must be 0 (one per core) or positive", field="OMNI_HASH_WORKERS")
-        dtype = env.get("QWEN_DTYPE", "float16").strip().lower()
-        dtype = DTYPE_ALIASES.get(dtype, dtype)
-        if dtype != "float16":
-            raise LauncherError("QWEN_DTYPE is fixed to float16 for the Nelloz Qwen profile", field="QWEN_DTYPE")
-        bind_host = env.get("QWEN_BIND_HOST", "127.0.0.1").strip()
-        if bind_host == "0.0.0.0":
-            if not is_true(env.get("QWEN_CONTAINER_INTERNAL_ONLY")):
-                raise LauncherError(
-                    "wildcard Qwen bind requires QWEN_CONTAINER_INTERNAL_ONLY=1", field="QWEN_BIND_HOST"
-                )
-        elif bind_host not in LOOPBACK_HOSTS:
-            raise LauncherError(
-                "Qwen may bind only to loopback or an explicitly internal container network", field="QWEN_BIND_HOST"
-            )
-        dflash_path_raw = env.get("DFLASH2_SPECULATOR_PATH", "").strip()
-        gate_path_raw = env.get("QWEN_DFLASH2_GATE_PATH", "").strip()
-        return cls(
-            model_path=model_path,
-            model_id=env.get("MODEL_ID", "").strip(),
-            model_revision=env.get("MODEL_REVISION", "").strip(),
-            checkpoint_manifest=manifest,
-            checkpoint_manifest_sha256=env.get("QWEN_CHECKPOINT_MANIFEST_SHA256", "").strip(),
-            requested_mode=mode,
-            mtp_tokens=mtp_tokens,
-            bind_host=bind_host,
-            port=port,
-            served_model_name=env.get("QWEN_SERVED_MODEL_NAME", "qwen3.8-27b").strip(),
-            api_key=env.get("QWEN_API_KEY", "omni-local-only"),
-            max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_util,
-            dtype=dtype,
-            required_gpu_arch=env.get("QWEN_REQUIRE_GPU_ARCH", "").strip().lower(),
-            hardware_profile=env.get("OMNI_HARDWARE_PROFILE", "mi300x_single").strip(),
-            dflash2_canary=is_true(env.get("QWEN_DFLASH2_CANARY")),
-            dflash2_path=Path(dflash_path_raw) if dflash_path_raw else None,
-            dflash2_revision=env.get("DFLASH2_SPECULATOR_REVISION", "").strip(),
-            dflash2_manifest_sha256=env.get("DFLASH2_MANIFEST_SHA256", "").strip(),
-            dflash2_vllm_commit=env.get("DFLASH2_VLLM_COMMIT", "").strip(),
-            dflash2_gate_path=Path(gate_path_raw) if gate_path_raw else None,
-            dflash2_gate_sha256=env.get("QWEN_DFLASH2_GATE_SHA256", "").strip(),
-            dflash2_min_p95_improvement_percent=min_improvement,
-            engine_python=env.get("OMNI_ENGINE_PYTHON", "").strip() or sys.executable,
-            hash_workers=hash_workers,
-        )
+        values, defaulted = read_settings(SETTINGS, env, LauncherError)
+        if values["bind_host"] == "0.0.0.0" and not values["internal_only"]:
+            raise LauncherError("wildcard Qwen bind requires QWEN_CONTAINER_INTERNAL_ONLY=1 (QWEN_BIND_HOST="
+                                "'0.0.0.0')", field="QWEN_BIND_HOST")
+        return cls(**values, defaults_used=defaulted)
+
+    def warnings(self) -> list[str]:
+        """Defaults in use that weaken security: the report says so."""
+        return default_warnings(SETTINGS, self.defaults_used)
+
+
+def help_table() -> str:
+    return _help_table(SETTINGS)
+
+
+def markdown_table() -> str:
+    """The README's table of the launcher's settings (tests/readme_test.py keeps them equal)."""
+    return _markdown_table(SETTINGS)

@@ -49,8 +49,9 @@ def test_launcher_entrypoint_fails_closed_without_a_model(tmp_path: Path) -> Non
     rootfs, entrypoint = _unpack("qwen_mi300x", tmp_path)
     completed = _chroot(rootfs, [*entrypoint, "--inspect-only"], {})
     assert completed.returncode == 2, completed.stderr
-    assert json.loads(completed.stderr) == {"ok": False, "field": "Qwen model path",
-                                            "error": "Qwen model path does not exist: /models/qwen"}
+    assert json.loads(completed.stderr) == {"ok": False, "field": "MODEL_PATH",
+                                            "error": "MODEL_PATH does not exist: /models/qwen (MODEL_PATH is unset; "
+                                                     "its default /models/qwen was used)"}
 
 
 def test_launcher_entrypoint_decides_with_a_checkpoint_and_an_installed_vllm(tmp_path: Path) -> None:

@@ -287,11 +287,14 @@ def test_lock_refusals(tmp_path: Path, change: str, field: str, message: str) ->
     assert not (tmp_path / "model").exists() or not any((tmp_path / "model").iterdir())
 
 
-def test_verify_with_a_wrong_model_path_names_it_and_keeps_the_receipt(tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("exists", [False, True])
+def test_verify_with_a_wrong_model_path_names_it_and_keeps_the_receipt(tmp_path: Path, capsys, exists: bool) -> None:
     pinned = _reviewed(tmp_path)
     with LoopbackHub(tiny_repo()) as hub:
         _prepare(tmp_path, hub, **pinned)
     wrong = tmp_path / "no-such-model"
+    if exists:  # e.g. an empty volume mounted at the default path
+        (wrong / "notes").mkdir(parents=True)
     with mock.patch.dict(os.environ, _env(tmp_path, None, MODEL_PATH=str(wrong), **pinned), clear=True):
         assert boot_main(["verify"]) == 2
     refusal = json.loads(capsys.readouterr().err.splitlines()[-1])

@@ -110,7 +110,7 @@ def test_a_symlink_loop_as_model_path_and_as_a_shard(tmp_path: Path) -> None:
     loop.symlink_to("loop")
     world.env["MODEL_PATH"] = str(loop)
     result, _ = _run_bounded(world)
-    assert result.code == 2 and json.loads(result.stderr.splitlines()[-1])["field"] == "Qwen model path"
+    assert result.code == 2 and json.loads(result.stderr.splitlines()[-1])["field"] == "MODEL_PATH"
 
 
 def test_a_nul_byte_in_a_weight_map_path_or_the_index_path(tmp_path: Path) -> None:

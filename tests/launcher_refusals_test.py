@@ -90,12 +90,14 @@ REV_B = "b" * 40
 
 FATAL: list[Row] = [
     # settings
-    ("mode unknown", _set(INFERENCE_MODE="turbo"), "INFERENCE_MODE", "INFERENCE_MODE must be auto"),
+    ("mode unknown", _set(INFERENCE_MODE="turbo"), "INFERENCE_MODE",
+     "INFERENCE_MODE must be auto, autoregressive, native_mtp, or dflash2_canary, got 'turbo'"),
     ("port not a number", _set(QWEN_PORT="eighty"), "QWEN_PORT", "numeric Qwen launcher settings are invalid"),
     ("gpu util not a number", _set(QWEN_GPU_MEMORY_UTILIZATION="most"), "QWEN_GPU_MEMORY_UTILIZATION", "numeric"),
-    ("port zero", _set(QWEN_PORT="0"), "QWEN_PORT", "QWEN_PORT is outside 1..65535"),
+    ("port zero", _set(QWEN_PORT="0"), "QWEN_PORT", "QWEN_PORT is outside 1..65535, got '0'"),
     ("port too high", _set(QWEN_PORT="65536"), "QWEN_PORT", "QWEN_PORT is outside 1..65535"),
-    ("mtp tokens 2", _set(NATIVE_MTP_TOKENS="2"), "NATIVE_MTP_TOKENS", "fixed to exactly one speculative token"),
+    ("mtp tokens 2", _set(NATIVE_MTP_TOKENS="2"), "NATIVE_MTP_TOKENS",
+     "native MTP is deliberately fixed to exactly one speculative token (NATIVE_MTP_TOKENS=1), got '2'"),
     ("max len low", _set(QWEN_MAX_MODEL_LEN="1023"), "QWEN_MAX_MODEL_LEN", "outside 1024..262144"),
     ("max len high", _set(QWEN_MAX_MODEL_LEN="262145"), "QWEN_MAX_MODEL_LEN", "outside 1024..262144"),
     ("gpu util low", _set(QWEN_GPU_MEMORY_UTILIZATION="0.19"), "QWEN_GPU_MEMORY_UTILIZATION", "outside 0.20..0.90"),
@@ -109,10 +111,10 @@ FATAL: list[Row] = [
     ("wildcard bind", _set(QWEN_BIND_HOST="0.0.0.0"), "QWEN_BIND_HOST", "requires QWEN_CONTAINER_INTERNAL_ONLY=1"),
     ("public bind", _set(QWEN_BIND_HOST="10.0.0.5"), "QWEN_BIND_HOST", "may bind only to loopback"),
     # model path
-    ("model path URL", _set(MODEL_PATH="hf://Qwen/Qwen3.8-27B"), "Qwen model path", "not a URL"),
-    ("model path relative", _set(MODEL_PATH="models/qwen"), "Qwen model path", "must be an absolute local path"),
-    ("model path missing", _set(MODEL_PATH="/nonexistent/qwen"), "Qwen model path", "does not exist"),
-    ("model path a file", _model_path_is_file, "Qwen model path", "is not a directory"),
+    ("model path URL", _set(MODEL_PATH="hf://Qwen/Qwen3.8-27B"), "MODEL_PATH", "not a URL"),
+    ("model path relative", _set(MODEL_PATH="models/qwen"), "MODEL_PATH", "must be an absolute local path"),
+    ("model path missing", _set(MODEL_PATH="/nonexistent/qwen"), "MODEL_PATH", "does not exist"),
+    ("model path a file", _model_path_is_file, "MODEL_PATH", "is not a directory"),
     ("model id", _set(MODEL_ID="Qwen/Qwen3-32B"), "MODEL_ID", "MODEL_ID must be exactly"),
     ("model revision branch", _set(MODEL_REVISION="main"), "MODEL_REVISION", "immutable 40-character commit SHA"),
     # target config
@@ -223,7 +225,7 @@ CANARY: list[Row] = [
     ("vllm commit differs", _set(DFLASH2_VLLM_COMMIT=REV_B), "DFLASH2_VLLM_COMMIT", "does not equal the DFlash2 commit pin"),
     ("vllm commit unknown", _fresh_engine(commit=None), "DFLASH2_VLLM_COMMIT", "installed unknown"),
     ("speculator path unset", _unset("DFLASH2_SPECULATOR_PATH"), "DFLASH2_SPECULATOR_PATH", "DFLASH2_SPECULATOR_PATH is required"),
-    ("speculator path missing", _set(DFLASH2_SPECULATOR_PATH="/nonexistent/d"), "DFlash2 speculator path", "does not exist"),
+    ("speculator path missing", _set(DFLASH2_SPECULATOR_PATH="/nonexistent/d"), "DFLASH2_SPECULATOR_PATH", "does not exist"),
     ("speculator revision", _set(DFLASH2_SPECULATOR_REVISION="main"), "DFLASH2_SPECULATOR_REVISION", "40-character"),
     ("speculator config missing", lambda w: (w.speculator / "config.json").unlink(), "DFlash2 config", "DFlash2 config is missing"),
     ("speculator architecture", _spec_config(lambda c: c.__setitem__("architectures", ["X"])),

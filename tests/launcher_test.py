@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from unittest import mock
 from pathlib import Path
 
 import pytest
@@ -207,7 +208,7 @@ def test_real_process_exits_2_with_json_on_refusal(world: LauncherWorld) -> None
     assert completed.returncode == 2 and completed.stdout == ""
     assert json.loads(completed.stderr) == {
         "ok": False, "field": "MODEL_REVISION",
-        "error": "MODEL_REVISION must be an immutable 40-character commit SHA"}
+        "error": "MODEL_REVISION must be an immutable 40-character commit SHA, got 'main'"}
 
 
 def test_help_describes_the_flags() -> None:
@@ -251,3 +252,53 @@ def test_attestation_builder_refuses_a_foreign_checkpoint(world: LauncherWorld, 
 def test_speculator_revision_is_case_insensitive(world: LauncherWorld) -> None:
     world.env.update(INFERENCE_MODE="dflash2_canary", DFLASH2_SPECULATOR_REVISION=SPECULATOR_REVISION.upper())
     assert world.run("--inspect-only").report["decision"]["mode"] == "dflash2_canary"
+
+
+@pytest.mark.parametrize("change, variable", [
+    ("QWEN_API_KEY", "QWEN_API_KEY is unset: the server uses the built-in, publicly known API key"),
+    ("QWEN_CHECKPOINT_MANIFEST_SHA256", "QWEN_CHECKPOINT_MANIFEST_SHA256 is unset: the checkpoint attestation is not pinned"),
+    ("API_KEY", "API_KEY is set but this launcher reads QWEN_API_KEY"),
+])
+def test_defaults_that_weaken_security_are_warned_about(world: LauncherWorld, change: str, variable: str) -> None:
+    clean = world.run("--inspect-only")
+    assert clean.code == 0 and "warnings" not in clean.report
+    if change == "API_KEY":
+        world.env["API_KEY"] = "boot-key"
+    else:
+        del world.env[change]
+    result = world.run("--inspect-only")
+    assert result.code == 0, result.stderr
+    assert [warning for warning in result.report["warnings"] if warning.startswith(variable)], result.report
+    assert f"launcher: warning: {variable}" in result.stderr
+
+
+def test_a_refusal_says_when_the_variable_was_unset_and_its_default_used(world: LauncherWorld) -> None:
+    del world.env["MODEL_PATH"]
+    result = world.run("--inspect-only")
+    refusal = json.loads(result.stderr.splitlines()[-1])
+    assert result.code == 2 and refusal["field"] == "MODEL_PATH"
+    assert refusal["error"] == ("MODEL_PATH does not exist: /models/qwen "
+                                "(MODEL_PATH is unset; its default /models/qwen was used)")
+
+
+@pytest.mark.parametrize("argv, environment, field", [
+    (["--revision", "main"], {}, "--revision"),
+    ([], {"MODEL_REVISION": "main"}, "MODEL_REVISION"),
+])
+def test_attestation_builder_names_the_flag_or_the_variable(world: LauncherWorld, capsys, argv, environment,
+                                                            field) -> None:
+    from launcher import build_attestation
+
+    with mock.patch.dict(os.environ, environment):
+        assert build_attestation.main([str(world.model), *argv]) == 2
+    refusal = json.loads(capsys.readouterr().err)
+    assert refusal["field"] == field and refusal["error"].startswith(f"{field} must be an immutable")
+    assert "got 'main'" in refusal["error"]
+
+
+def test_attestation_builder_without_a_directory_names_model_path(capsys) -> None:
+    from launcher import build_attestation
+
+    with mock.patch.dict(os.environ, {}, clear=True):
+        assert build_attestation.main([]) == 2
+    assert json.loads(capsys.readouterr().err)["field"] == "MODEL_PATH"

@@ -1,9 +1,13 @@
 """The README's two commands are the ones CI runs, and the set-up script behaves."""
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 # Bazel runs tests in the runfiles tree of this repository; pytest from the checkout root works too.
 ROOT = Path.cwd()
@@ -39,10 +43,20 @@ def test_setup_help_and_refusal_of_unknown_arguments():
     assert "unknown argument: --frobnicate" in refused.stderr
 
 
-def test_the_readme_table_of_boot_settings_is_generated_from_their_declaration():
-    from boot.settings import SETTINGS, help_table, markdown_table
-
+@pytest.mark.parametrize("module, marker", [("boot.settings", "boot-settings"), ("launcher.settings", "launcher-settings")])
+def test_every_settings_table_in_the_readme_is_generated_from_its_declaration(module: str, marker: str) -> None:
+    declared = importlib.import_module(module)
     readme = (ROOT / "README.md").read_text()
-    block = re.search(r"<!-- boot-settings:begin[^>]*-->\n(.*?)\n<!-- boot-settings:end -->", readme, flags=re.S)
-    assert block is not None and block.group(1) == markdown_table()
-    assert all(setting.variable in help_table() for setting in SETTINGS)
+    block = re.search(rf"<!-- {marker}:begin[^>]*-->\n(.*?)\n<!-- {marker}:end -->", readme, flags=re.S)
+    assert block is not None and block.group(1) == declared.markdown_table()
+    assert all(f"`{setting.variable}`" in block.group(1) for setting in declared.SETTINGS)
+    assert all(setting.variable in declared.help_table() for setting in declared.SETTINGS)
+
+
+def test_launcher_help_lists_every_setting() -> None:
+    from launcher.settings import SETTINGS
+
+    shown = subprocess.run([sys.executable, "-m", "launcher", "--help"], capture_output=True, text=True,
+                           cwd=ROOT, timeout=60)
+    assert shown.returncode == 0
+    assert all(setting.variable in shown.stdout for setting in SETTINGS)
