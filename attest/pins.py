@@ -7,7 +7,6 @@ there, and a difference refuses the start naming the pin and both values.
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal

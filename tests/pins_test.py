@@ -39,12 +39,16 @@ def _world(tmp_path: Path, **pin_overrides) -> LauncherWorld:
 
 
 def test_matching_pins_pass_and_are_reported(tmp_path: Path) -> None:
-    result = _world(tmp_path).run("--inspect-only")
+    world = _world(tmp_path)
+    # What the fixture installed, counted here: every file of the package and its dist-info.
+    installed = [p for p in [*world.site.joinpath("vllm").rglob("*"), *world.site.glob("vllm-*.dist-info/*")]
+                 if p.is_file() and p.name not in ("RECORD", "direct_url.json", "INSTALLER", "REQUESTED")]
+    result = world.run("--inspect-only")
     assert result.code == 0, result.stderr
     assert result.report["decision"]["mode"] == "dflash2_canary"
     assert result.report["image_pins"] == [
         f"engine.commit {VLLM_COMMIT} matches the installed vllm (full commit from direct_url.json)",
-        "12 installed vllm files (562 bytes) match its RECORD",
+        f"{len(installed)} installed vllm files ({sum(p.stat().st_size for p in installed)} bytes) match its RECORD",
         f"model.revision {TARGET_REVISION} matches MODEL_REVISION",
         "the DFlash2 gate is bound to the pinned engine, model and speculator"]
 

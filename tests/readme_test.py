@@ -43,7 +43,8 @@ def test_setup_help_and_refusal_of_unknown_arguments():
     assert "unknown argument: --frobnicate" in refused.stderr
 
 
-@pytest.mark.parametrize("module, marker", [("boot.settings", "boot-settings"), ("launcher.settings", "launcher-settings")])
+@pytest.mark.parametrize("module, marker", [("boot.settings", "boot-settings"), ("launcher.settings", "launcher-settings"),
+                                            ("tools.settings", "tools-settings")])
 def test_every_settings_table_in_the_readme_is_generated_from_its_declaration(module: str, marker: str) -> None:
     declared = importlib.import_module(module)
     readme = (ROOT / "README.md").read_text()

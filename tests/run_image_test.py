@@ -23,7 +23,7 @@ def layout(tmp_path: Path) -> Path:
 
 def _run(cwd: Path, layout: Path, *args: str, capsys) -> tuple[int, str, str]:
     with mock.patch.dict(os.environ, {"BUILD_WORKING_DIRECTORY": str(cwd)}):
-        code = run_image.main(["--layout", str(layout), "--name", "qwen_mi300x", *args])
+        code = run_image.main(["--layout", str(layout), "--name", "//images:qwen_mi300x", *args])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -95,7 +95,8 @@ def test_a_shallow_archive_is_refused_unless_asked_for(tmp_path, layout, capsys)
 def test_the_summary_says_the_local_image_has_no_engine(tmp_path, layout, capsys):
     code, out, _ = _run(tmp_path, layout, capsys=capsys)
     assert code == 0
-    assert "engine: none (local Debian base" in out and "--config=release //images:qwen_mi300x" in out
+    assert "engine: none (local Debian base" in out
+    assert "the deployable image: bazel run --config=release //images:qwen_mi300x\n" in out
 
 
 @pytest.mark.parametrize("key,message", [

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -67,6 +68,10 @@ def _openssl_limit_mb_s() -> tuple[float, int]:
     return per_core, os.cpu_count() or 1
 
 
+def _say(message: str) -> None:
+    print(f"boot_verify: {message}", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gb", type=float, default=3.0)
@@ -77,11 +82,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         base = Path(tmp)
         size = int(args.gb * 1e9 / args.files)
+        _say(f"writing {args.files} files, {args.gb:g} GB ...")
         entries = _make(base / "model", args.files, size)
         settings = _settings(base, "model", entries)
         total = size * args.files
         subprocess.run(f"cat {base}/model/* > /dev/null", shell=True, check=True)  # into the page cache
 
+        _say("verifying without a receipt, then with it ...")
         started = time.perf_counter()
         report = _verify(settings)
         cold = time.perf_counter() - started
@@ -90,6 +97,7 @@ def main() -> int:
         warm = time.perf_counter() - started
         assert report.hashed == args.files and warm_report.hashed == 0
 
+        _say(f"sha256sum with {cores} processes, openssl speed (3 s) ...")
         files = " ".join(str(base / "model" / e["path"]) for e in entries)
         started = time.perf_counter()
         subprocess.run(f"printf '%s\\n' {files} | xargs -P {cores} -n 1 sha256sum > /dev/null", shell=True, check=True)
@@ -97,6 +105,7 @@ def main() -> int:
         per_core, _ = _openssl_limit_mb_s()
         limit = per_core * cores
 
+        _say(f"{args.small} small files ...")
         small = _settings(base, "small", _make(base / "small", args.small, 4096))
         _verify(small)
         started = time.perf_counter()

@@ -104,6 +104,8 @@ def copy_based(work: Path, base_ref: str) -> float:
 
 def measure(size_gb: float, work: Path, launcher_src: Path) -> tuple:
     # A fresh registry per size: one base's storage never slows the next measurement.
+    print(f"image_rebuild: {size_gb:g} GB base: building, pushing, rebuilding 3 times, crane and copy-based ...",
+          file=sys.stderr, flush=True)
     with LoopbackRegistry() as registry:
         work.mkdir()
         repo = f"bench/base{str(size_gb).replace('.', '_')}"

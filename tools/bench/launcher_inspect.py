@@ -54,6 +54,7 @@ def main() -> int:
             stale.unlink()
         world.env["QWEN_CHECKPOINT_MANIFEST_SHA256"] = attest_checkpoint(world.model)
         env = dict(world.env, PYTHONPATH=os.pathsep.join([str(world.site), *[p for p in sys.path if p]]))
+        print(f"launcher_inspect: {args.runs} runs of ours ...", file=sys.stderr, flush=True)
         walls, cpus, stdout = _measure([sys.executable, "-m", "launcher", "--inspect-only"], env, args.runs)
         report = json.loads(stdout)
         assert report["checkpoint"]["shard_count"] == args.shards
@@ -63,6 +64,7 @@ def main() -> int:
         if not args.seed.is_file():
             print(f"seed launcher not found at {args.seed}: pass --seed PATH for the CPU ratio")
             return 0
+        print(f"launcher_inspect: {args.runs} runs of the seed ...", file=sys.stderr, flush=True)
         seed_walls, seed_cpus, seed_stdout = _measure([sys.executable, str(args.seed), "--inspect-only"], env,
                                                       args.runs)
         assert json.loads(seed_stdout)["checkpoint"]["shard_count"] == args.shards

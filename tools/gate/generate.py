@@ -33,6 +33,7 @@ from tools.gate.benchmark import MIN_SAMPLES, run_benchmark
 from tools.gate.corpus import CORPUS, CORPUS_SHA256, PARITY_CASES, benchmark_request
 from tools.gate.parity import run_corpus
 from tools.gate.peer import KEY_VARIABLE, Deadline, Endpoint, PeerError, acceptance
+from tools.settings import GATE, tools_help
 
 Progress = Callable[[str], None]
 WARMUP_REQUESTS = 2
@@ -132,7 +133,7 @@ def generate(args: argparse.Namespace, progress: Progress) -> tuple[DFlash2Gate,
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="gate", description=__doc__,
+    parser = argparse.ArgumentParser(prog="gate", description=__doc__, epilog=tools_help(GATE),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ar-url", required=True, help="the autoregressive server (loopback)")
     parser.add_argument("--spec-url", required=True, help="the speculative server of the same target (loopback)")

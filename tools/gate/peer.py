@@ -16,10 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from attest.errors import AttestError
 from attest.reader import loads
+from tools.settings import GATE_API_KEY
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_METRICS_BYTES = 4 * 1024 * 1024
-KEY_VARIABLE = "OMNI_GATE_API_KEY"
+KEY_VARIABLE = GATE_API_KEY
 
 
 class PeerError(Exception):

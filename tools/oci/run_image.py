@@ -32,6 +32,7 @@ from tools.oci.sign import (
     push_image_signature,
     tag_for,
 )
+from tools.settings import SIGNING, tools_help
 
 SPDX_TYPE = "application/spdx+json"
 
@@ -76,7 +77,7 @@ def engine_line(layout: Path, name: str) -> str:
         sidecar = json.loads((layout / BASE_SIDECAR).read_text())
         return f"engine: from the vendor base {sidecar.get('image')}@{sidecar.get('digest')}"
     return (f"engine: none (local Debian base: the image's entrypoint refuses to start without one); "
-            f"the deployable image: bazel run --config=release //images:{name}")
+            f"the deployable image: bazel run --config=release {name}")
 
 
 def _is_oci_layout(path: Path) -> bool:
@@ -160,7 +161,8 @@ def push_evidence(layout: Path, args: argparse.Namespace, digest: str, key) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bazel run //images:<image> --", description=__doc__)
+    parser = argparse.ArgumentParser(prog="bazel run //images:<image> --", description=__doc__,
+                                     epilog=tools_help(SIGNING), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layout", type=Path, required=True, help=argparse.SUPPRESS)
     parser.add_argument("--name", default="image", help=argparse.SUPPRESS)
     parser.add_argument("--output", type=Path,

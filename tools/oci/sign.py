@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from tools.oci.errors import OciError
 from tools.oci.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, sha256_digest
 from tools.oci.registry import RegistryClient
+from tools.settings import SIGNING_KEY, SIGNING_KEY_FILE, SIGNING_KEY_PASSWORD
 
 SIMPLESIGNING_TYPE = "application/vnd.dev.cosign.simplesigning.v1+json"
 DSSE_TYPE = "application/vnd.dsse.envelope.v1+json"
@@ -33,16 +34,18 @@ SLSA_PREDICATE = "https://slsa.dev/provenance/v1"
 
 
 def load_private_key(path: Path | None = None) -> ec.EllipticCurvePrivateKey:
-    if path is not None or os.environ.get("OMNI_SIGNING_KEY_FILE"):
-        source = str(path) if path is not None else os.environ["OMNI_SIGNING_KEY_FILE"]
-        field = "--signing-key" if path is not None else "OMNI_SIGNING_KEY_FILE"
+    if path is not None or os.environ.get(SIGNING_KEY_FILE):
+        source = str(path) if path is not None else os.environ[SIGNING_KEY_FILE]
+        field = "--signing-key" if path is not None else SIGNING_KEY_FILE
+        # A relative path means what it meant where the user typed it (`bazel run` changes directory).
+        where = Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / source
         try:
-            pem = Path(source).read_bytes()
+            pem = where.read_bytes()
         except OSError as exc:
             raise OciError(f"{field}: the signing key {source} cannot be read ({exc.strerror}); a relative path "
                            "is taken from the directory `bazel run` was started in", field=field) from None
-    elif os.environ.get("OMNI_SIGNING_KEY"):
-        source, pem = "OMNI_SIGNING_KEY", os.environ["OMNI_SIGNING_KEY"].encode()
+    elif os.environ.get(SIGNING_KEY):
+        source, pem = SIGNING_KEY, os.environ[SIGNING_KEY].encode()
     else:
         raise OciError("no signing key: set OMNI_SIGNING_KEY_FILE (or OMNI_SIGNING_KEY, or --signing-key), "
                        "or push with --unsigned", field="OMNI_SIGNING_KEY_FILE")
@@ -51,7 +54,7 @@ def load_private_key(path: Path | None = None) -> ec.EllipticCurvePrivateKey:
                        "P-256 key that cosign also accepts: `openssl ecparam -name prime256v1 -genkey -noout -out "
                        "omni.key` (then `cosign import-key-pair --key omni.key` where cosign needs its format)",
                        field=source)
-    password = os.environ.get("OMNI_SIGNING_KEY_PASSWORD", "").encode() or None
+    password = os.environ.get(SIGNING_KEY_PASSWORD, "").encode() or None
     try:
         key = serialization.load_pem_private_key(pem, password=password)
     except (ValueError, TypeError) as exc:

@@ -1,0 +1,51 @@
+"""Environment variables of the image tools and the gate generator, declared once.
+
+The tools take most of their input as flags (their `--help`); these are what they read
+from the environment. README's table and the tools' `--help` epilogues are generated from
+`SETTINGS`; tests/settings_test.py fails when a tool reads a variable not declared here.
+Variables read by Bazel repository rules (`--repo_env=NAME=...`) are declared here too:
+Starlark cannot import this module, so the test checks their names in the .bzl files.
+"""
+from __future__ import annotations
+
+from attest import settings as declared
+from attest.settings import Setting, text
+
+GATE_API_KEY = "OMNI_GATE_API_KEY"
+SIGNING_KEY_FILE = "OMNI_SIGNING_KEY_FILE"
+SIGNING_KEY = "OMNI_SIGNING_KEY"
+SIGNING_KEY_PASSWORD = "OMNI_SIGNING_KEY_PASSWORD"
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(GATE_API_KEY, "gate_api_key", "", text,
+            "gate generator: the API key both servers require (never a flag); unset: the run stops at its first "
+            "request", secret=True),
+    Setting(SIGNING_KEY_FILE, "signing_key_file", "", text,
+            "push: PEM ECDSA P-256 private key file (relative: to where `bazel run` started); or --signing-key"),
+    Setting(SIGNING_KEY, "signing_key", "", text, "push: the same key as PEM text (when no file is given)",
+            secret=True),
+    Setting(SIGNING_KEY_PASSWORD, "signing_key_password", "", text, "push: the password of an encrypted PEM key",
+            secret=True),
+    Setting("SOURCE_DATE_EPOCH", "source_date_epoch", "0", text,
+            "layer mtimes and image creation time (seconds since 1970); 0 keeps digests reproducible"),
+    Setting("OMNI_PYTHON", "python", "", text,
+            "Bazel `--repo_env`: the interpreter @pypi installs for (default: python3 on PATH)"),
+    Setting("OMNI_BASE_MIRROR", "base_mirror", "", text,
+            "Bazel `--repo_env`: a registry mirroring the pinned vendor bases (`--config=release`)"),
+)
+
+SIGNING = tuple(s for s in SETTINGS if s.variable.startswith("OMNI_SIGNING_"))
+GATE = tuple(s for s in SETTINGS if s.variable == GATE_API_KEY)
+
+
+def tools_help(declarations: tuple[Setting, ...]) -> str:
+    return "environment:\n" + declared.help_table(declarations)
+
+
+def help_table() -> str:
+    return declared.help_table(SETTINGS)
+
+
+def markdown_table() -> str:
+    """The README's table of the tools' environment (tests/readme_test.py keeps them equal)."""
+    return declared.markdown_table(SETTINGS)
