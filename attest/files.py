@@ -28,6 +28,24 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         raise
 
 
+def require_replaceable(path: Path, required_keys: frozenset[str], *, what: str, field: str) -> None:
+    """Never overwrite what this tool did not write: an existing `path` must be a JSON
+    object holding `required_keys` (a document of the kind about to replace it), read
+    bounded. Refuses naming `field` (the flag or variable that chose the path) otherwise."""
+    from attest.errors import AttestError
+    from attest.reader import loads_object, read_file
+
+    if not os.path.lexists(path):
+        return
+    try:
+        existing = loads_object(read_file(path, label=str(path), max_bytes=64 << 20).data, label=str(path))
+    except AttestError:
+        existing = {}
+    if not required_keys <= set(existing):
+        raise AttestError(f"{path} exists and is not {what}; it was left as it is (choose another path, or move it "
+                          "aside)", field=field)
+
+
 def canonical_json(value: Any) -> bytes:
     """Sorted keys, two-space indent, trailing newline: stable bytes for stable digests."""
     return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")

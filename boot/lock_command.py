@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from attest.errors import AttestError, report_refusal, report_unexpected
-from attest.files import canonical_json, write_atomic
+from attest.files import canonical_json, require_replaceable, write_atomic
 from attest.lock import REVIEWED
 from attest.primitives import require_revision
 from boot import hub
@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / args.output
         if output.exists() and not args.force:
             raise BootError(f"--output {output} exists; pass --force to replace it", field="--output")
+        require_replaceable(output, frozenset({"repo", "revision", "files"}), what="a checkpoint lock",
+                            field="--output")
         endpoint = url_or_empty(os.environ.get("HF_ENDPOINT", ""), "HF_ENDPOINT")
         listing = hub.fetch_listing(args.repo, revision, stall_s=args.stall_timeout, endpoint=endpoint)
         lock = hub.lock_from_listing(args.repo, revision, listing, REVIEWED)

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from attest.documents import CHECKPOINT_ATTESTATION_FILE
 from attest.errors import AttestError, report_refusal, report_unexpected
-from attest.files import canonical_json, write_atomic
+from attest.files import canonical_json, require_replaceable, write_atomic
 from launcher.checkpoint import build_checkpoint_attestation
 from launcher.target import TARGET_MODEL_ID
 
@@ -55,6 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report_unexpected(exc)
     data = canonical_json(attestation.model_dump(mode="json", exclude_none=True))
     output = args.output or Path(args.model_path) / CHECKPOINT_ATTESTATION_FILE
+    try:
+        require_replaceable(output, frozenset({"schema_version", "model_id", "revision"}),
+                            what="a checkpoint attestation", field="--output" if args.output else "MODEL_PATH")
+    except AttestError as exc:
+        return report_refusal(exc)
     write_atomic(output, data)
     digest = hashlib.sha256(data).hexdigest()
     print(f"wrote {output}; pin it with QWEN_CHECKPOINT_MANIFEST_SHA256={digest}", file=sys.stderr)

@@ -27,7 +27,7 @@ import httpx
 from attest.documents import parse_document
 from attest.speculation import DFlash2Gate
 from attest.errors import AttestError, report_refusal, report_unexpected
-from attest.files import canonical_json, write_atomic
+from attest.files import canonical_json, require_replaceable, write_atomic
 from attest.primitives import require_revision
 from tools.gate.benchmark import MIN_SAMPLES, run_benchmark
 from tools.gate.corpus import CORPUS, CORPUS_SHA256, PARITY_CASES, benchmark_request
@@ -188,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gate: {message}", file=sys.stderr, flush=True)
 
     try:
+        # Checked before the run, which takes long: a path holding something else is never replaced.
+        require_replaceable(args.output, frozenset({"schema_version", "parity", "benchmark"}), what="a gate",
+                            field="--output")
+        require_replaceable(args.output.with_name(args.output.name + ".results.json"), frozenset({"corpus_sha256"}),
+                            what="a gate's results", field="--output")
         gate, results = generate(args, progress)
     except AttestError as exc:
         return report_refusal(exc)
