@@ -210,7 +210,7 @@ def _require_some_checkpoint(settings: BootSettings, lock) -> None:
 def verify_rank0(settings: BootSettings, in_use: LockInUse, *, download: bool, rehash_all: bool = False,
                  quiet: bool = False) -> VerifyReport:
     started = time.monotonic()
-    receipt, refused = load_receipt(settings.state, lock_sha256=in_use.sha256)
+    receipt, refused = load_receipt(settings.state, lock_sha256=in_use.sha256, revision=REVISION)
     if refused:
         if not download and not rehash_all:
             raise BootError(f"the receipt is refused: {refused}; run `boot verify --full` or `boot prepare`",

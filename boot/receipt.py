@@ -80,9 +80,9 @@ def save_receipt(state: Path, receipt: Receipt) -> None:
     write_atomic(state / RECEIPT, canonical_json(signed.model_dump(mode="json")))
 
 
-def load_receipt(state: Path, *, lock_sha256: str) -> tuple[Receipt | None, str]:
-    """The receipt if it is intact and bound to this lock, else None and why it was refused
-    ("" when there is none)."""
+def load_receipt(state: Path, *, lock_sha256: str, revision: str) -> tuple[Receipt | None, str]:
+    """The receipt if it is intact and bound to this lock and revision, else None and why it
+    was refused ("" when there is none)."""
     path = state / RECEIPT
     if not path.exists() and not path.is_symlink():
         return None, ""
@@ -96,6 +96,8 @@ def load_receipt(state: Path, *, lock_sha256: str) -> tuple[Receipt | None, str]
         return None, f"{path} fails its integrity check (edited, or written under another {RECEIPT_KEY})"
     if receipt.lock_sha256 != lock_sha256:
         return None, f"{path} is bound to checkpoint lock {receipt.lock_sha256[:12]}…, not {lock_sha256[:12]}…"
+    if receipt.revision != revision:
+        return None, f"{path} is for revision {receipt.revision}, not {revision}"
     return receipt, ""
 
 

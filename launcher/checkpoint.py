@@ -167,10 +167,9 @@ def _verify_shard_digests(attested: list[ShardDigest], shards: dict[str, Path], 
 
 
 def _native_mtp(text_config: dict[str, Any], tensor_names: set[str]) -> tuple[bool, str]:
-    try:
-        mtp_layers = int(text_config.get("mtp_num_hidden_layers", 0) or 0)
-    except (TypeError, ValueError):
-        mtp_layers = 0
+    declared = text_config.get("mtp_num_hidden_layers", 0)
+    # Only the JSON integer 1 proves one layer: true, 1.0 or "1" are not evidence.
+    mtp_layers = declared if type(declared) is int else 0
     groups = [any(name.startswith(prefix) for name in tensor_names) for prefix in MTP_WEIGHT_GROUPS]
     if mtp_layers != 1:
         return False, "text_config.mtp_num_hidden_layers is not exactly 1"

@@ -391,3 +391,44 @@ def test_the_lock_command_writes_a_reviewed_lock_and_never_overwrites(tmp_path: 
             mock.patch.dict(os.environ, {"HF_ENDPOINT": hub.url}):
         assert lock_main(["--output", str(tmp_path / "other.json")]) == 2
     assert "'..' component" in capsys.readouterr().err and not (tmp_path / "other.json").exists()
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("revision", "0" * 40, "is for revision"),
+    ("lock_sha256", "0" * 64, "is bound to checkpoint lock"),
+])
+def test_a_correctly_signed_receipt_for_another_revision_or_lock_is_refused(tmp_path: Path, capsys, field: str,
+                                                                            value: str, reason: str) -> None:
+    """Signed with the real key (as a receipt written by another configuration would be): only
+    the binding checks can refuse it."""
+    from boot.receipt import Receipt, save_receipt
+
+    pinned = _reviewed(tmp_path)
+    with LoopbackHub(tiny_repo()) as hub:
+        _prepare(tmp_path, hub, **pinned)
+    state = tmp_path / "state"
+    receipt = Receipt.model_validate({k: v for k, v in json.loads((state / RECEIPT).read_text()).items() if k != "mac"})
+    save_receipt(state, receipt.model_copy(update={field: value}))
+    with mock.patch.dict(os.environ, _env(tmp_path, None, **pinned), clear=True):
+        assert boot_main(["verify"]) == 2
+        refusal = json.loads(capsys.readouterr().err.splitlines()[-1])
+        assert refusal["field"] == RECEIPT and reason in refusal["error"], refusal
+        report = prepare(BootSettings.from_env())
+    assert (report.hashed, report.reused) == (5, 0)
+
+
+def test_a_file_whose_locked_digest_changed_is_hashed_again_not_reused(tmp_path: Path, capsys) -> None:
+    """The receipt vouches for identities under one lock; a lock expecting other bytes for a
+    file (same size) must not inherit that vouching."""
+    pinned = _reviewed(tmp_path)
+    with LoopbackHub(tiny_repo()) as hub:
+        _prepare(tmp_path, hub, **pinned)
+    other = tiny_repo()
+    other.files[SHARDS[0]] = b"\x05" * len(other.files[SHARDS[0]])
+    lock = tmp_path / "locks" / "other.lock.json"
+    sha = write_lock(lock, other)
+    with mock.patch.dict(os.environ, _env(tmp_path, None, CHECKPOINT_LOCK=str(lock), CHECKPOINT_LOCK_SHA256=sha),
+                         clear=True):
+        assert boot_main(["verify"]) == 2
+    refusal = json.loads(capsys.readouterr().err.splitlines()[-1])
+    assert "is bound to checkpoint lock" in refusal["error"] and refusal["field"] == RECEIPT

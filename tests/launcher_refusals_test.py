@@ -85,6 +85,18 @@ def _shard_list_short(world: LauncherWorld) -> None:
     world.reattest(shards=doc["shards"][:1])
 
 
+def _shard_list_duplicate(world: LauncherWorld) -> None:
+    world.reattest(hash_shards=True)
+    doc = json.loads((world.model / ".omni-checkpoint.json").read_text())
+    world.reattest(shards=[*doc["shards"], doc["shards"][0]])
+
+
+def _shard_list_extra(world: LauncherWorld) -> None:
+    world.reattest(hash_shards=True)
+    doc = json.loads((world.model / ".omni-checkpoint.json").read_text())
+    world.reattest(shards=[*doc["shards"], {**doc["shards"][0], "path": "model-extra.safetensors"}])
+
+
 SHA_A = "a" * 64
 REV_B = "b" * 40
 
@@ -174,6 +186,8 @@ FATAL: list[Row] = [
     ("shard digest differs", _swap_shard, "model-00001-of-00002.safetensors", "SHA-256 does not match its attestation"),
     ("shard size differs", _grow_shard, "model-00001-of-00002.safetensors", "bytes, its attestation says"),
     ("shard list incomplete", _shard_list_short, "checkpoint attestation.shards", "must list each indexed shard once"),
+    ("shard listed twice", _shard_list_duplicate, "checkpoint attestation.shards", "must list each indexed shard once"),
+    ("shard not indexed", _shard_list_extra, "checkpoint attestation.shards", "not indexed: ['model-extra.safetensors']"),
     # installed vLLM and hardware
     ("vllm absent", lambda w: setattr(w, "site", w.base / "empty-site"), "vllm", "cannot serve the exact Qwen3.8 target"),
     ("vllm without qwen3_5", _fresh_engine(ar=False), "vllm", "cannot serve the exact Qwen3.8 target"),
@@ -283,6 +297,13 @@ CANARY: list[Row] = [
     ("p95 not a number", _gate_part("benchmark", ar_p95_ms="fast"), "DFlash2 gate.benchmark.ar_p95_ms", "valid number"),
     ("p95 zero", _gate_part("benchmark", ar_p95_ms=0), "DFlash2 gate.benchmark.dflash2_p95_ms", "did not beat AR p95"),
     ("p95 slower", _gate_part("benchmark", dflash2_p95_ms=120.0), "DFlash2 gate.benchmark.dflash2_p95_ms", "did not beat AR p95"),
+    ("p95 equal", _gate_part("benchmark", dflash2_p95_ms=100.0), "DFlash2 gate.benchmark.dflash2_p95_ms", "did not beat AR p95"),
+    ("draft p95 zero", _gate_part("benchmark", dflash2_p95_ms=0), "DFlash2 gate.benchmark.dflash2_p95_ms",
+     "did not beat AR p95"),
+    ("draft p95 negative", _gate_part("benchmark", dflash2_p95_ms=-5.0), "DFlash2 gate.benchmark.dflash2_p95_ms",
+     "did not beat AR p95"),
+    ("concurrency 1 missing", _gate_part("benchmark", concurrency=[2]), "DFlash2 gate.benchmark.concurrency",
+     "concurrency 1 and 2"),
     ("p95 below threshold", _gate_part("benchmark", dflash2_p95_ms=97.0),
      "QWEN_DFLASH2_MIN_P95_IMPROVEMENT_PERCENT", "below the configured canary threshold"),
 ]
@@ -355,3 +376,40 @@ def test_every_raise_site_has_a_row(capsys) -> None:
         print(f"\nrefusal rows: {len(FATAL)} fatal + {len(CANARY)} canary = {len(FATAL) + len(CANARY)}; "
               f"LauncherError raise sites covered: {len(_raise_sites())}")
     assert not uncovered, f"raise sites with no refusal row: {uncovered}"
+
+
+@pytest.mark.parametrize("name,breaker", [
+    ("samples exactly 100", _gate_part("benchmark", samples_per_mode=100)),
+    ("improvement exactly at the threshold", _gate_part("benchmark", dflash2_p95_ms=95.0)),
+    ("more concurrency levels", _gate_part("benchmark", concurrency=[1, 2, 4])),
+    ("threshold raised to exactly the improvement", _set(QWEN_DFLASH2_MIN_P95_IMPROVEMENT_PERCENT="20")),
+])
+def test_gates_on_the_accepting_side_of_each_boundary_enable_the_canary(world: LauncherWorld, name: str,
+                                                                       breaker) -> None:
+    world.env["INFERENCE_MODE"] = "dflash2_canary"
+    breaker(world)
+    result = world.run("--inspect-only")
+    assert result.code == 0, result.stderr
+    assert result.report["decision"]["mode"] == "dflash2_canary", (name, result.report["decision"])
+
+
+@pytest.mark.parametrize("name,breaker,field,message", CANARY[::3] + [
+    ("no breaker", lambda w: None, "", ""),
+    ("no mtp head", lambda w: w.edit_config(lambda c: c["text_config"].__setitem__("mtp_num_hidden_layers", 0),
+                                          reattest=True), "", ""),
+], ids=[row[0] for row in CANARY[::3]] + ["no breaker", "no mtp head"])
+def test_explain_selects_what_a_real_launch_execs(world: LauncherWorld, name: str, breaker, field: str,
+                                                  message: str) -> None:
+    world.env["INFERENCE_MODE"] = "dflash2_canary" if field else "auto"
+    breaker(world)
+    explained = world.run("--explain")
+    launched = world.run()
+    assert explained.code == 0 and launched.code == 127 and launched.exec_calls, (explained.stderr, launched.stderr)
+    selected = [item["mode"] for item in explained.report["explain"] if item["selected"]]
+    assert selected == [launched.report["decision"]["mode"]] == [explained.report["decision"]["mode"]]
+    argv = list(launched.exec_calls[0][1])
+    speculative = launched.report["decision"]["speculative_config"]
+    if speculative is None:
+        assert "--speculative-config" not in argv
+    else:
+        assert json.loads(argv[argv.index("--speculative-config") + 1]) == speculative

@@ -302,3 +302,48 @@ def test_attestation_builder_without_a_directory_names_model_path(capsys) -> Non
     with mock.patch.dict(os.environ, {}, clear=True):
         assert build_attestation.main([]) == 2
     assert json.loads(capsys.readouterr().err)["field"] == "MODEL_PATH"
+
+
+@pytest.mark.parametrize("change", [
+    lambda t: t.pop("mtp_num_hidden_layers"),
+    lambda t: t.__setitem__("mtp_num_hidden_layers", None),
+    lambda t: t.__setitem__("mtp_num_hidden_layers", "one"),
+    lambda t: t.__setitem__("mtp_num_hidden_layers", 2),
+    lambda t: t.__setitem__("mtp_num_hidden_layers", 0),
+    lambda t: t.__setitem__("mtp_num_hidden_layers", [1]),
+    lambda t: t.__setitem__("mtp_num_hidden_layers", True),
+    lambda t: t.__setitem__("mtp_num_hidden_layers", "1"),
+    lambda t: t.__setitem__("mtp_num_hidden_layers", 1.0),
+], ids=["missing", "null", "text", "two", "zero", "list", "true", "string one", "float one"])
+def test_native_mtp_needs_exactly_one_declared_layer(world: LauncherWorld, change) -> None:
+    world.edit_config(lambda c: change(c["text_config"]), reattest=True)
+    report = world.run("--inspect-only").report
+    assert report["checkpoint"]["native_mtp_head"] is False
+    assert report["decision"]["mode"] == "autoregressive"
+    assert "native MTP disabled: text_config.mtp_num_hidden_layers is not exactly 1" in report["decision"]["reasons"]
+
+
+@pytest.mark.parametrize("group", ["mtp.layers.", "mtp.fc", "mtp.norm"])
+def test_native_mtp_needs_every_indexed_weight_group(world: LauncherWorld, group: str) -> None:
+    world.edit_index(lambda index: index.__setitem__("weight_map", {
+        name: shard for name, shard in index["weight_map"].items() if not name.startswith(group)}))
+    report = world.run("--inspect-only").report
+    assert report["checkpoint"]["native_mtp_head"] is False and report["decision"]["mode"] == "autoregressive"
+    assert "native MTP disabled: weight index does not contain the complete mtp.layers/fc/norm groups" in \
+        report["decision"]["reasons"]
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--model-id", "Qwen/Qwen3.8-27B-Instruct"], "MODEL_ID"),
+    (["--model-id", ""], "MODEL_ID"),
+    (["--revision", TARGET_REVISION[:-1]], "--revision"),
+    (["--revision", TARGET_REVISION + "0"], "--revision"),
+])
+def test_attestation_builder_refuses_a_wrong_identity_and_writes_nothing(world: LauncherWorld, capsys, argv,
+                                                                         field) -> None:
+    from launcher import build_attestation
+
+    before = (world.model / ".omni-checkpoint.json").read_bytes()
+    assert build_attestation.main([str(world.model), "--revision", TARGET_REVISION, *argv]) == 2
+    assert json.loads(capsys.readouterr().err)["field"] == field
+    assert (world.model / ".omni-checkpoint.json").read_bytes() == before

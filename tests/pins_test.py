@@ -306,3 +306,29 @@ def test_verify_cli_refuses_a_tag_and_prints_json(pushed, capsys) -> None:
     assert verify.main([pushed["reference"], "--key", str(pushed["public"])]) == 0
     assert json.loads(capsys.readouterr().out)["ok"] is True
     assert blobs_of(Path("images/qwen_mi300x.layout"))["digest"] in pushed["reference"]
+
+
+@pytest.mark.parametrize("override, field, message", [
+    ({"image": ""}, "image", "at least 1 character"),
+    ({"base__image": ""}, "base.image", "at least 1 character"),
+    ({"engine__repository": ""}, "engine.repository", "at least 1 character"),
+    ({"model__id": ""}, "model.id", "at least 1 character"),
+    ({"hardware__gpu_arch": ""}, "hardware.gpu_arch", "at least 1 character"),
+    ({"base__digest": "sha256:" + "1" * 63}, "base.digest", "must be empty (not pinned yet) or"),
+    ({"base__digest": "sha512:" + "1" * 64}, "base.digest", "must be empty (not pinned yet) or"),
+    ({"engine__commit": VLLM_COMMIT[:-1]}, "engine.commit", "must be empty (not pinned yet) or"),
+    ({"engine__record_sha256": "ab" * 31}, "engine.record_sha256", "must be empty (not pinned yet) or"),
+    ({"model__revision": TARGET_REVISION + "0"}, "model.revision", "must be empty (not pinned yet) or"),
+    ({"model__lock_sha256": "cd" * 33}, "model.lock_sha256", "must be empty (not pinned yet) or"),
+    ({"hardware__profile": "h100"}, "hardware.profile", "Input should be"),
+    ({"base__platform": "linux/riscv64"}, "base.platform", "Input should be"),
+    ({"engine__name": "tgi"}, "engine.name", "Input should be"),
+    ({"engine__needs_root": "yes"}, "engine.needs_root", "valid boolean"),
+    ({"schema_version": "2"}, "schema_version", "Input should be '1'"),
+])
+def test_every_pin_field_refuses_a_malformed_value_by_name(tmp_path: Path, override, field: str, message: str) -> None:
+    path = tmp_path / "bad.pins.json"
+    path.write_text(json.dumps(qwen_pins(**override)))
+    with pytest.raises(OciError) as caught:
+        load_pins_checked(path, release=False)
+    assert caught.value.field.endswith(field) and message in str(caught.value), (caught.value.field, str(caught.value))

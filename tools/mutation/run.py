@@ -1,0 +1,289 @@
+"""Mutation testing of the fail-closed policy: does a test fail when a check is broken?
+
+    bazel run //tools/mutation -- [MODULE ...] [--jobs N] [--report FILE] [--list]
+
+Each MODULE (default: every policy module in TARGETS) is parsed, and one mutant is made per
+site: comparisons flipped or loosened (< to <=, == to !=, in to not in), `and`/`or` swapped
+and operands dropped, `not` removed, `if` conditions negated, `raise` replaced by `pass`,
+integer constants moved by one, `return True/False` inverted. Each mutant is written into a
+private copy of the checkout and the module's covering tests run against it (pytest -x, in
+parallel, one copy per job); a failing run kills the mutant. Mutants listed in
+tools/mutation/equivalent.txt (with a reason each) are not scored. The report gives, per
+module: generated, killed, survived, equivalent and the score killed / (generated -
+equivalent), and every survivor with its line.
+
+Why a driver of our own rather than mutmut or cosmic-ray: the covering tests start the
+launcher and boot as subprocesses (`python -m launcher`), which mutmut's in-process
+trampolines do not reach, and cosmic-ray needs a session database and a config per module;
+here a mutant is a plain source file in a copy of the tree, which every kind of test sees.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+EQUIVALENT = "tools/mutation/equivalent.txt"
+TIMEOUT_S = 300
+
+# Policy module -> the tests that cover it (they must pass unmutated outside Bazel).
+LAUNCHER_TESTS = ["tests/launcher_refusals_test.py", "tests/launcher_test.py", "tests/launcher_hostile_test.py"]
+TARGETS: dict[str, list[str]] = {
+    "launcher/selection.py": LAUNCHER_TESTS,
+    "launcher/checkpoint.py": LAUNCHER_TESTS,
+    "launcher/settings.py": ["tests/settings_bounds_test.py", *LAUNCHER_TESTS],
+    "launcher/dflash2.py": LAUNCHER_TESTS,
+    "launcher/engine_probe.py": [*LAUNCHER_TESTS, "tests/engine_identity_test.py"],
+    "attest/hashing.py": ["tests/hashing_test.py", "tests/attest_test.py", "tests/boot_prepare_test.py"],
+    "attest/pins.py": ["tests/pins_test.py", "tests/engine_identity_test.py"],
+    "attest/reader.py": ["tests/attest_test.py", "tests/launcher_hostile_test.py"],
+    "attest/record.py": ["tests/engine_identity_test.py"],
+    "attest/settings.py": ["tests/settings_bounds_test.py", "tests/launcher_refusals_test.py"],
+    "boot/verify.py": ["tests/boot_verify_test.py", "tests/boot_prepare_test.py"],
+    "boot/receipt.py": ["tests/boot_prepare_test.py"],
+}
+# Tests that need Bazel-built images (their layouts are runfiles): the driver runs outside
+# Bazel's test runner. tools/oci/verify.py is therefore not in TARGETS: its covering tests
+# (pins_test's signed round trips, oci_hostile_test) all read built images.
+DESELECT = [
+    "tests/attest_test.py::test_schema_export_target_matches_the_models",
+    "tests/pins_test.py::test_signed_push_verifies_with_ours_and_cosign",
+    "tests/pins_test.py::test_the_wrong_key_is_refused_by_both",
+    "tests/pins_test.py::test_tampered_provenance_is_refused_by_both",
+    "tests/pins_test.py::test_provenance_about_another_digest_is_refused_by_both",
+    "tests/pins_test.py::test_verify_cli_refuses_a_tag_and_prints_json",
+]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    module: str
+    line: int
+    column: int
+    kind: str
+    index: int  # which of the mutations at this node
+    description: str
+
+    @property
+    def ident(self) -> str:
+        return f"{self.module}:{self.line}:{self.column}:{self.kind}:{self.index}"
+
+
+FLIPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+         ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+
+
+def _sites(tree: ast.AST) -> list[tuple[ast.AST, str, int, str]]:
+    """(node, kind, index, description) for every mutation of `tree`, in a stable order."""
+    sites = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for position, operator in enumerate(node.ops):
+                if type(operator) in FLIPS:
+                    sites.append((node, "compare", position,
+                                  f"{type(operator).__name__} -> {FLIPS[type(operator)].__name__}"))
+        elif isinstance(node, ast.BoolOp):
+            sites.append((node, "boolop", -1, "and <-> or"))
+            for position in range(len(node.values)):
+                sites.append((node, "drop", position, f"drop operand {position + 1} of {len(node.values)}"))
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            sites.append((node, "not", 0, "remove not"))
+        elif isinstance(node, (ast.If, ast.While)) and not isinstance(node.test, ast.Constant):
+            sites.append((node, "negate", 0, "negate condition"))
+        elif isinstance(node, ast.Raise):
+            sites.append((node, "raise", 0, "raise -> pass"))
+        elif isinstance(node, ast.Constant) and type(node.value) is int:
+            sites.append((node, "number", 0, f"{node.value} -> {node.value + 1}"))
+            sites.append((node, "number", 1, f"{node.value} -> {node.value - 1}"))
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) \
+                and isinstance(node.value.value, bool):
+            sites.append((node, "return", 0, f"return {node.value.value} -> {not node.value.value}"))
+    return sites
+
+
+def _is_docstring_or_annotation(tree: ast.AST) -> set[int]:
+    """ids of nodes not worth mutating: docstrings and type annotations."""
+    skip = set()
+    for node in ast.walk(tree):
+        for field in ("annotation", "returns"):
+            value = getattr(node, field, None)
+            if value is not None:
+                skip.update(id(inner) for inner in ast.walk(value))
+    return skip
+
+
+def mutants(module: str, source: str) -> list[Mutant]:
+    tree = ast.parse(source)
+    skip = _is_docstring_or_annotation(tree)
+    return sorted({Mutant(module, node.lineno, node.col_offset, kind, index, description)
+                   for node, kind, index, description in _sites(tree) if id(node) not in skip},
+                  key=lambda m: (m.line, m.column, m.kind, m.index))
+
+
+def apply(source: str, mutant: Mutant) -> str:
+    tree = ast.parse(source)
+    for node, kind, index, description in _sites(tree):
+        if (node.lineno, node.col_offset, kind, index) != (mutant.line, mutant.column, mutant.kind, mutant.index):
+            continue
+        if kind == "compare":
+            node.ops[index] = FLIPS[type(node.ops[index])]()
+        elif kind == "boolop":
+            node.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+        elif kind == "drop":
+            rest = node.values[:index] + node.values[index + 1:]
+            if len(rest) == 1:
+                return _replace(tree, node, rest[0])
+            node.values = rest
+        elif kind == "not":
+            return _replace(tree, node, node.operand)
+        elif kind == "negate":
+            node.test = ast.UnaryOp(op=ast.Not(), operand=node.test)
+        elif kind == "raise":
+            return _replace(tree, node, ast.Pass())
+        elif kind == "number":
+            node.value = node.value + (1 if index == 0 else -1)
+        elif kind == "return":
+            node.value = ast.Constant(not node.value.value)
+        return ast.unparse(ast.fix_missing_locations(tree))
+    raise KeyError(mutant.ident)
+
+
+def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> str:
+    for parent in ast.walk(tree):
+        for field, value in ast.iter_fields(parent):
+            if value is old:
+                setattr(parent, field, new)
+            elif isinstance(value, list) and any(item is old for item in value):
+                setattr(parent, field, [new if item is old else item for item in value])
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+def load_equivalents(root: Path) -> dict[str, str]:
+    found = {}
+    for number, line in enumerate((root / EQUIVALENT).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        ident, sep, reason = line.partition("  # ")
+        if not sep or not reason.strip():
+            raise SystemExit(f"{EQUIVALENT} line {number}: expected `MUTANT_ID  # reason`")
+        found[ident.strip()] = reason.strip()
+    return found
+
+
+def _pytest(copy_root: Path, tests: list[str], python_path: str) -> int:
+    argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header",
+            *[f"--deselect={item}" for item in DESELECT], *tests]
+    env = {**os.environ, "PYTHONPATH": python_path, "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        return subprocess.run(argv, cwd=copy_root, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=TIMEOUT_S).returncode
+    except subprocess.TimeoutExpired:
+        return -1  # a mutant that hangs the tests is caught
+
+
+def _copy_tree(root: Path, target: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root, capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    for name in files:
+        source = root / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mutation", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("modules", nargs="*", help=f"default: {' '.join(TARGETS)}")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--report", type=Path, help="also write the report as JSON here")
+    parser.add_argument("--list", action="store_true", help="list the mutants and stop")
+    args = parser.parse_args(argv)
+    root = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY") or Path.cwd())
+    modules = args.modules or list(TARGETS)
+    unknown = [m for m in modules if m not in TARGETS]
+    if unknown:
+        print(f"mutation: no covering tests declared for {unknown}; known: {sorted(TARGETS)}", file=sys.stderr)
+        return 2
+    equivalents = load_equivalents(root)
+    work = Path(tempfile.mkdtemp(prefix="omni-mutation-"))
+    # The job's copy first, then this interpreter's packages (under `bazel run`: the locked ones).
+    python_path = os.pathsep.join([str(work / "job{}"), *dict.fromkeys(p for p in sys.path if p)])
+    results: dict[str, dict] = {}
+    try:
+        for job in range(args.jobs):
+            _copy_tree(root, work / f"job{job}")
+        for module in modules:
+            source = (root / module).read_text(encoding="utf-8")
+            found = mutants(module, source)
+            if args.list:
+                for mutant in found:
+                    print(f"{mutant.ident}  {mutant.description}")
+                continue
+            tests = TARGETS[module]
+            started = time.monotonic()
+            if _pytest(work / "job0", tests, python_path.format(0)) != 0:
+                print(f"mutation: {module}: its tests fail without any mutant; fix them first", file=sys.stderr)
+                return 2
+            scored = [m for m in found if m.ident not in equivalents]
+            print(f"mutation: {module}: {len(found)} mutants ({len(found) - len(scored)} equivalent), "
+                  f"{args.jobs} jobs ...", file=sys.stderr, flush=True)
+            free = list(range(args.jobs))
+            survivors: list[Mutant] = []
+
+            def run_one(mutant: Mutant) -> bool:
+                job = free.pop()
+                try:
+                    target = work / f"job{job}" / module
+                    target.write_text(apply(source, mutant), encoding="utf-8")
+                    killed = _pytest(work / f"job{job}", tests, python_path.format(job)) != 0
+                    target.write_text(source, encoding="utf-8")
+                    return killed
+                finally:
+                    free.append(job)
+
+            with ThreadPoolExecutor(args.jobs) as pool:
+                for done, (mutant, killed) in enumerate(zip(scored, pool.map(run_one, scored)), 1):
+                    if not killed:
+                        survivors.append(mutant)
+                    if done % 25 == 0:
+                        print(f"  {done}/{len(scored)}, {len(survivors)} survived", file=sys.stderr, flush=True)
+            killed = len(scored) - len(survivors)
+            results[module] = {
+                "generated": len(found), "equivalent": len(found) - len(scored), "killed": killed,
+                "survived": len(survivors), "score": round(killed / len(scored), 4) if scored else 1.0,
+                "seconds": round(time.monotonic() - started, 1),
+                "survivors": [f"{m.ident}  {m.description}" for m in survivors],
+            }
+            print(f"mutation: {module}: {killed}/{len(scored)} killed ({results[module]['score']:.1%}), "
+                  f"{results[module]['seconds']:.0f} s", file=sys.stderr, flush=True)
+            for survivor in results[module]["survivors"]:
+                print(f"    survived: {survivor}", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.list:
+        return 0
+    print(f"{'module':<28} {'generated':>9} {'equivalent':>10} {'killed':>7} {'survived':>8} {'score':>7}")
+    for module, row in results.items():
+        print(f"{module:<28} {row['generated']:>9} {row['equivalent']:>10} {row['killed']:>7} {row['survived']:>8} "
+              f"{row['score']:>7.1%}")
+        for survivor in row["survivors"]:
+            print(f"    survived: {survivor}")
+    if args.report:
+        args.report.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
