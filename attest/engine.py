@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,6 +154,8 @@ def engine_search_path(engine_python: str) -> list[str]:
     its site-packages; in images we run with -I -S, isolated from the engine's packages)."""
     if os.path.realpath(engine_python) == os.path.realpath(sys.executable) and not sys.flags.no_site:
         return list(sys.path)
+    import subprocess  # only when the engine has its own interpreter
+
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     try:
         completed = subprocess.run(

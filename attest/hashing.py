@@ -10,7 +10,6 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
@@ -135,6 +134,8 @@ def hash_files_parallel(
         digest = digest_file(path, algorithm_of(path), on_bytes=progress.add_bytes)
         progress.file_done()
         return path, digest
+
+    from concurrent.futures import ThreadPoolExecutor  # a start that hashes nothing does not pay for it
 
     workers = workers or min(32, (os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:

@@ -22,7 +22,6 @@ import io
 import json
 import os
 import sys
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,7 +137,13 @@ def verify_installed(site: Path, rows: list[RecordRow], outside: int, dist_info_
 
 def wheel_canonical_sha256(wheel: Path) -> str:
     """The canonical RECORD digest of a wheel file (what an engine pin's record_sha256 names)."""
-    with zipfile.ZipFile(wheel) as archive:
+    import zipfile  # only here: the launcher's start never reads a wheel
+
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except zipfile.BadZipFile as exc:
+        raise AttestError(f"{wheel} is not a wheel (zip): {exc}", field=str(wheel)) from None
+    with archive:
         records = [name for name in archive.namelist()
                    if name.endswith(".dist-info/RECORD") and name.count("/") == 1]
         if len(records) != 1:
@@ -160,7 +165,7 @@ def main(argv: list[str]) -> int:
         else:
             rows, _ = parse_record((path / "RECORD").read_bytes(), str(path / "RECORD"))
             digest = canonical_sha256(rows)
-    except (AttestError, OSError, zipfile.BadZipFile) as exc:
+    except (AttestError, OSError) as exc:
         print(json.dumps({"ok": False, "error": str(exc)}), file=sys.stderr)
         return 2
     print(json.dumps({"path": str(path), "record_sha256": digest}))

@@ -28,10 +28,6 @@ NO_KEY = ("", "none", "off", "dummy", "0")
 DEFAULT_LOCK_PATH = "/etc/omni/checkpoint.lock.json"
 
 
-def is_on(value: str | None) -> bool:
-    return flag(value or "", "")
-
-
 def seconds(raw: str, variable: str) -> float:
     return real(raw, variable, "a positive number of seconds", lambda value: 0 < value < 10**7)
 
@@ -168,53 +164,54 @@ SETTINGS: tuple[Setting, ...] = (
 
 @dataclass(frozen=True)
 class BootSettings:
+    # No defaults here: SETTINGS holds them (one source), from_env applies them.
     model: Path
     state: Path
-    port: int = 8888
-    host: str = "0.0.0.0"
-    api_key: str = ""
-    internal_only: bool = False
-    nnodes: int = 1
-    node_rank: int = 0
-    tp_size: int = 3
-    ep_size: int = 3
-    dist_init_addr: str = ""
-    served_model_name: str = "deepseek-v4.1-flash"
-    model_revision: str = ""
-    checkpoint_lock: Path = Path(DEFAULT_LOCK_PATH)
-    checkpoint_lock_sha256: str = ""
-    hf_endpoint: str = ""
-    download_stall_s: float = 120.0
-    download_deadline_s: float = 21600.0
-    download_attempts: int = 3
-    download_workers: int = 4
-    verify_workers: int = 0
-    rank_wait_s: int = 3600
-    ready_timeout_s: int = 3600
-    skip_prepare: bool = False
-    skip_verify: bool = False
-    skip_smoke: bool = False
-    smoke_quick: bool = False
-    warmup: bool = True
-    warmup_prompt_words: tuple[int, ...] = (12, 200, 900, 3600)
-    engine_python: str = sys.executable
-    offload_mode: str = "nvme"
-    allow_ram_offload: bool = False
-    context_length: int = 409600
-    mem_fraction_static: str = "0.95"
-    chunked_prefill_size: int = 2048
-    max_running_requests: int = 4
-    cuda_graph_max_bs_decode: int = 4
-    attention_backend: str = "dsv4"
-    moe_runner_backend: str = "flashinfer_mxfp4"
-    tool_call_parser: str = "deepseekv41"
-    reasoning_parser: str = "deepseek-v41"
-    spec_algo: str = "DSPARK"
-    dspark_block_size: int = 5
-    dspark_sps_table: Path | None = None
-    dspark_sts_table: Path | None = None
-    max_total_tokens: int = 0
-    extra_sglang_args: tuple[str, ...] = ()
+    port: int
+    host: str
+    api_key: str
+    internal_only: bool
+    nnodes: int
+    node_rank: int
+    tp_size: int
+    ep_size: int
+    dist_init_addr: str
+    served_model_name: str
+    model_revision: str
+    checkpoint_lock: Path
+    checkpoint_lock_sha256: str
+    hf_endpoint: str
+    download_stall_s: float
+    download_deadline_s: float
+    download_attempts: int
+    download_workers: int
+    verify_workers: int
+    rank_wait_s: int
+    ready_timeout_s: int
+    skip_prepare: bool
+    skip_verify: bool
+    skip_smoke: bool
+    smoke_quick: bool
+    warmup: bool
+    warmup_prompt_words: tuple[int, ...]
+    engine_python: str
+    offload_mode: str
+    allow_ram_offload: bool
+    context_length: int
+    mem_fraction_static: str
+    chunked_prefill_size: int
+    max_running_requests: int
+    cuda_graph_max_bs_decode: int
+    attention_backend: str
+    moe_runner_backend: str
+    tool_call_parser: str
+    reasoning_parser: str
+    spec_algo: str
+    dspark_block_size: int
+    dspark_sps_table: Path | None
+    dspark_sts_table: Path | None
+    max_total_tokens: int
+    extra_sglang_args: tuple[str, ...]
     defaults_used: frozenset[str] = frozenset()
     # The environment the engine process inherits; no option is read from it.
     passthrough_env: Mapping[str, str] = field(default_factory=dict)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 GPU_ARCH_RE = re.compile(r"\bgfx[0-9a-f]+\b", re.IGNORECASE)
@@ -22,6 +21,8 @@ def _tool(name: str, fallback: str) -> str | None:
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> str:
+    import subprocess  # only where a vendor tool exists: a start without one does not pay for it
+
     try:
         completed = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=8, env=env)
     except (OSError, subprocess.SubprocessError):

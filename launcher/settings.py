@@ -24,10 +24,6 @@ DTYPE_ALIASES = {"fp16": "float16", "half": "float16"}
 BUILT_IN_API_KEY = "omni-local-only"
 
 
-def is_true(value: str | None) -> bool:
-    return flag(value or "", "")
-
-
 def number(kind: type, low: float, high: float, rule: str) -> Callable[[str, str], Any]:
     """`rule` is the refusal when the value is out of range (it names the range)."""
     def parse(raw: str, variable: str) -> int | float:
@@ -137,33 +133,34 @@ SETTINGS: tuple[Setting, ...] = (
 
 @dataclass(frozen=True)
 class LauncherSettings:
+    # No defaults here: SETTINGS holds them (one source), from_env applies them.
     model_path: Path
     model_id: str
     model_revision: str
     checkpoint_manifest: Path
-    checkpoint_manifest_sha256: str = ""
-    requested_mode: str = "auto"
-    mtp_tokens: int = 1
-    bind_host: str = "127.0.0.1"
-    internal_only: bool = False
-    port: int = 8103
-    served_model_name: str = "qwen3.8-27b"
-    api_key: str = BUILT_IN_API_KEY
-    max_model_len: int = 65536
-    gpu_memory_utilization: float = 0.60
-    dtype: str = "float16"
-    required_gpu_arch: str = ""
-    hardware_profile: str = "mi300x_single"
-    dflash2_canary: bool = False
-    dflash2_path: Path | None = None
-    dflash2_revision: str = ""
-    dflash2_manifest_sha256: str = ""
-    dflash2_vllm_commit: str = ""
-    dflash2_gate_path: Path | None = None
-    dflash2_gate_sha256: str = ""
-    dflash2_min_p95_improvement_percent: float = 5.0
-    engine_python: str = sys.executable
-    hash_workers: int = 0
+    checkpoint_manifest_sha256: str
+    requested_mode: str
+    mtp_tokens: int
+    bind_host: str
+    internal_only: bool
+    port: int
+    served_model_name: str
+    api_key: str
+    max_model_len: int
+    gpu_memory_utilization: float
+    dtype: str
+    required_gpu_arch: str
+    hardware_profile: str
+    dflash2_canary: bool
+    dflash2_path: Path | None
+    dflash2_revision: str
+    dflash2_manifest_sha256: str
+    dflash2_vllm_commit: str
+    dflash2_gate_path: Path | None
+    dflash2_gate_sha256: str
+    dflash2_min_p95_improvement_percent: float
+    engine_python: str
+    hash_workers: int
     defaults_used: frozenset[str] = frozenset()
 
     @classmethod

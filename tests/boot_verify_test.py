@@ -127,3 +127,33 @@ def test_identity_binds_size_mtime_ctime_inode_and_device(tmp_path: Path) -> Non
     identity = Identity.of(path.stat())
     os.utime(path, ns=(7, 7))
     assert Identity.of(path.stat()) != identity
+
+
+def test_symlinks_are_refused_even_where_the_lock_lists_the_name_or_the_engine_would_not_load_it(
+        tmp_path: Path) -> None:
+    lock = _checkpoint(tmp_path)
+    (tmp_path / "config.json").unlink()
+    (tmp_path / "config.json").symlink_to(tmp_path / "model-1.safetensors")
+    (tmp_path / "notes.md").symlink_to(tmp_path / "model-2.safetensors")
+    (tmp_path / "README.md").write_text("kept")
+    (tmp_path / "extra.py").write_text("planted")
+    refused, extra = verify.unexpected_files(tmp_path, lock)
+    assert refused == ["config.json (symlink)", "extra.py", "notes.md (symlink)"]
+    assert extra == ["README.md"]
+
+
+@pytest.mark.parametrize("planted, field", [
+    (["b.py", "a.py"], "a.py"),
+    (["a-link.json"], "a-link.json"),
+])
+def test_the_refusal_of_unlisted_files_names_the_first_one(tmp_path: Path, planted: list[str], field: str) -> None:
+    lock = _checkpoint(tmp_path)
+    for name in planted:
+        if "link" in name:
+            (tmp_path / name).symlink_to(tmp_path / "config.json")
+        else:
+            (tmp_path / name).write_text("x")
+    check = verify.check_local(tmp_path, lock, None, quiet=True)
+    with pytest.raises(BootError) as caught:
+        verify.finish(tmp_path, lock, check, started=0.0, trust="reviewed", quiet=True)
+    assert caught.value.field == field and "the engine would load" in str(caught.value)

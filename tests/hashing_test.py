@@ -110,3 +110,19 @@ def test_progress_is_quiet_below_the_threshold_and_prints_at_it() -> None:
     silent.add_bytes(10)
     silent.file_done()
     assert quiet.getvalue() == ""
+
+
+def test_progress_writes_to_stderr_by_default(capsys) -> None:
+    progress = Progress(10, 1, "hashing", enabled=True)
+    progress.file_done()
+    assert capsys.readouterr().err.startswith("\rhashing: 1/1 files")
+
+
+def test_a_callers_progress_receives_the_bytes_and_files(tmp_path: Path) -> None:
+    paths = []
+    for index in range(3):
+        paths.append(tmp_path / f"f{index}")
+        paths[-1].write_bytes(b"x" * (index + 1))
+    progress = Progress(6, 3, "x", enabled=False)
+    hash_files_parallel(paths, label="x", progress=progress)
+    assert (progress.done_bytes, progress.done_files) == (6, 3)

@@ -347,3 +347,47 @@ def test_attestation_builder_refuses_a_wrong_identity_and_writes_nothing(world: 
     assert build_attestation.main([str(world.model), "--revision", TARGET_REVISION, *argv]) == 2
     assert json.loads(capsys.readouterr().err)["field"] == field
     assert (world.model / ".omni-checkpoint.json").read_bytes() == before
+
+
+MTP_PROVEN = "exact native MTP head and installed vLLM support were proven"
+AR_REQUESTED = "not selected: AR was explicitly requested"
+NOT_CANARY_MODE = "not selected: INFERENCE_MODE is not dflash2_canary"
+CANARY_PASSED = "explicit exact DFlash2 parity and target-hardware benchmark gates passed"
+
+
+@pytest.mark.parametrize("mode, mtp_head, gate_passes, expected", [
+    ("auto", True, True, {"native_mtp": [MTP_PROVEN], "dflash2_canary": [CANARY_PASSED, NOT_CANARY_MODE]}),
+    ("native_mtp", True, True, {"native_mtp": [MTP_PROVEN], "dflash2_canary": [CANARY_PASSED, NOT_CANARY_MODE]}),
+    ("autoregressive", True, True, {"native_mtp": [MTP_PROVEN, AR_REQUESTED],
+                                     "dflash2_canary": [CANARY_PASSED, AR_REQUESTED]}),
+    ("autoregressive", False, False, {
+        "native_mtp": ["native MTP disabled: text_config.mtp_num_hidden_layers is not exactly 1"],
+        "dflash2_canary": ["DFlash2 canary disabled: DFlash2 target-hardware benchmark gate has not passed"]}),
+    ("dflash2_canary", True, True, {"native_mtp": [MTP_PROVEN], "dflash2_canary": [CANARY_PASSED]}),
+    ("auto", False, False, {
+        "native_mtp": ["native MTP disabled: text_config.mtp_num_hidden_layers is not exactly 1"],
+        "dflash2_canary": ["DFlash2 canary disabled: DFlash2 target-hardware benchmark gate has not passed"]}),
+])
+def test_explain_gives_each_mode_exactly_its_reasons(world: LauncherWorld, mode: str, mtp_head: bool,
+                                                    gate_passes: bool, expected: dict) -> None:
+    world.env["INFERENCE_MODE"] = mode
+    if not mtp_head:
+        world.edit_config(lambda c: c["text_config"].__setitem__("mtp_num_hidden_layers", 0), reattest=True)
+    if not gate_passes:
+        world.edit_gate(benchmark={"passed": False, "concurrency": [1, 2], "samples_per_mode": 120,
+                                   "ar_p95_ms": 100.0, "dflash2_p95_ms": 80.0})
+    report = world.run("--explain").report
+    verdicts = {item["mode"]: item for item in report["explain"]}
+    for name, reasons in expected.items():
+        assert verdicts[name]["reasons"] == reasons, (name, verdicts[name])
+    assert verdicts["autoregressive"]["field"] is None and verdicts["native_mtp"]["field"] is None
+    assert verdicts["dflash2_canary"]["field"] == (None if gate_passes else "DFlash2 gate.benchmark.passed")
+
+
+def test_a_missing_required_gpu_architecture_names_what_was_found(world: LauncherWorld) -> None:
+    world.env["QWEN_REQUIRE_GPU_ARCH"] = "gfx950"
+    refusal = world.run("--inspect-only").refusal
+    assert refusal["field"] == "QWEN_REQUIRE_GPU_ARCH"
+    assert refusal["error"] == "required GPU architecture 'gfx950' was not found locally (found ['gfx942'])"
+    (world.bin / "rocminfo").unlink()
+    assert world.run("--inspect-only").refusal["error"].endswith("(found none)")

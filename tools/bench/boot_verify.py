@@ -51,8 +51,9 @@ def _settings(base: Path, model: str, entries: list[dict]) -> BootSettings:
     data = json.dumps({"schema_version": "1", "repo": REPO, "revision": REVISION, "trust": "reviewed",
                        "files": entries}).encode()
     lock.write_bytes(data)
-    return BootSettings(model=base / model, state=base / f"state-{model}", checkpoint_lock=lock,
-                        checkpoint_lock_sha256=hashlib.sha256(data).hexdigest())
+    return BootSettings.from_env({"MODEL_PATH": str(base / model), "STATE_PATH": str(base / f"state-{model}"),
+                                  "CHECKPOINT_LOCK": str(lock),
+                                  "CHECKPOINT_LOCK_SHA256": hashlib.sha256(data).hexdigest()})
 
 
 def _verify(settings: BootSettings) -> VerifyReport:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 EQUIVALENT = "tools/mutation/equivalent.txt"
-TIMEOUT_S = 300
+TIMEOUT_FACTOR = 3  # a mutant's run may take this many times the unmutated run (a hang is a kill)
 
 # Policy module -> the tests that cover it (they must pass unmutated outside Bazel).
 LAUNCHER_TESTS = ["tests/launcher_refusals_test.py", "tests/launcher_test.py", "tests/launcher_hostile_test.py"]
@@ -181,13 +181,13 @@ def load_equivalents(root: Path) -> dict[str, str]:
     return found
 
 
-def _pytest(copy_root: Path, tests: list[str], python_path: str) -> int:
+def _pytest(copy_root: Path, tests: list[str], python_path: str, timeout: float) -> int:
     argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header",
             *[f"--deselect={item}" for item in DESELECT], *tests]
     env = {**os.environ, "PYTHONPATH": python_path, "PYTHONDONTWRITEBYTECODE": "1"}
     try:
         return subprocess.run(argv, cwd=copy_root, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=TIMEOUT_S).returncode
+                              stderr=subprocess.DEVNULL, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
         return -1  # a mutant that hangs the tests is caught
 
@@ -233,9 +233,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             tests = TARGETS[module]
             started = time.monotonic()
-            if _pytest(work / "job0", tests, python_path.format(0)) != 0:
+            if _pytest(work / "job0", tests, python_path.format(0), timeout=1800) != 0:
                 print(f"mutation: {module}: its tests fail without any mutant; fix them first", file=sys.stderr)
                 return 2
+            timeout = TIMEOUT_FACTOR * (time.monotonic() - started) + 10
             scored = [m for m in found if m.ident not in equivalents]
             print(f"mutation: {module}: {len(found)} mutants ({len(found) - len(scored)} equivalent), "
                   f"{args.jobs} jobs ...", file=sys.stderr, flush=True)
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     target = work / f"job{job}" / module
                     target.write_text(apply(source, mutant), encoding="utf-8")
-                    killed = _pytest(work / f"job{job}", tests, python_path.format(job)) != 0
+                    killed = _pytest(work / f"job{job}", tests, python_path.format(job), timeout) != 0
                     target.write_text(source, encoding="utf-8")
                     return killed
                 finally:
