@@ -44,7 +44,7 @@ class CheckpointInspection:
     native_mtp_head: bool
     mtp_reason: str
     max_model_len: int
-    shards_hashed: int = 0
+    shards_hashed: int
 
     def public_dict(self) -> dict[str, Any]:
         return {

@@ -8,6 +8,7 @@ every `raise LauncherError(...)` site in the launcher's source.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -97,6 +98,16 @@ def _shard_list_extra(world: LauncherWorld) -> None:
     world.reattest(shards=[*doc["shards"], {**doc["shards"][0], "path": "model-extra.safetensors"}])
 
 
+def _weight_map_a_list(world: LauncherWorld) -> None:
+    """A truthy weight_map that is not a mapping, attested as it is."""
+    index = world.model / "model.safetensors.index.json"
+    world.edit_json(index, lambda i: i.__setitem__("weight_map", ["model-00001-of-00002.safetensors"]))
+    attestation = world.model / ".omni-checkpoint.json"
+    document = {**json.loads(attestation.read_text()), "weight_index_sha256": hashlib.sha256(index.read_bytes()).hexdigest()}
+    attestation.write_text(json.dumps(document))
+    world.env["QWEN_CHECKPOINT_MANIFEST_SHA256"] = hashlib.sha256(attestation.read_bytes()).hexdigest()
+
+
 SHA_A = "a" * 64
 REV_B = "b" * 40
 
@@ -148,6 +159,12 @@ FATAL: list[Row] = [
      "config.json:text_config.max_position_embeddings", "max_position_embeddings is invalid"),
     ("max positions zero", _text("max_position_embeddings", 0),
      "config.json:text_config.max_position_embeddings", "max_position_embeddings is invalid"),
+    ("max positions negative", _text("max_position_embeddings", -1),
+     "config.json:text_config.max_position_embeddings", "max_position_embeddings is invalid"),
+    ("max positions true", _text("max_position_embeddings", True),
+     "config.json:text_config.max_position_embeddings", "max_position_embeddings is invalid"),
+    ("max positions text", _text("max_position_embeddings", "65536"),
+     "config.json:text_config.max_position_embeddings", "max_position_embeddings is invalid"),
     # attestation
     ("attestation missing", _remove(".omni-checkpoint.json"), "QWEN_CHECKPOINT_MANIFEST_PATH", "expected .omni-checkpoint.json"),
     ("attestation elsewhere missing", _set(QWEN_CHECKPOINT_MANIFEST_PATH="/nonexistent/a.json"),
@@ -175,6 +192,7 @@ FATAL: list[Row] = [
     ("index sha differs", _attest(weight_index_sha256=SHA_A), "checkpoint attestation.weight_index_sha256", "weight index SHA-256 does not match"),
     ("no weight_map", lambda w: w.edit_index(lambda i: i.pop("weight_map")), "model.safetensors.index.json:weight_map", "has no weight_map"),
     ("empty weight_map", lambda w: w.edit_index(lambda i: i.__setitem__("weight_map", {})), "model.safetensors.index.json:weight_map", "has no weight_map"),
+    ("weight_map a list", _weight_map_a_list, "model.safetensors.index.json:weight_map", "has no weight_map"),
     ("weight_map value not a name", lambda w: w.edit_index(lambda i: i["weight_map"].__setitem__("x", 42)),
      "model.safetensors.index.json:weight_map", "maps a tensor to something other than a file name"),
     ("shard missing", _remove("model-00002-of-00002.safetensors"), "target weight shard", "target weight shard is missing"),
@@ -194,6 +212,8 @@ FATAL: list[Row] = [
     ("gpu arch required", _set(QWEN_REQUIRE_GPU_ARCH="gfx950"), "QWEN_REQUIRE_GPU_ARCH", "was not found locally"),
     # server argv
     ("max len above checkpoint", lambda w: w.edit_config(lambda c: c["text_config"].__setitem__("max_position_embeddings", 32768), reattest=True),
+     "QWEN_MAX_MODEL_LEN", "exceeds the checkpoint's declared limit"),
+    ("checkpoint limit of one token", lambda w: w.edit_config(lambda c: c["text_config"].__setitem__("max_position_embeddings", 1), reattest=True),
      "QWEN_MAX_MODEL_LEN", "exceeds the checkpoint's declared limit"),
     ("served name empty", _set(QWEN_SERVED_MODEL_NAME=" "), "QWEN_SERVED_MODEL_NAME", "QWEN_SERVED_MODEL_NAME is invalid"),
     ("served name long", _set(QWEN_SERVED_MODEL_NAME="x" * 129), "QWEN_SERVED_MODEL_NAME", "is invalid"),
@@ -382,6 +402,7 @@ def test_every_raise_site_has_a_row(capsys) -> None:
     ("samples exactly 100", _gate_part("benchmark", samples_per_mode=100)),
     ("improvement exactly at the threshold", _gate_part("benchmark", dflash2_p95_ms=95.0)),
     ("more concurrency levels", _gate_part("benchmark", concurrency=[1, 2, 4])),
+    ("sub-millisecond latencies", _gate_part("benchmark", ar_p95_ms=1.0, dflash2_p95_ms=0.5)),
     ("threshold raised to exactly the improvement", _set(QWEN_DFLASH2_MIN_P95_IMPROVEMENT_PERCENT="20")),
 ])
 def test_gates_on_the_accepting_side_of_each_boundary_enable_the_canary(world: LauncherWorld, name: str,

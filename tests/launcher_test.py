@@ -391,3 +391,12 @@ def test_a_missing_required_gpu_architecture_names_what_was_found(world: Launche
     assert refusal["error"] == "required GPU architecture 'gfx950' was not found locally (found ['gfx942'])"
     (world.bin / "rocminfo").unlink()
     assert world.run("--inspect-only").refusal["error"].endswith("(found none)")
+
+
+def test_a_checkpoint_without_a_shard_list_hashes_no_shard_and_the_attestation_defaults_to_the_model_dir(
+        world: LauncherWorld) -> None:
+    from launcher.checkpoint import inspect_target_checkpoint
+
+    assert world.run("--inspect-only").report["checkpoint"]["shards_hashed"] == 0
+    inspected = inspect_target_checkpoint(world.model, model_id="Qwen/Qwen3.8-27B", revision=TARGET_REVISION)
+    assert inspected.shards_hashed == 0 and inspected.shard_count == 2

@@ -332,3 +332,12 @@ def test_every_pin_field_refuses_a_malformed_value_by_name(tmp_path: Path, overr
     with pytest.raises(OciError) as caught:
         load_pins_checked(path, release=False)
     assert caught.value.field.endswith(field) and message in str(caught.value), (caught.value.field, str(caught.value))
+
+
+def test_a_mismatch_names_both_values_and_says_when_nothing_was_found() -> None:
+    from attest.pins import mismatch
+
+    error = mismatch("engine.commit", "a" * 40, "", "the installed vllm commit")
+    assert (error.field, str(error)) == ("engine.commit", "the installed vllm commit differs from the image pin "
+                                         f"engine.commit: pinned {'a' * 40}, found nothing")
+    assert str(mismatch("model.revision", "b" * 40, "main", "MODEL_REVISION")).endswith(f"pinned {'b' * 40}, found main")
