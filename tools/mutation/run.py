@@ -48,7 +48,7 @@ TARGETS: dict[str, list[str]] = {
     "attest/hashing.py": ["tests/hashing_test.py", "tests/attest_test.py", "tests/boot_prepare_test.py"],
     "attest/pins.py": ["tests/pins_test.py", "tests/engine_identity_test.py"],
     "attest/reader.py": ["tests/attest_test.py", "tests/launcher_hostile_test.py"],
-    "attest/record.py": ["tests/engine_identity_test.py"],
+    "attest/record.py": ["tests/record_test.py", "tests/engine_identity_test.py"],
     "attest/settings.py": ["tests/settings_bounds_test.py", "tests/launcher_refusals_test.py"],
     "boot/verify.py": ["tests/boot_verify_test.py", "tests/boot_prepare_test.py"],
     "boot/receipt.py": ["tests/boot_prepare_test.py"],
