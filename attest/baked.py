@@ -22,9 +22,9 @@ def baked_path() -> Path:
     return Path(refuse_nul(os.environ.get(BAKED_PATH_ENV, BAKED_PATH), BAKED_PATH_ENV))
 
 
-def load_baked(path: Path | None = None) -> "BakedImage | None":
+def load_baked() -> "BakedImage | None":
     """The baked file of the image we run in; None outside an Omni image."""
-    path = path or baked_path()
+    path = baked_path()
     if not os.path.lexists(path):  # anything there (a dangling or looping link too) must read as a document
         return None
     from attest.documents import load_document

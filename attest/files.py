@@ -33,12 +33,12 @@ def require_replaceable(path: Path, required_keys: frozenset[str], *, what: str,
     object holding `required_keys` (a document of the kind about to replace it), read
     bounded. Refuses naming `field` (the flag or variable that chose the path) otherwise."""
     from attest.errors import AttestError
-    from attest.reader import loads_object, read_file
+    from attest.reader import MAX_JSON_BYTES, loads_object, read_file
 
     if not os.path.lexists(path):
         return
     try:
-        existing = loads_object(read_file(path, label=str(path), max_bytes=64 << 20).data, label=str(path))
+        existing = loads_object(read_file(path, label=str(path), max_bytes=MAX_JSON_BYTES).data, label=str(path))
     except AttestError:
         existing = {}
     if not required_keys <= set(existing):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 GPU_ARCH_RE = re.compile(r"\bgfx[0-9a-f]+\b", re.IGNORECASE)
 MAX_REPORT_CHARS = 8_000_000
+VENDOR_TOOL_TIMEOUT_S = 8  # a hung driver stack must not hold the start: after this, nothing was found
 
 
 def _tool(name: str, fallback: str) -> str | None:
@@ -20,11 +21,11 @@ def _tool(name: str, fallback: str) -> str | None:
     return found
 
 
-def _run(argv: list[str], env: dict[str, str] | None = None) -> str:
+def _run(argv: list[str], env: dict[str, str] | None = None, timeout_s: float = VENDOR_TOOL_TIMEOUT_S) -> str:
     import subprocess  # only where a vendor tool exists: a start without one does not pay for it
 
     try:
-        completed = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=8, env=env)
+        completed = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout_s, env=env)
     except (OSError, subprocess.SubprocessError):
         return ""
     return (completed.stdout + "\n" + completed.stderr)[:MAX_REPORT_CHARS]

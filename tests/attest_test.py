@@ -1,6 +1,7 @@
 """attest: strict documents, primitives, hashing and atomic writes."""
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -11,7 +12,7 @@ import pytest
 
 from attest.documents import CheckpointAttestation, parse_document
 from attest.export_schemas import SCHEMAS
-from attest.speculation import DFlash2Gate
+from attest.speculation import DFlash2Gate, SpeculatorAttestation
 from attest.errors import AttestError
 from attest.files import canonical_json, write_atomic
 from attest.hashing import Progress, hash_files_parallel, sha256_file
@@ -43,10 +44,35 @@ def test_documents_normalise_digests_to_lower_case() -> None:
     ({"schema_version": 1}, "attestation.schema_version", "Input should be '1'"),
     ({"shards": [{"path": "a", "size": 0, "sha256": "00" * 32}]}, "attestation.shards.0.size", "greater than 0"),
     ({"shards": [{"path": "a", "size": 1}]}, "attestation.shards.0.sha256", "required field is missing"),
+    ({"shards": [{"path": "", "size": 1, "sha256": "00" * 32}]}, "attestation.shards.0.path", "at least 1 character"),
 ])
 def test_documents_are_strict(change: dict, field: str, detail: str) -> None:
     with pytest.raises(AttestError) as caught:
         parse_document(CheckpointAttestation, {**GOOD, **change}, label="attestation")
+    assert caught.value.field == field and detail in str(caught.value)
+
+
+def _speculator(size: object) -> dict:
+    return {"schema_version": "1", "model_id": "m", "revision": "ab" * 20,
+            "target": {"model_id": "t", "revision": "cd" * 20}, "config_sha256": "00" * 32,
+            "weight_files": [{"path": "model.safetensors", "size": size, "sha256": "11" * 32}]}
+
+
+def _gate_with_samples_compared(count: object) -> dict:
+    gate = gate_document()
+    return {**gate, "parity": {**gate["parity"], "benchmark_samples_compared": count}}
+
+
+# Both sides of every numeric limit in the speculation documents.
+@pytest.mark.parametrize("model,build,accepted,refused,field,detail", [
+    (SpeculatorAttestation, _speculator, 0, -1, "doc.weight_files.0.size", "greater than or equal to 0"),
+    (DFlash2Gate, _gate_with_samples_compared, 0, -1, "doc.parity.benchmark_samples_compared",
+     "greater than or equal to 0"),
+])
+def test_speculation_document_limits_on_both_sides(model, build, accepted, refused, field, detail) -> None:
+    parse_document(model, build(accepted), label="doc")
+    with pytest.raises(AttestError) as caught:
+        parse_document(model, build(refused), label="doc")
     assert caught.value.field == field and detail in str(caught.value)
 
 
@@ -123,3 +149,130 @@ def test_write_atomic_sets_mode_from_the_first_byte_and_leaves_no_temporary(tmp_
     write_atomic(target, canonical_json({"b": 1, "a": 2}), mode=0o600)
     assert target.read_text() == '{\n  "a": 2,\n  "b": 1\n}\n'
     assert [p.name for p in target.parent.iterdir()] == ["secret"]
+    write_atomic(tmp_path / "plain", b"x")
+    assert stat.S_IMODE((tmp_path / "plain").stat().st_mode) == 0o644  # the default: readable, not executable
+
+
+def test_a_failed_atomic_write_raises_and_leaves_the_old_file_alone(tmp_path: Path) -> None:
+    target = tmp_path / "doc.json"
+    target.write_bytes(b"old")
+    with pytest.raises(TypeError):
+        write_atomic(target, "text, not bytes")  # type: ignore[arg-type]
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["doc.json"]
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "inside").write_text("kept")
+    with pytest.raises(OSError):
+        write_atomic(tmp_path / "dir", b"new")  # cannot replace a non-empty directory
+    assert (tmp_path / "dir" / "inside").read_text() == "kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "doc.json"]
+
+
+REQUIRED = frozenset({"schema_version", "model_id"})
+
+
+def _json_of_size(size: int) -> bytes:
+    head = b'{"schema_version": "1", "model_id": "m", "pad": "'
+    return head + b"x" * (size - len(head) - 2) + b'"}'
+
+
+@pytest.mark.parametrize("content,replaceable", [
+    (b'{"schema_version": "1", "model_id": "m"}', True),  # exactly the required keys
+    (b'{"schema_version": "1", "model_id": "m", "extra": 1}', True),
+    (b'{"schema_version": "1"}', False),
+    (b"[]", False),
+    (b"not json", False),
+    (_json_of_size(16 << 20), True),  # the documents' read bound (MAX_JSON_BYTES): 16 MiB is still read
+    (_json_of_size((16 << 20) + 1), False),  # one byte more is not read, so not known to be ours
+], ids=["exact keys", "more keys", "missing key", "array", "not json", "16 MiB", "16 MiB + 1"])
+def test_only_a_document_of_the_same_kind_is_replaceable(tmp_path: Path, content: bytes, replaceable: bool) -> None:
+    from attest.files import require_replaceable
+
+    path = tmp_path / "out.json"
+    path.write_bytes(content)
+    if replaceable:
+        require_replaceable(path, REQUIRED, what="a test document", field="--output")
+        return
+    with pytest.raises(AttestError) as caught:
+        require_replaceable(path, REQUIRED, what="a test document", field="--output")
+    assert caught.value.field == "--output" and "is not a test document; it was left as it is" in str(caught.value)
+    assert path.read_bytes() == content
+
+
+def test_read_document_checks_the_pin_on_the_bytes_it_parses(tmp_path: Path) -> None:
+    from attest.documents import load_document, read_document
+
+    path = tmp_path / "attestation.json"
+    path.write_bytes(json.dumps(GOOD).encode())
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    document, found = read_document(CheckpointAttestation, path, label="attestation")
+    assert isinstance(document, CheckpointAttestation) and found == digest
+    assert read_document(CheckpointAttestation, path, label="attestation", pinned_sha256=digest)[1] == digest
+    assert isinstance(load_document(CheckpointAttestation, path, label="attestation"), CheckpointAttestation)
+    for pin_field, field in (("PIN_VARIABLE", "PIN_VARIABLE"), ("", "attestation")):
+        with pytest.raises(AttestError) as caught:
+            read_document(CheckpointAttestation, path, label="attestation", pinned_sha256="00" * 32,
+                          pin_field=pin_field)
+        assert caught.value.field == field and f"found {digest}" in str(caught.value)
+
+
+def test_the_first_invalid_field_in_schema_order_is_the_one_reported() -> None:
+    with pytest.raises(AttestError) as caught:
+        parse_document(CheckpointAttestation, {**GOOD, "revision": "main", "expected_shard_count": 0},
+                       label="attestation")
+    assert caught.value.field == "attestation.revision"
+
+
+def test_an_unexpected_error_is_one_bounded_redacted_json_line(capsys, monkeypatch) -> None:
+    from attest.errors import report_unexpected
+
+    monkeypatch.setenv("HF_TOKEN", "hf_sekret_value")
+    message = "x" * 499 + "yz" + " hf_sekret_value"
+    assert report_unexpected(RuntimeError(message), secrets=("also-secret",)) == 2
+    line = json.loads(capsys.readouterr().err)
+    # The exception text is cut at 500 characters: exactly the first 500, no more.
+    assert line == {"ok": False, "error": "internal error: RuntimeError: " + "x" * 499 + "y", "field": "internal"}
+    assert report_unexpected(KeyError("also-secret hf_sekret_value")) == 2
+    assert "sekret" not in capsys.readouterr().err
+    assert report_unexpected(KeyError("also-secret"), secrets=("also-secret",)) == 2
+    assert "also-secret" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("secret,hidden", [("abc", False), ("abcd", True)])
+def test_secrets_shorter_than_four_characters_are_switches_not_secrets(secret: str, hidden: bool) -> None:
+    from attest.redact import redactor
+
+    assert (redactor([secret])(f"value={secret}") == "value=[REDACTED]") is hidden
+
+
+TRICKY_SECRET = "it's \"ké\\y"  # a quote of each kind, a backslash, a space and a non-ASCII letter
+
+
+def test_every_escaped_spelling_of_a_secret_is_known_longest_first() -> None:
+    from attest.redact import secret_forms
+
+    forms = secret_forms(TRICKY_SECRET)
+    assert set(forms) == {
+        TRICKY_SECRET,
+        "it%27s%20%22k%C3%A9%5Cy",  # URL-encoded
+        "it's \\\"k\\u00e9\\\\y",  # JSON, ASCII-only
+        "it's \\\"ké\\\\y",  # JSON, UTF-8
+        "'it'\"'\"'s \"ké\\y'",  # shell-quoted
+        "it'\"'\"'s \"ké\\y",  # shell-quoted, inside the outer quotes
+        "it's \"k\\xe9\\\\y",  # unicode_escape
+        "it\\'s \"ké\\\\y",  # Python repr
+    }
+    assert [len(form) for form in forms] == sorted((len(form) for form in forms), reverse=True)
+
+
+def test_the_redactor_hides_the_secret_in_every_encoding_that_prints_it() -> None:
+    import shlex
+    from urllib.parse import quote
+
+    from attest.redact import redactor
+
+    redact = redactor([TRICKY_SECRET, ""])
+    for printed in (TRICKY_SECRET, json.dumps({"key": TRICKY_SECRET}), json.dumps(TRICKY_SECRET, ensure_ascii=False),
+                    repr(TRICKY_SECRET), shlex.join(["--key", TRICKY_SECRET]), f"https://h/?k={quote(TRICKY_SECRET)}",
+                    TRICKY_SECRET.encode("unicode_escape").decode()):
+        hidden = redact(printed)
+        assert "[REDACTED]" in hidden and "k\\" not in hidden and "ké" not in hidden and "%C3" not in hidden, hidden

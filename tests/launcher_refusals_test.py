@@ -434,3 +434,44 @@ def test_explain_selects_what_a_real_launch_execs(world: LauncherWorld, name: st
         assert "--speculative-config" not in argv
     else:
         assert json.loads(argv[argv.index("--speculative-config") + 1]) == speculative
+
+
+def _positions(limit: int) -> Callable[[LauncherWorld], None]:
+    return lambda world: world.edit_config(
+        lambda c: c["text_config"].__setitem__("max_position_embeddings", limit), reattest=True)
+
+
+# Both sides of each limit the server command enforces: the last accepted value, then one past it.
+LIMITS = [
+    ("served name 128", _set(QWEN_SERVED_MODEL_NAME="n" * 128), None, None),
+    ("served name 129", _set(QWEN_SERVED_MODEL_NAME="n" * 129), "QWEN_SERVED_MODEL_NAME", "1..128 characters"),
+    ("api key 512", _set(QWEN_API_KEY="k" * 512), None, None),
+    ("api key 513", _set(QWEN_API_KEY="k" * 513), "QWEN_API_KEY", "at most 512 characters"),
+    ("max len at the checkpoint's limit", lambda w: (_positions(65536)(w), _set(QWEN_MAX_MODEL_LEN="65536")(w)),
+     None, None),
+    ("max len one past it", lambda w: (_positions(65536)(w), _set(QWEN_MAX_MODEL_LEN="65537")(w)),
+     "QWEN_MAX_MODEL_LEN", "(65537 > max_position_embeddings 65536)"),
+]
+
+
+@pytest.mark.parametrize("name,change,field,message", LIMITS, ids=[row[0] for row in LIMITS])
+def test_server_limits_on_both_sides(world: LauncherWorld, name: str, change, field, message) -> None:
+    change(world)
+    result = world.run("--inspect-only")
+    if field is None:
+        assert result.code == 0, result.stderr
+        return
+    assert result.code == 2 and result.refusal["field"] == field and message in result.refusal["error"]
+
+
+@pytest.mark.parametrize("argv,printed", [
+    (["vllm", "--api-key", "s3cret"], ["vllm", "--api-key", "<redacted>"]),
+    (["vllm", "--api-key", "s3cret", "--port", "1"], ["vllm", "--api-key", "<redacted>", "--port", "1"]),
+    (["vllm", "--api-key=s3cret"], ["vllm", "<redacted>"]),
+    (["vllm", "--api-key"], ["vllm", "--api-key"]),
+    (["--api-key", "a", "--api-key", "b"], ["--api-key", "<redacted>", "--api-key", "<redacted>"]),
+])
+def test_the_printed_server_command_never_shows_the_key(argv: list[str], printed: list[str]) -> None:
+    from launcher.server import redact_argv
+
+    assert redact_argv(argv) == printed

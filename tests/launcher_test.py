@@ -400,3 +400,111 @@ def test_a_checkpoint_without_a_shard_list_hashes_no_shard_and_the_attestation_d
     assert world.run("--inspect-only").report["checkpoint"]["shards_hashed"] == 0
     inspected = inspect_target_checkpoint(world.model, model_id="Qwen/Qwen3.8-27B", revision=TARGET_REVISION)
     assert inspected.shards_hashed == 0 and inspected.shard_count == 2
+
+
+@pytest.mark.parametrize("argument", [True, False], ids=["argument", "variable"])
+def test_attestation_builder_names_the_argument_or_model_path(tmp_path: Path, capsys, argument: bool) -> None:
+    from launcher import build_attestation
+
+    missing = str(tmp_path / "no-such-checkpoint")
+    environment = {name: value for name, value in os.environ.items() if name != "MODEL_PATH"}
+    if not argument:
+        environment["MODEL_PATH"] = missing
+    with mock.patch.dict(os.environ, environment, clear=True):
+        assert build_attestation.main([missing, "--revision", TARGET_REVISION] if argument
+                                      else ["--revision", TARGET_REVISION]) == 2
+    refusal = json.loads(capsys.readouterr().err)
+    assert refusal["field"] == ("MODEL_PATH argument" if argument else "MODEL_PATH")
+
+
+def test_attestation_builder_writes_to_output_and_leaves_the_checkpoint_alone(world: LauncherWorld, tmp_path: Path,
+                                                                             capsys) -> None:
+    from launcher import build_attestation
+
+    before = (world.model / ".omni-checkpoint.json").read_bytes()
+    output = tmp_path / "elsewhere.json"
+    assert build_attestation.main([str(world.model), "--revision", TARGET_REVISION, "--output", str(output)]) == 0
+    assert capsys.readouterr().out.strip() == hashlib.sha256(output.read_bytes()).hexdigest()
+    assert (world.model / ".omni-checkpoint.json").read_bytes() == before
+    output.write_text('{"something": "else"}')  # not an attestation: never overwritten
+    assert build_attestation.main([str(world.model), "--revision", TARGET_REVISION, "--output", str(output)]) == 2
+    assert json.loads(capsys.readouterr().err)["field"] == "--output"
+    assert output.read_text() == '{"something": "else"}'
+
+
+# --- vendor tools (launcher.hardware) --------------------------------------------------
+def _tool_script(bin_dir: Path, name: str, body: str) -> Path:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path = bin_dir / name
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_vendor_tool_is_found_on_path_or_at_its_fixed_location(tmp_path: Path, monkeypatch) -> None:
+    from launcher import hardware
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    fallback = _tool_script(tmp_path / "opt", "rocminfo", "echo gfx942")
+    assert hardware._tool("rocminfo", str(fallback)) == str(fallback)
+    assert hardware._tool("rocminfo", str(tmp_path / "opt")) is None  # a directory is not the tool
+    assert hardware._tool("rocminfo", str(tmp_path / "missing")) is None
+    on_path = _tool_script(tmp_path / "bin", "rocminfo", "echo gfx90a")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    assert hardware._tool("rocminfo", str(fallback)) == str(on_path)  # PATH first
+
+
+@pytest.mark.parametrize("end, found", [(8_000_000, ("gfx942",)), (8_000_001, ("gfx94",))],
+                         ids=["ends at the limit", "one past the limit"])
+def test_a_vendor_report_is_read_up_to_eight_million_characters(tmp_path: Path, monkeypatch, end: int,
+                                                                found: tuple) -> None:
+    from launcher import hardware
+
+    # stdout + "\n" + stderr is what is read; "gfx942" ends at character `end`.
+    padding = end - len("gfx942")
+    _tool_script(tmp_path / "bin", "rocminfo", f"head -c {padding} /dev/zero | tr '\\0' ' '; echo gfx942")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    assert hardware.detect_rocm_architectures() == found
+
+
+def test_a_hung_vendor_tool_is_given_eight_seconds_then_means_nothing_found(tmp_path: Path, monkeypatch) -> None:
+    import subprocess
+
+    from launcher import hardware
+
+    _tool_script(tmp_path / "bin", "rocminfo", "exec sleep 60")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    seen = []
+    real_run = subprocess.run
+
+    def quick(argv, **kwargs):
+        seen.append(kwargs["timeout"])
+        return real_run(argv, **{**kwargs, "timeout": 0.3})  # the same path, without waiting 8 s
+
+    monkeypatch.setattr(subprocess, "run", quick)
+    assert hardware.detect_rocm_architectures() == ()
+    assert seen == [8]
+
+
+def test_rocminfo_sees_the_first_device_unless_told_otherwise(tmp_path: Path, monkeypatch) -> None:
+    from launcher import hardware
+
+    _tool_script(tmp_path / "bin", "rocminfo", 'echo "gfx${ROCR_VISIBLE_DEVICES}42 GFX90A gfx90a"')
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    monkeypatch.delenv("ROCR_VISIBLE_DEVICES", raising=False)
+    assert hardware.detect_rocm_architectures() == ("gfx042", "gfx90a")
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "9")
+    assert hardware.detect_rocm_architectures() == ("gfx90a", "gfx942")
+
+
+def test_nvidia_smi_lines_need_a_name_and_a_compute_capability(tmp_path: Path, monkeypatch) -> None:
+    from launcher import hardware
+
+    make_fake_tool(tmp_path / "bin", "nvidia-smi", "\n".join([
+        "NVIDIA GB10, 12.1", ", 9.0", "NVIDIA A100, 8.0, extra", "NVIDIA H100, N/A", "NVIDIA H200,9.0", "garbage"]))
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    assert hardware.detect_nvidia_gpus() == ({"name": "NVIDIA GB10", "compute_capability": "12.1"},
+                                             {"name": "NVIDIA H200", "compute_capability": "9.0"})
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    if not Path("/usr/bin/nvidia-smi").exists():
+        assert hardware.detect_nvidia_gpus() == ()

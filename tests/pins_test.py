@@ -341,3 +341,36 @@ def test_a_mismatch_names_both_values_and_says_when_nothing_was_found() -> None:
     assert (error.field, str(error)) == ("engine.commit", "the installed vllm commit differs from the image pin "
                                          f"engine.commit: pinned {'a' * 40}, found nothing")
     assert str(mismatch("model.revision", "b" * 40, "main", "MODEL_REVISION")).endswith(f"pinned {'b' * 40}, found main")
+
+
+def test_a_stale_gate_is_not_checked_against_the_pins_unless_the_canary_is_requested(tmp_path: Path) -> None:
+    world = _world(tmp_path)
+    world.env["INFERENCE_MODE"] = "auto"
+    world.edit_gate(speculator_revision=OTHER)  # would be refused in dflash2_canary mode
+    result = world.run("--inspect-only")
+    assert result.code == 0, result.stderr
+    assert result.report["decision"]["mode"] == "native_mtp"
+    assert not [note for note in result.report["image_pins"] if "DFlash2 gate" in note]
+
+
+def test_the_canary_without_a_gate_path_falls_to_the_gate_check_not_to_a_crash(tmp_path: Path) -> None:
+    world = _world(tmp_path)
+    del world.env["QWEN_DFLASH2_GATE_PATH"]
+    result = world.run("--inspect-only")
+    without_pins = LauncherWorld(tmp_path / "plain")
+    without_pins.env["INFERENCE_MODE"] = "dflash2_canary"
+    del without_pins.env["QWEN_DFLASH2_GATE_PATH"]
+    expected = without_pins.run("--inspect-only")
+    assert result.code == expected.code == 0, result.stderr
+    assert result.report["decision"] == expected.report["decision"]
+    assert result.report["decision"]["mode"] == "native_mtp"
+    assert any("QWEN_DFLASH2_GATE_PATH" in reason for reason in result.report["decision"]["reasons"])
+
+
+def test_a_gate_is_only_bound_to_the_pins_that_are_set(tmp_path: Path) -> None:
+    world = _world(tmp_path, speculator=None)
+    world.edit_gate(speculator_revision=OTHER)
+    world.env["DFLASH2_SPECULATOR_REVISION"] = OTHER
+    result = world.run("--inspect-only")
+    assert result.code != 2 or result.refusal["field"] != "speculator.revision", result.refusal
+    assert "the DFlash2 gate is bound to the pinned engine, model and speculator" in result.report["image_pins"]

@@ -39,31 +39,63 @@ TIMEOUT_FACTOR = 3  # a mutant's run may take this many times the unmutated run 
 
 # Policy module -> the tests that cover it (they must pass unmutated outside Bazel).
 LAUNCHER_TESTS = ["tests/launcher_refusals_test.py", "tests/launcher_test.py", "tests/launcher_hostile_test.py"]
+BOOT_TESTS = ["tests/boot_verify_test.py", "tests/boot_prepare_test.py"]
+GATE_TESTS = ["tests/gate_test.py", "tests/contract_fuzz_test.py"]
 TARGETS: dict[str, list[str]] = {
     "launcher/selection.py": LAUNCHER_TESTS,
     "launcher/checkpoint.py": LAUNCHER_TESTS,
     "launcher/settings.py": ["tests/settings_bounds_test.py", *LAUNCHER_TESTS],
     "launcher/dflash2.py": LAUNCHER_TESTS,
     "launcher/engine_probe.py": [*LAUNCHER_TESTS, "tests/engine_identity_test.py"],
+    "launcher/cli.py": [*LAUNCHER_TESTS, "tests/pins_test.py"],
+    "launcher/server.py": LAUNCHER_TESTS,
+    "launcher/hardware.py": LAUNCHER_TESTS,
+    "launcher/target.py": LAUNCHER_TESTS,
+    "launcher/image_pins.py": [*LAUNCHER_TESTS, "tests/pins_test.py"],
+    "launcher/build_attestation.py": LAUNCHER_TESTS,
     "attest/hashing.py": ["tests/hashing_test.py", "tests/attest_test.py", "tests/boot_prepare_test.py"],
     "attest/pins.py": ["tests/pins_test.py", "tests/engine_identity_test.py"],
     "attest/reader.py": ["tests/attest_test.py", "tests/launcher_hostile_test.py"],
     "attest/record.py": ["tests/record_test.py", "tests/engine_identity_test.py"],
     "attest/settings.py": ["tests/settings_bounds_test.py", "tests/launcher_refusals_test.py"],
-    "boot/verify.py": ["tests/boot_verify_test.py", "tests/boot_prepare_test.py"],
+    "attest/engine.py": ["tests/engine_identity_test.py", "tests/pins_test.py"],
+    "attest/primitives.py": ["tests/attest_test.py", "tests/contract_fuzz_test.py", "tests/pins_test.py",
+                             *LAUNCHER_TESTS],
+    "attest/documents.py": ["tests/attest_test.py", "tests/contract_fuzz_test.py", *LAUNCHER_TESTS,
+                            "tests/boot_verify_test.py"],
+    "attest/speculation.py": ["tests/attest_test.py", *LAUNCHER_TESTS],
+    "attest/lock.py": BOOT_TESTS,
+    "attest/tree.py": [*BOOT_TESTS, "tests/record_test.py"],
+    "attest/files.py": ["tests/attest_test.py", "tests/no_data_loss_test.py", *BOOT_TESTS],
+    "attest/redact.py": ["tests/attest_test.py", "tests/boot_serve_test.py", "tests/launcher_test.py"],
+    "attest/errors.py": ["tests/attest_test.py", "tests/launcher_hostile_test.py"],
+    "attest/baked.py": ["tests/launcher_test.py", "tests/pins_test.py", "tests/boot_verify_test.py"],
+    "boot/verify.py": BOOT_TESTS,
     "boot/receipt.py": ["tests/boot_prepare_test.py"],
+    "boot/serve.py": ["tests/boot_serve_test.py", "tests/boot_api_test.py"],
+    "tools/gate/stats.py": GATE_TESTS,
+    "tools/gate/corpus.py": GATE_TESTS,
+    "tools/gate/peer.py": GATE_TESTS,
+    "tools/gate/parity.py": GATE_TESTS,
+    "tools/gate/benchmark.py": GATE_TESTS,
+    "tools/gate/generate.py": GATE_TESTS,
+    "tools/oci/verify.py": ["tests/oci_hostile_test.py", "tests/contract_fuzz_test.py", "tests/pins_test.py"],
 }
-# Tests that need Bazel-built images (their layouts are runfiles): the driver runs outside
-# Bazel's test runner. tools/oci/verify.py is therefore not in TARGETS: its covering tests
-# (pins_test's signed round trips, oci_hostile_test) all read built images.
-DESELECT = [
-    "tests/attest_test.py::test_schema_export_target_matches_the_models",
+# Tests that read Bazel-built images (runfiles under Bazel). The driver runs outside Bazel's
+# test runner: when `bazel build //images:qwen_mi300x` has made them, each job copy links
+# bazel-bin's outputs in (and a `tools/oci/run` that runs the copy's own run_image.py);
+# otherwise these tests are deselected and the report says so.
+BUILT_IMAGE = ["images/qwen_mi300x.layout", "images/qwen_mi300x.provenance.json", "images/qwen_mi300x.spdx.json",
+               "images/qwen_mi300x.run.sh"]
+NEEDS_BUILT_IMAGE = [
     "tests/pins_test.py::test_signed_push_verifies_with_ours_and_cosign",
     "tests/pins_test.py::test_the_wrong_key_is_refused_by_both",
     "tests/pins_test.py::test_tampered_provenance_is_refused_by_both",
     "tests/pins_test.py::test_provenance_about_another_digest_is_refused_by_both",
     "tests/pins_test.py::test_verify_cli_refuses_a_tag_and_prints_json",
 ]
+# The schema export test runs a Bazel target's output against the models.
+DESELECT = ["tests/attest_test.py::test_schema_export_target_matches_the_models"]
 
 
 @dataclass(frozen=True)
@@ -181,10 +213,13 @@ def load_equivalents(root: Path) -> dict[str, str]:
     return found
 
 
-def _pytest(copy_root: Path, tests: list[str], python_path: str, timeout: float) -> int:
-    argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header",
-            *[f"--deselect={item}" for item in DESELECT], *tests]
-    env = {**os.environ, "PYTHONPATH": python_path, "PYTHONDONTWRITEBYTECODE": "1"}
+def _pytest(copy_root: Path, tests: list[str], python_path: str, timeout: float, durations: Path,
+            record: bool = False) -> int:
+    deselect = DESELECT if (copy_root / BUILT_IMAGE[0]).exists() else [*DESELECT, *NEEDS_BUILT_IMAGE]
+    argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "tools.mutation.fastfirst",
+            "--no-header", *[f"--deselect={item}" for item in deselect], *tests]
+    env = {**os.environ, "PYTHONPATH": python_path, "PYTHONDONTWRITEBYTECODE": "1",
+           "OMNI_MUTATION_DURATIONS": str(durations), "OMNI_MUTATION_RECORD": "1" if record else "0"}
     try:
         return subprocess.run(argv, cwd=copy_root, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, timeout=timeout).returncode
@@ -200,6 +235,16 @@ def _copy_tree(root: Path, target: Path) -> None:
         if source.is_file():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
+    built = root / "bazel-bin"
+    if all((built / name).exists() for name in BUILT_IMAGE):
+        for name in BUILT_IMAGE + [BUILT_IMAGE[-1] + ".runfiles"]:
+            (target / name).symlink_to((built / name).resolve())
+        shim = target / "tools/oci/run"  # what the run.sh scripts exec, as runfiles would hold it
+        shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m tools.oci.run_image "$@"\n', encoding="utf-8")
+        shim.chmod(0o755)
+    else:
+        print("mutation: bazel-bin has no built qwen_mi300x image (bazel build //images:qwen_mi300x); "
+              f"deselecting {len(NEEDS_BUILT_IMAGE)} tests that read it", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             tests = TARGETS[module]
             started = time.monotonic()
-            if _pytest(work / "job0", tests, python_path.format(0), timeout=1800) != 0:
+            durations = work / f"durations-{module.replace('/', '_')}.json"
+            if _pytest(work / "job0", tests, python_path.format(0), 1800, durations, record=True) != 0:
                 print(f"mutation: {module}: its tests fail without any mutant; fix them first", file=sys.stderr)
                 return 2
             timeout = TIMEOUT_FACTOR * (time.monotonic() - started) + 10
@@ -248,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     target = work / f"job{job}" / module
                     target.write_text(apply(source, mutant), encoding="utf-8")
-                    killed = _pytest(work / f"job{job}", tests, python_path.format(job), timeout) != 0
+                    killed = _pytest(work / f"job{job}", tests, python_path.format(job), timeout, durations) != 0
                     target.write_text(source, encoding="utf-8")
                     return killed
                 finally:
