@@ -15,6 +15,9 @@ from attest.reader import MAX_JSON_BYTES, read_json_file, refuse_nul
 REVISION_RE = re.compile(r"^[0-9a-fA-F]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")  # binds that need no internal-network flag
+# A scheme prefix (file:, hf:, s3:, https:): a path setting has already been through Path(),
+# which folds `file:///x` to `file:/x`, so "://" alone would miss it.
+URL_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 def require_revision(value: str, label: str) -> str:
@@ -86,7 +89,7 @@ def safe_relative_name(name: str, label: str) -> str:
 def local_root(path: Path, *, label: str) -> Path:
     """An existing absolute local directory (never a URL), resolved."""
     raw = refuse_nul(path, label)
-    if "://" in raw or raw.startswith(("hf:", "s3:", "gs:")):
+    if URL_SCHEME_RE.match(raw):
         raise AttestError(f"{label} must be a local directory, not a URL", field=label)
     if not path.is_absolute():
         raise AttestError(f"{label} must be an absolute local path", field=label)

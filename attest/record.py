@@ -122,14 +122,16 @@ def verify_installed(site: Path, rows: list[RecordRow], outside: int, dist_info_
                 field=row.path)
         total += size
     recorded = {row.path for row in rows}
-    packages = {row.path.split("/", 1)[0] for row in rows if "/" in row.path} - {dist_info_name}
+    packages = {row.path.partition("/")[0] for row in rows if "/" in row.path} - {dist_info_name}
     for package in sorted(packages):
         for name, is_link in walk_files(site / package):
             full = f"{package}/{name}"
             if is_link:
                 raise AttestError(f"{site / full} is a symlink inside the installed package (RECORD lists files only)",
                                   field=full)
-            if full not in recorded and "__pycache__/" not in full and not full.endswith(".pyc"):
+            # Only bytecode caches are tolerated: a .pyc elsewhere is importable sourceless, and
+            # any other file in __pycache__ is not Python's.
+            if full not in recorded and not ("/__pycache__/" in f"/{full}" and full.endswith(".pyc")):
                 raise AttestError(f"{site / full} is not listed in {dist_info_name}/RECORD: an unrecorded file "
                                   f"inside the installed package", field=full)
     return RecordCheck(len(rows), total, outside)
@@ -149,16 +151,23 @@ def wheel_canonical_sha256(wheel: Path) -> str:
         if len(records) != 1:
             raise AttestError(f"{wheel} has {len(records)} top-level .dist-info/RECORD files, expected 1",
                               field=str(wheel))
-        rows, _ = parse_record(archive.read(records[0]), f"{wheel.name}:{records[0]}")
+        (record,) = records
+        rows, _ = parse_record(archive.read(record), f"{wheel.name}:{record}")
     return canonical_sha256(rows)
 
 
+USAGE = ("usage: python -m attest.record WHEEL.whl | SITE/NAME.dist-info\n"
+         "Prints the canonical RECORD sha256 an image pin's engine.record_sha256 names.")
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0] in ("-h", "--help"):
-        print("usage: python -m attest.record WHEEL.whl | SITE/NAME.dist-info\n"
-              "Prints the canonical RECORD sha256 an image pin's engine.record_sha256 names.", file=sys.stderr)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
-    path = Path(argv[0])
+    if "-h" in argv or "--help" in argv:
+        print(USAGE, file=sys.stderr)
+        return 0
+    if len(argv) != 1:
+        print(USAGE, file=sys.stderr)
+        return 2
+    (path,) = map(Path, argv)
     try:
         if path.suffix == ".whl":
             digest = wheel_canonical_sha256(path)

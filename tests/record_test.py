@@ -85,7 +85,6 @@ def test_an_intact_installation_counts_every_byte(tmp_path: Path) -> None:
     site, rows = _site(tmp_path)
     (site / "pkg" / "__pycache__").mkdir()
     (site / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"compiled")
-    (site / "pkg" / "b.pyc").write_bytes(b"compiled")
     (site / "pkg-1.dist-info").mkdir()
     (site / "pkg-1.dist-info" / "INSTALLER").write_text("pip\n")
     (site / "unrelated.py").write_text("another distribution's top-level module")
@@ -97,6 +96,10 @@ def test_an_intact_installation_counts_every_byte(tmp_path: Path) -> None:
     (lambda s: (s / "pkg" / "a.py").write_bytes(b"b"), "pkg/a.py", "does not match its RECORD entry"),
     (lambda s: (s / "pkg" / "new.py").write_text("planted"), "pkg/new.py", "not listed in pkg-1.dist-info/RECORD"),
     (lambda s: (s / "pkg" / "link.py").symlink_to(s / "top.py"), "pkg/link.py", "is a symlink inside the installed"),
+    # Importable without source: only bytecode inside __pycache__ is Python's own cache.
+    (lambda s: (s / "pkg" / "b.pyc").write_bytes(b"compiled"), "pkg/b.pyc", "not listed in pkg-1.dist-info/RECORD"),
+    (lambda s: ((s / "pkg" / "__pycache__").mkdir(), (s / "pkg" / "__pycache__" / "notes.txt").write_text("x")),
+     "pkg/__pycache__/notes.txt", "not listed in pkg-1.dist-info/RECORD"),
 ])
 def test_a_changed_planted_or_linked_file_is_refused(tmp_path: Path, breaker, field: str, message: str) -> None:
     site, rows = _site(tmp_path)
@@ -149,6 +152,7 @@ def test_the_command_line(tmp_path: Path) -> None:
     code, out, _ = _main([str(dist_info)])
     assert code == 0 and json.loads(out)["record_sha256"] == record.wheel_canonical_sha256(wheel)
     assert _main(["--help"])[0] == 0 and _main(["-h"])[0] == 0 and "usage:" in _main(["-h"])[2]
+    assert _main(["x", "--help"])[0] == 0 and _main(["-h", "x"])[0] == 0  # help wins wherever it is
     assert _main([])[0] == 2 and _main(["a", "b"])[0] == 2
     code, out, err = _main([str(tmp_path / "missing.dist-info")])
     assert code == 2 and out == "" and json.loads(err)["ok"] is False

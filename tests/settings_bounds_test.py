@@ -94,3 +94,132 @@ def test_node_rank_must_be_below_nnodes() -> None:
     assert BootSettings.from_env({"NNODES": "3", "NODE_RANK": "2"}).node_rank == 2
     with pytest.raises(AttestError, match="NODE_RANK must be in 0..NNODES-1"):
         BootSettings.from_env({"NNODES": "3", "NODE_RANK": "3"})
+
+
+# --- attest.settings: the parsers every command's settings are declared with -----------------
+def _refusal(parse, raw: str) -> str:
+    with pytest.raises(AttestError) as caught:
+        parse(raw, "VAR")
+    assert caught.value.field == "VAR"
+    return str(caught.value)
+
+
+def test_text_is_at_most_4096_bytes_without_nul_and_stripped() -> None:
+    from attest import settings
+
+    assert settings.text(" v ", "VAR") == "v"
+    assert settings.text("a" * 4096, "VAR") == "a" * 4096
+    assert settings.text("é" * 2048, "VAR") == "é" * 2048  # 4096 bytes
+    for raw in ("a" * 4097, "é" * 2048 + "a", "a\x00b"):
+        assert _refusal(settings.text, raw) == "VAR must be at most 4096 bytes with no NUL byte"
+    assert settings.path(" /x ", "VAR") == Path("/x")
+    assert settings.optional_path(" ", "VAR") is None and settings.optional_path("/y", "VAR") == Path("/y")
+
+
+def test_a_token_is_1_to_128_safe_characters() -> None:
+    from attest import settings
+
+    assert settings.token(" aZ9_.:+- ", "VAR") == "aZ9_.:+-"
+    assert settings.token("t" * 128, "VAR") == "t" * 128
+    for raw in ("t" * 129, "", "a b", "a/b", "a;b"):
+        assert "VAR must be a name of letters, digits and . _ : + - (at most 128)" in _refusal(settings.token, raw)
+
+
+def test_a_refusal_shows_80_characters_of_the_value_at_most() -> None:
+    from attest import settings
+
+    assert settings.shown("x" * 80) == repr("x" * 80)
+    assert settings.shown("x" * 81) == repr("x" * 77 + "...")
+
+
+IN_RANGE, NOT_AN_INTEGER = "an integer in 5..10", "an integer"
+
+
+@pytest.mark.parametrize("raw, value", [
+    ("5", 5), (" 7 ", 7), ("10", 10), ("4", IN_RANGE), ("-3", IN_RANGE), ("11", IN_RANGE),
+    ("999999999999", IN_RANGE), ("1" * 13, NOT_AN_INTEGER), ("1.0", NOT_AN_INTEGER), ("", NOT_AN_INTEGER),
+    ("--1", NOT_AN_INTEGER)])
+def test_an_integer_has_at_most_12_digits_and_both_bounds(raw: str, value) -> None:
+    from attest import settings
+
+    parse = settings.integer(5, 10)
+    if isinstance(value, int):
+        assert parse(raw, "VAR") == value
+        return
+    assert _refusal(parse, raw).startswith(f"VAR must be {value}, got ")
+
+
+def test_an_integer_without_an_upper_bound_and_with_its_own_wording() -> None:
+    from attest import settings
+
+    unbounded = settings.integer(-2)
+    assert unbounded("-2", "VAR") == -2 and unbounded("999999999999", "VAR") == 999999999999
+    assert _refusal(unbounded, "-3") == "VAR must be an integer in >= -2, got '-3'"
+    worded = settings.integer(0, 1, expected="0 or 1")
+    assert _refusal(worded, "2") == "VAR must be 0 or 1, got '2'" and _refusal(worded, "x") == "VAR must be 0 or 1, got 'x'"
+
+
+def test_a_real_refuses_what_its_predicate_or_float_refuses() -> None:
+    from attest import settings
+
+    accept = lambda value: 0 < value <= 1  # noqa: E731
+    assert settings.real("0.5", "VAR", "in (0, 1]", accept) == 0.5
+    for raw in ("0", "1.5", "nan", "inf", "x", ""):
+        assert _refusal(lambda r, v: settings.real(r, v, "in (0, 1]", accept), raw).startswith("VAR must be in (0, 1]")
+
+
+def test_choice_lower_cases_only_when_asked_and_names_options_then_aliases() -> None:
+    from attest import settings
+
+    exact = settings.choice("a", "b", aliases={"x": "a"})
+    assert exact(" a ", "VAR") == "a" and exact("x", "VAR") == "a"
+    assert _refusal(exact, "A") == "VAR must be one of a, b, x, got 'A'"
+    lower = settings.choice("a", "b", lower=True)
+    assert lower(" B ", "VAR") == "b"
+
+
+def test_read_settings_records_defaults_and_keeps_the_command_error_type() -> None:
+    from attest import settings
+
+    class CommandError(AttestError):
+        pass
+
+    declared = (
+        settings.Setting("A_VAR", "a", "3", settings.integer(1, 5), "an a"),
+        settings.Setting("B_VAR", "b", lambda env: env.get("A_VAR", "") + "!", settings.text, "a b",
+                         warn_when_default="b is computed"),
+        settings.Setting("C_VAR", "c", "", settings.optional_path, "a c", warn_when_default="no c"),
+    )
+    values, defaulted = settings.read_settings(declared, {"A_VAR": "4", "C_VAR": "/c"})
+    assert values == {"a": 4, "b": "4!", "c": Path("/c")} and defaulted == {"B_VAR"}
+    assert settings.default_warnings(declared, defaulted) == ["B_VAR is unset: b is computed"]
+    with pytest.raises(CommandError) as caught:
+        settings.read_settings(declared, {"A_VAR": "9"}, error=CommandError)
+    assert caught.value.field == "A_VAR" and type(caught.value) is CommandError
+    with pytest.raises(AttestError) as plain:
+        settings.read_settings(declared, {"A_VAR": "9"})
+    assert type(plain.value) is AttestError
+
+    refusal = AttestError("A_VAR must be fine", field="A_VAR")
+    noted = settings.note_default(refusal, declared, frozenset({"A_VAR"}))
+    assert str(noted) == "A_VAR must be fine (A_VAR is unset; its default 3 was used)" and noted.field == "A_VAR"
+    assert settings.note_default(refusal, declared, frozenset()) is refusal
+    computed = settings.note_default(AttestError("bad", field="B_VAR"), declared, frozenset({"B_VAR"}))
+    assert str(computed) == "bad (B_VAR is unset; its default computed was used)"
+    assert settings.note_default(AttestError("bad", field="C_VAR"), declared, frozenset({"C_VAR"})).args[0] == \
+        "bad (C_VAR is unset; its default unset was used)"
+
+    assert settings.help_table(declared).splitlines()[0] == f"  {'A_VAR':<40} an a [default: 3]"
+    assert settings.markdown_table(declared).splitlines() == [
+        "| variable | default | what |", "| --- | --- | --- |",
+        "| `A_VAR` | `3` | an a |", "| `B_VAR` | computed | a b |", "| `C_VAR` | unset | a c |"]
+
+
+@pytest.mark.parametrize("raw, result", [("1", True), (" TRUE ", True), ("yes", True), ("On", True), ("0", False),
+                                         ("", False), (None, False), ("2", False), ("y", False)])
+def test_only_the_true_words_are_true(raw, result: bool) -> None:
+    from attest import settings
+
+    assert settings.is_true(raw) is result
+    if raw is not None:
+        assert settings.flag(raw, "VAR") is result

