@@ -285,3 +285,131 @@ def test_a_refusal_never_prints_a_secret_from_the_environment(tmp_path: Path, ca
         assert report_refusal(AttestError(f"the server said {json.dumps(secret)} and {secret!r}", field="x")) == 2
     err = capsys.readouterr().err
     assert "leaky" not in err and err.count("[REDACTED]") == 2
+
+
+# --- the guards before SGLang starts, each on both sides -----------------------------------
+def test_gpu_lines_come_from_nvidia_smi_within_thirty_seconds(tmp_path: Path, monkeypatch) -> None:
+    from boot.serve import gpu_lines
+
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    with pytest.raises(BootError, match="nvidia-smi could not list the GPUs") as missing:
+        gpu_lines()
+    assert missing.value.field == "nvidia-smi"
+    make_fake_tool(tmp_path / "bin", "nvidia-smi", "")
+    with pytest.raises(BootError, match="nvidia-smi lists no GPU"):
+        gpu_lines()
+    make_fake_tool(tmp_path / "bin", "nvidia-smi", "NVIDIA GB10, 122880\nNVIDIA GB10, 122880")
+    seen = []
+    real = subprocess.check_output
+
+    def spy(argv, **kwargs):
+        seen.append(kwargs["timeout"])
+        return real(argv, **kwargs)
+
+    monkeypatch.setattr(subprocess, "check_output", spy)
+    assert gpu_lines() == ["NVIDIA GB10, 122880", "NVIDIA GB10, 122880"] and seen == [30]
+
+
+@pytest.mark.parametrize("available_kb, enough", [(25165826, True), (25165825, False)],
+                         ids=["tables + 24 GiB exactly", "one KiB short"])
+def test_ram_offload_needs_the_tables_plus_24_gib_exactly(tmp_path: Path, available_kb: int, enough: bool) -> None:
+    _ram_model(tmp_path)  # two 1 KiB Engram shards
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal: 130000000 kB\nMemAvailable: {available_kb} kB\n")
+    allowed = _settings(tmp_path, OFFLOAD_MODE="ram", ALLOW_RAM_OFFLOAD="1")
+    if enough:
+        check_ram_offload(allowed, meminfo)
+        return
+    with pytest.raises(BootError, match="Use nvme mode") as caught:
+        check_ram_offload(allowed, meminfo)
+    assert caught.value.field == "OFFLOAD_MODE"
+
+
+def test_ram_offload_refuses_an_index_without_the_engram_tables(tmp_path: Path) -> None:
+    _ram_model(tmp_path)
+    (tmp_path / "model" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "layers.1.engram.embed.weight": "a.safetensors"}}))
+    with pytest.raises(BootError, match="cannot size the Engram tables") as caught:
+        check_ram_offload(_settings(tmp_path, OFFLOAD_MODE="ram", ALLOW_RAM_OFFLOAD="1"), tmp_path / "meminfo")
+    assert caught.value.field == "OFFLOAD_MODE"
+
+
+@pytest.mark.parametrize("context, accepted", [("4096", True), ("4095", False), ("1048576", True),
+                                               ("1048577", False)])
+def test_context_length_on_both_sides(tmp_path: Path, context: str, accepted: bool) -> None:
+    try:
+        settings = _settings(tmp_path, CONTEXT_LENGTH=context)
+        args = sglang_args(settings).args
+    except BootError as exc:
+        assert not accepted and exc.field == "CONTEXT_LENGTH", exc
+        return
+    assert accepted and args[args.index("--context-length") + 1] == context
+
+
+def test_two_nodes_are_multi_node(tmp_path: Path) -> None:
+    args = sglang_args(_settings(tmp_path, NNODES="2", NODE_RANK="1", DIST_INIT_ADDR="127.0.0.1:5000")).args
+    assert args[args.index("--nnodes"):args.index("--nnodes") + 6] == [
+        "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "127.0.0.1:5000"]
+    assert "--nnodes" not in sglang_args(_settings(tmp_path, NNODES="1")).args
+
+
+def test_a_missing_table_is_a_note_that_says_what_happens_instead(tmp_path: Path) -> None:
+    from boot.serve import _table
+
+    notes: list[str] = []
+    assert _table(None, "DSPARK_SPS_TABLE", notes) is None and notes == []
+    assert _table(tmp_path / "none", "DSPARK_SPS_TABLE", notes) is None
+    assert _table(tmp_path / "none", "DSPARK_STS_TABLE", notes) is None
+    assert notes == [f"DSPARK_SPS_TABLE={tmp_path / 'none'} not found; staying on the verify-all schedule",
+                     f"DSPARK_STS_TABLE={tmp_path / 'none'} not found; not passing a confidence table"]
+    (tmp_path / "table").write_text("x")
+    assert _table(tmp_path / "table", "DSPARK_STS_TABLE", notes) == str(tmp_path / "table") and len(notes) == 2
+
+
+class _Process:
+    def __init__(self, code: int | None) -> None:
+        self.returncode = code
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+
+class _Server:
+    def __init__(self, code: int | None) -> None:
+        self.process = _Process(code)
+
+
+def _client(statuses: list[int], seen: list) -> "httpx.Client":
+    import httpx
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.extensions["timeout"]["read"])
+        return httpx.Response(statuses.pop(0) if statuses else 503)
+    return httpx.Client(base_url="http://127.0.0.1:1", transport=httpx.MockTransport(answer))
+
+
+def test_wait_healthy_polls_until_health_answers(tmp_path: Path) -> None:
+    from boot.serve import wait_healthy
+
+    seen: list = []
+    with _client([503, 500, 200], seen) as client:
+        wait_healthy(_settings(tmp_path), _Server(None), client, poll_s=0)
+    assert seen == [3, 3, 3]  # each probe waits at most 3 s
+
+
+def test_wait_healthy_names_a_server_that_exited(tmp_path: Path) -> None:
+    from boot.serve import wait_healthy
+
+    with _client([], []) as client, pytest.raises(BootError, match="SGLang exited with code 7") as caught:
+        wait_healthy(_settings(tmp_path), _Server(7), client, poll_s=0)
+    assert caught.value.field == "server"
+
+
+def test_wait_healthy_gives_up_after_ready_timeout(tmp_path: Path) -> None:
+    from boot.serve import wait_healthy
+
+    seen: list = []
+    started = time.monotonic()
+    with _client([], seen) as client, pytest.raises(BootError, match="READY_TIMEOUT_S=1s") as caught:
+        wait_healthy(_settings(tmp_path, READY_TIMEOUT_S="1"), _Server(None), client, poll_s=0.05)
+    assert caught.value.field == "READY_TIMEOUT_S" and 1 <= time.monotonic() - started < 3 and len(seen) > 3
