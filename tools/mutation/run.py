@@ -71,7 +71,7 @@ TARGETS: dict[str, list[str]] = {
     "attest/errors.py": ["tests/attest_test.py", "tests/launcher_hostile_test.py"],
     "attest/baked.py": ["tests/launcher_test.py", "tests/pins_test.py", "tests/boot_verify_test.py"],
     "boot/verify.py": BOOT_TESTS,
-    "boot/receipt.py": ["tests/boot_prepare_test.py"],
+    "boot/receipt.py": ["tests/receipt_test.py", "tests/boot_prepare_test.py"],
     "boot/serve.py": ["tests/boot_serve_test.py", "tests/boot_api_test.py"],
     "tools/gate/stats.py": GATE_TESTS,
     "tools/gate/corpus.py": GATE_TESTS,

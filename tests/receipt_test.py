@@ -1,0 +1,116 @@
+"""boot.receipt: what a receipt binds, what makes it refused, and its limits on both sides."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from attest.documents import parse_document
+from attest.errors import AttestError
+from boot.errors import BootError
+from boot.receipt import RECEIPT, RECEIPT_KEY, Identity, Receipt, load_receipt, save_receipt, withdraw_receipt
+
+LOCK = "ab" * 32
+REVISION = "cd" * 20
+
+
+def _saved(state: Path) -> Receipt:
+    receipt = Receipt(revision=REVISION, lock_sha256=LOCK, trust="reviewed",
+                      files={"a.bin": Identity(size=1, mtime_ns=2, ctime_ns=3, inode=4, device=5)})
+    save_receipt(state, receipt)
+    return receipt
+
+
+def test_a_saved_receipt_loads_back_bound_to_its_lock_and_revision(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    assert load_receipt(state, lock_sha256=LOCK, revision=REVISION) == (None, "")
+    saved = _saved(state)
+    loaded, why = load_receipt(state, lock_sha256=LOCK, revision=REVISION)
+    assert why == "" and loaded.files == saved.files and len(loaded.mac) == 64
+    key = state / RECEIPT_KEY
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and len(key.read_bytes()) == 64  # 32 random bytes, hex
+    path = state / RECEIPT
+    assert load_receipt(state, lock_sha256="ef" * 32, revision=REVISION) == (
+        None, f"{path} is bound to checkpoint lock abababababab…, not efefefefefef…")
+    assert load_receipt(state, lock_sha256=LOCK, revision="01" * 20) == (
+        None, f"{path} is for revision {REVISION}, not {'01' * 20}")
+    withdraw_receipt(state)
+    assert not path.exists()
+    withdraw_receipt(state)  # nothing to withdraw is fine
+
+
+def test_a_receipt_without_its_key_or_under_another_key_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _saved(state)
+    (state / RECEIPT_KEY).unlink()
+    receipt, why = load_receipt(state, lock_sha256=LOCK, revision=REVISION)
+    assert receipt is None and why.endswith(f"fails its integrity check (edited, or written under another {RECEIPT_KEY})")
+    assert not (state / RECEIPT_KEY).exists()  # loading never creates a key
+    (state / RECEIPT_KEY).write_bytes(b"0" * 64)
+    assert load_receipt(state, lock_sha256=LOCK, revision=REVISION)[0] is None
+
+
+def test_a_linked_receipt_or_key_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _saved(state)
+    (state / RECEIPT).rename(tmp_path / "real.json")
+    (state / RECEIPT).symlink_to(tmp_path / "real.json")
+    receipt, why = load_receipt(state, lock_sha256=LOCK, revision=REVISION)
+    assert receipt is None and "symlink" in why
+    (state / RECEIPT).unlink()
+    (state / RECEIPT).symlink_to(tmp_path / "dangling")  # a dangling link is not "no receipt"
+    assert load_receipt(state, lock_sha256=LOCK, revision=REVISION)[1] != ""
+    (state / RECEIPT).unlink()
+    _saved(state)
+    (state / RECEIPT_KEY).rename(tmp_path / "key")
+    (state / RECEIPT_KEY).symlink_to(tmp_path / "key")
+    with pytest.raises(BootError, match="the receipt key cannot be read") as caught:
+        load_receipt(state, lock_sha256=LOCK, revision=REVISION)
+    assert caught.value.field == "STATE_PATH"
+
+
+@pytest.mark.parametrize("size, readable", [(256, True), (257, False)])
+def test_the_key_is_at_most_256_bytes(tmp_path: Path, size: int, readable: bool) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / RECEIPT_KEY).write_bytes(b"k" * size)
+    if readable:
+        _saved(state)
+        assert load_receipt(state, lock_sha256=LOCK, revision=REVISION)[1] == ""
+        return
+    with pytest.raises(BootError, match="at most 256 allowed"):
+        _saved(state)
+
+
+@pytest.mark.parametrize("extra, loaded", [(0, True), (1, False)], ids=["64 MiB", "64 MiB + 1"])
+def test_a_receipt_is_read_up_to_64_mib(tmp_path: Path, extra: int, loaded: bool) -> None:
+    state = tmp_path / "state"
+    _saved(state)
+    path = state / RECEIPT
+    data = path.read_bytes()
+    path.write_bytes(data + b" " * ((64 << 20) - len(data) + extra))  # trailing spaces are valid JSON
+    receipt, why = load_receipt(state, lock_sha256=LOCK, revision=REVISION)
+    assert (receipt is not None) is loaded
+    assert ("at most 67108864 allowed" in why) is (not loaded)
+
+
+@pytest.mark.parametrize("field", ["size", "inode", "device"])
+def test_identity_numbers_are_never_negative(field: str) -> None:
+    good = {"size": 0, "mtime_ns": -1, "ctime_ns": -1, "inode": 0, "device": 0}  # times may predate 1970
+    assert parse_document(Identity, good, label="identity").size == 0
+    with pytest.raises(AttestError, match=f"identity.{field}: Input should be greater than or equal to 0"):
+        parse_document(Identity, {**good, field: -1}, label="identity")
+
+
+def test_identity_of_a_stat(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"xyz")
+    info = os.stat(path)
+    assert Identity.of(info) == Identity(size=3, mtime_ns=info.st_mtime_ns, ctime_ns=info.st_ctime_ns,
+                                         inode=info.st_ino, device=info.st_dev)
+    assert json.loads(Receipt(revision=REVISION, lock_sha256=LOCK, trust="unpinned", files={}).body()) == {
+        "schema_version": "1", "status": "verified", "revision": REVISION, "lock_sha256": LOCK, "trust": "unpinned",
+        "files": {}}
