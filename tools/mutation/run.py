@@ -225,6 +225,25 @@ def _pytest(copy_root: Path, tests: list[str], python_path: str, timeout: float,
                               stderr=subprocess.DEVNULL, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
         return -1  # a mutant that hangs the tests is caught
+    finally:
+        _kill_leftovers(copy_root)
+
+
+def _kill_leftovers(copy_root: Path) -> None:
+    """A mutant that breaks a shutdown path (a server's stop()) leaves processes in their own
+    sessions, out of reach of pytest's cleanup: anything still running in this copy goes."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+        except OSError:
+            continue
+        if cwd == copy_root or copy_root in cwd.parents:
+            try:
+                os.kill(int(entry.name), 9)
+            except OSError:
+                pass
 
 
 def _copy_tree(root: Path, target: Path) -> None:
