@@ -21,11 +21,11 @@ def secret_forms(secret: str) -> list[str]:
     """Every spelling of `secret` worth hiding, longest first (so a form is never left half-replaced)."""
     if len(secret) < MIN_SECRET_CHARS:
         return []
+    # shlex.quote leaves a safe string alone or wraps it in '...' with each ' spelled '"'"';
+    # the inner spelling is what shows when a quoted argument is printed inside other quotes.
     forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1],
-             shlex.quote(secret), quote(secret, safe=""), secret.encode("unicode_escape").decode("ascii")}
-    quoted = shlex.quote(secret)
-    if quoted.startswith("'") and quoted.endswith("'"):
-        forms.add(quoted[1:-1])
+             shlex.quote(secret), secret.replace("'", "'\"'\"'"), quote(secret, safe=""),
+             secret.encode("unicode_escape").decode("ascii")}
     return sorted((form for form in forms if form), key=len, reverse=True)
 
 

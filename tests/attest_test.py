@@ -262,6 +262,7 @@ def test_every_escaped_spelling_of_a_secret_is_known_longest_first() -> None:
         "it\\'s \"ké\\\\y",  # Python repr
     }
     assert [len(form) for form in forms] == sorted((len(form) for form in forms), reverse=True)
+    assert secret_forms("abcd") == ["abcd"] and secret_forms("a b'c")[0] == "'a b'\"'\"'c'"
 
 
 def test_the_redactor_hides_the_secret_in_every_encoding_that_prints_it() -> None:
