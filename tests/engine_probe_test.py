@@ -36,6 +36,14 @@ def test_a_complete_install_proves_every_mode_and_says_nothing_is_missing(tmp_pa
     assert public["identity"]["distribution"] == "vllm" and public["record"] is None
 
 
+def test_without_a_search_path_the_probe_searches_sys_path(tmp_path: Path, monkeypatch) -> None:
+    import sys
+
+    site = _site(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(site)])
+    assert probe_installed_vllm().package_root == (site / "vllm").resolve()
+
+
 def test_nothing_installed_says_which_distributions_were_looked_for(tmp_path: Path) -> None:
     probe = _probe(tmp_path)
     assert probe.installed is False and probe.native_mtp is False

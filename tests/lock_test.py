@@ -42,6 +42,9 @@ REFUSED = [
     ("absolute path", _file(path="/etc/passwd"), "lock.files.0.path", "is absolute"),
     ("listed twice", _lock(files=[LFS, GIT, {**LFS, "size": 3}, {**GIT, "size": 3}]), "lock.files",
      "file 'config.json' is listed twice"),  # the first of the twice-listed names, in sorted order
+    ("listed twice after a unique name", _lock(files=[{**GIT, "path": "a.json"}, {**GIT, "path": "y.json"},
+                                                      {**GIT, "path": "y.json"}]), "lock.files",
+     "file 'y.json' is listed twice"),
     ("under a file", _lock(files=[LFS, {**GIT, "path": "model-00001.safetensors/inner"}]), "lock.files",
      "lies under another listed file 'model-00001.safetensors'"),
 ]

@@ -81,6 +81,24 @@ def test_read_file_refuses_a_file_that_grows_past_its_bound_while_read() -> None
     assert read_file("/proc/self/status", label="doc", max_bytes=1 << 20).data.startswith(b"Name:")
 
 
+def test_an_error_while_reading_is_a_refusal_naming_the_file() -> None:
+    # /proc/self/mem stats as a regular file and fails its first read (EIO at address 0).
+    assert "cannot be read: /proc/self/mem (Input/output error)" in _refused(read_file, "/proc/self/mem",
+                                                                               label="doc", max_bytes=10)
+
+
+def test_a_wide_document_is_not_deep_and_a_deep_one_after_it_is_still_deep() -> None:
+    wide = "[" + "[]," * 100 + "[]]"
+    assert len(loads(wide, label="doc")) == 101
+    assert "nests deeper than 64 levels" in _refused(loads, "[" + "[]," * 40 + _nested(64) + "]", label="doc")
+
+
+def test_a_json_error_is_cut_at_200_characters() -> None:
+    key = "k" * 300
+    message = _refused(loads, f'{{"{key}": 1, "{key}": 2}}', label="doc")
+    assert message == "doc is not valid JSON: " + f"duplicate key {key!r}"[:200]
+
+
 def test_read_file_refuses_empty_special_missing_and_linked_files(tmp_path: Path) -> None:
     (tmp_path / "empty").write_bytes(b"")
     assert "is empty" in _refused(read_file, tmp_path / "empty", label="doc", max_bytes=10)
@@ -88,7 +106,8 @@ def test_read_file_refuses_empty_special_missing_and_linked_files(tmp_path: Path
     os.mkfifo(tmp_path / "fifo")
     assert "must be a regular file" in _refused(read_file, tmp_path / "fifo", label="doc", max_bytes=10)
     assert "must be a regular file" in _refused(read_file, tmp_path, label="doc", max_bytes=10)
-    assert "cannot be opened" in _refused(read_file, tmp_path / "missing", label="doc", max_bytes=10)
+    assert "cannot be opened: " + str(tmp_path / "missing") + " (No such file or directory)" in _refused(
+        read_file, tmp_path / "missing", label="doc", max_bytes=10)
     (tmp_path / "real").write_text("{}")
     (tmp_path / "link").symlink_to(tmp_path / "real")
     assert read_json_file(tmp_path / "link", label="doc")[0] == {}

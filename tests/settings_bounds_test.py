@@ -176,6 +176,7 @@ def test_choice_lower_cases_only_when_asked_and_names_options_then_aliases() -> 
     assert _refusal(exact, "A") == "VAR must be one of a, b, x, got 'A'"
     lower = settings.choice("a", "b", lower=True)
     assert lower(" B ", "VAR") == "b"
+    assert _refusal(lower, "c") == "VAR must be one of a, b, got 'c'"
 
 
 def test_read_settings_records_defaults_and_keeps_the_command_error_type() -> None:
@@ -200,10 +201,21 @@ def test_read_settings_records_defaults_and_keeps_the_command_error_type() -> No
         settings.read_settings(declared, {"A_VAR": "9"})
     assert type(plain.value) is AttestError
 
+    class ParserError(AttestError):
+        pass
+
+    def strict(raw: str, variable: str) -> str:
+        raise ParserError("its own refusal", field=variable)
+
+    own = (settings.Setting("D_VAR", "d", "x", strict, "a d"),)
+    with pytest.raises(ParserError):  # a parser's own error type is kept, never converted
+        settings.read_settings(own, {}, error=CommandError)
+
     refusal = AttestError("A_VAR must be fine", field="A_VAR")
     noted = settings.note_default(refusal, declared, frozenset({"A_VAR"}))
     assert str(noted) == "A_VAR must be fine (A_VAR is unset; its default 3 was used)" and noted.field == "A_VAR"
     assert settings.note_default(refusal, declared, frozenset()) is refusal
+    assert settings.note_default(refusal, declared, frozenset({"B_VAR"})) is refusal  # another variable's default
     computed = settings.note_default(AttestError("bad", field="B_VAR"), declared, frozenset({"B_VAR"}))
     assert str(computed) == "bad (B_VAR is unset; its default computed was used)"
     assert settings.note_default(AttestError("bad", field="C_VAR"), declared, frozenset({"C_VAR"})).args[0] == \
