@@ -86,3 +86,25 @@ def test_a_sample_without_tokens_has_no_time_per_token() -> None:
     assert Sample(0, latency_ms=10.0, answer=_answer(tokens=0, text="")).tpot_ms is None
     assert Sample(0, latency_ms=None, answer=_answer()).tpot_ms is None
     assert Sample(0, latency_ms=9.0, answer=_answer()).tpot_ms == 3.0
+
+
+@pytest.mark.parametrize("q, value", [(0, 1.0), (100, 100.0), (50, 50.5), (95, 95.05), (99, 99.01)])
+def test_percentiles_at_and_inside_the_bounds(q: float, value: float) -> None:
+    from tools.gate.stats import percentile
+
+    assert percentile([float(n) for n in range(100, 0, -1)], q) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("q", [-0.01, 100.01, -1, 101])
+def test_percentiles_outside_0_to_100_are_refused(q: float) -> None:
+    from tools.gate.stats import percentile
+
+    with pytest.raises(ValueError, match=f"percentile {q} is outside 0..100"):
+        percentile([1.0, 2.0], q)
+
+
+def test_summary_names_each_percentile_and_the_mean() -> None:
+    from tools.gate.stats import summary
+
+    assert summary([float(n) for n in range(1, 101)]) == pytest.approx(
+        {"p50": 50.5, "p90": 90.1, "p95": 95.05, "p99": 99.01, "mean": 50.5})
