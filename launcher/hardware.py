@@ -21,11 +21,11 @@ def _tool(name: str, fallback: str) -> str | None:
     return found
 
 
-def _run(argv: list[str], env: dict[str, str] | None = None, timeout_s: float = VENDOR_TOOL_TIMEOUT_S) -> str:
+def _run(argv: list[str], env: dict[str, str] | None = None) -> str:
     import subprocess  # only where a vendor tool exists: a start without one does not pay for it
 
     try:
-        completed = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout_s, env=env)
+        completed = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=VENDOR_TOOL_TIMEOUT_S, env=env)
     except (OSError, subprocess.SubprocessError):
         return ""
     return (completed.stdout + "\n" + completed.stderr)[:MAX_REPORT_CHARS]

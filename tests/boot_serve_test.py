@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from unittest import mock
 
+import httpx
 import pytest
 
 from boot.errors import BootError
@@ -20,6 +21,7 @@ from boot.settings import BootSettings
 from boot.state import store_api_key
 from tests.fixtures.deepseek import boot_env
 from tests.fixtures.qwen import make_fake_tool
+from tests.fixtures.tools import recorded_timeouts
 
 KEY = "sk-spark-secret-4242"
 
@@ -299,14 +301,7 @@ def test_gpu_lines_come_from_nvidia_smi_within_thirty_seconds(tmp_path: Path, mo
     with pytest.raises(BootError, match="nvidia-smi lists no GPU"):
         gpu_lines()
     make_fake_tool(tmp_path / "bin", "nvidia-smi", "NVIDIA GB10, 122880\nNVIDIA GB10, 122880")
-    seen = []
-    real = subprocess.check_output
-
-    def spy(argv, **kwargs):
-        seen.append(kwargs["timeout"])
-        return real(argv, **kwargs)
-
-    monkeypatch.setattr(subprocess, "check_output", spy)
+    seen = recorded_timeouts(monkeypatch, "check_output", run_with=30)
     assert gpu_lines() == ["NVIDIA GB10, 122880", "NVIDIA GB10, 122880"] and seen == [30]
 
 
@@ -379,9 +374,7 @@ class _Server:
         self.process = _Process(code)
 
 
-def _client(statuses: list[int], seen: list) -> "httpx.Client":
-    import httpx
-
+def _client(statuses: list[int], seen: list) -> httpx.Client:
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request.extensions["timeout"]["read"])
         return httpx.Response(statuses.pop(0) if statuses else 503)

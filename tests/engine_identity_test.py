@@ -14,6 +14,7 @@ import pytest
 from attest.engine import FULL, ABBREVIATED, NO_COMMIT, commit_matches, find_installed
 from attest.errors import AttestError
 from tests.fixtures.qwen import LauncherWorld, VLLM_COMMIT
+from tests.fixtures.tools import make_script, recorded_timeouts
 from tests.fixtures.wheels import write_record
 
 PIN = "62d4bc3c7" + "0" * 31
@@ -338,10 +339,7 @@ def test_version_py_is_read_up_to_64_kib(tmp_path: Path) -> None:
 
 
 def _interpreter(tmp_path: Path, body: str) -> str:
-    path = tmp_path / "python"
-    path.write_text("#!/bin/sh\n" + body + "\n")
-    path.chmod(0o755)
-    return str(path)
+    return str(make_script(tmp_path, "python", body))
 
 
 def test_the_engine_search_path_comes_from_the_engine_interpreter(tmp_path: Path, monkeypatch) -> None:
@@ -360,14 +358,7 @@ def test_the_engine_search_path_comes_from_the_engine_interpreter(tmp_path: Path
 def test_the_engine_interpreter_is_given_twenty_seconds(tmp_path: Path, monkeypatch) -> None:
     from attest import engine
 
-    seen = []
-    real_run = subprocess.run
-
-    def quick(argv, **kwargs):
-        seen.append(kwargs["timeout"])
-        return real_run(argv, **{**kwargs, "timeout": 0.3})
-
-    monkeypatch.setattr(subprocess, "run", quick)
+    seen = recorded_timeouts(monkeypatch, "run")
     assert engine.engine_search_path(_interpreter(tmp_path, "exec sleep 30")) == []
     assert seen == [20]
 

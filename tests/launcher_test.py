@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.tools import make_script, recorded_timeouts
 from tests.fixtures.qwen import (
     SPECULATOR_REVISION,
     TARGET_REVISION,
@@ -433,23 +434,15 @@ def test_attestation_builder_writes_to_output_and_leaves_the_checkpoint_alone(wo
 
 
 # --- vendor tools (launcher.hardware) --------------------------------------------------
-def _tool_script(bin_dir: Path, name: str, body: str) -> Path:
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    path = bin_dir / name
-    path.write_text("#!/bin/sh\n" + body + "\n")
-    path.chmod(0o755)
-    return path
-
-
 def test_a_vendor_tool_is_found_on_path_or_at_its_fixed_location(tmp_path: Path, monkeypatch) -> None:
     from launcher import hardware
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    fallback = _tool_script(tmp_path / "opt", "rocminfo", "echo gfx942")
+    fallback = make_script(tmp_path / "opt", "rocminfo", "echo gfx942")
     assert hardware._tool("rocminfo", str(fallback)) == str(fallback)
     assert hardware._tool("rocminfo", str(tmp_path / "opt")) is None  # a directory is not the tool
     assert hardware._tool("rocminfo", str(tmp_path / "missing")) is None
-    on_path = _tool_script(tmp_path / "bin", "rocminfo", "echo gfx90a")
+    on_path = make_script(tmp_path / "bin", "rocminfo", "echo gfx90a")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     assert hardware._tool("rocminfo", str(fallback)) == str(on_path)  # PATH first
 
@@ -462,26 +455,17 @@ def test_a_vendor_report_is_read_up_to_eight_million_characters(tmp_path: Path, 
 
     # stdout + "\n" + stderr is what is read; "gfx942" ends at character `end`.
     padding = end - len("gfx942")
-    _tool_script(tmp_path / "bin", "rocminfo", f"head -c {padding} /dev/zero | tr '\\0' ' '; echo gfx942")
+    make_script(tmp_path / "bin", "rocminfo", f"head -c {padding} /dev/zero | tr '\\0' ' '; echo gfx942")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     assert hardware.detect_rocm_architectures() == found
 
 
 def test_a_hung_vendor_tool_is_given_eight_seconds_then_means_nothing_found(tmp_path: Path, monkeypatch) -> None:
-    import subprocess
-
     from launcher import hardware
 
-    _tool_script(tmp_path / "bin", "rocminfo", "exec sleep 60")
+    make_script(tmp_path / "bin", "rocminfo", "exec sleep 60")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
-    seen = []
-    real_run = subprocess.run
-
-    def quick(argv, **kwargs):
-        seen.append(kwargs["timeout"])
-        return real_run(argv, **{**kwargs, "timeout": 0.3})  # the same path, without waiting 8 s
-
-    monkeypatch.setattr(subprocess, "run", quick)
+    seen = recorded_timeouts(monkeypatch, "run")  # the same path, without waiting 8 s
     assert hardware.detect_rocm_architectures() == ()
     assert seen == [8]
 
@@ -489,7 +473,7 @@ def test_a_hung_vendor_tool_is_given_eight_seconds_then_means_nothing_found(tmp_
 def test_rocminfo_sees_the_first_device_unless_told_otherwise(tmp_path: Path, monkeypatch) -> None:
     from launcher import hardware
 
-    _tool_script(tmp_path / "bin", "rocminfo", 'echo "gfx${ROCR_VISIBLE_DEVICES}42 GFX90A gfx90a"')
+    make_script(tmp_path / "bin", "rocminfo", 'echo "gfx${ROCR_VISIBLE_DEVICES}42 GFX90A gfx90a"')
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     monkeypatch.delenv("ROCR_VISIBLE_DEVICES", raising=False)
     assert hardware.detect_rocm_architectures() == ("gfx042", "gfx90a")

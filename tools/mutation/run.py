@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import copy
 import json
 import os
 import shutil
@@ -246,7 +245,11 @@ def _kill_leftovers(copy_root: Path) -> None:
                 pass
 
 
-def _copy_tree(root: Path, target: Path) -> None:
+def _has_built_image(root: Path) -> bool:
+    return all((root / "bazel-bin" / name).exists() for name in BUILT_IMAGE)
+
+
+def _copy_tree(root: Path, target: Path, with_image: bool) -> None:
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root, capture_output=True,
                            text=True, check=True).stdout.splitlines()
     for name in files:
@@ -254,17 +257,12 @@ def _copy_tree(root: Path, target: Path) -> None:
         if source.is_file():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
-    built = root / "bazel-bin"
-    if all((built / name).exists() for name in BUILT_IMAGE):
-        for name in BUILT_IMAGE + [BUILT_IMAGE[-1] + ".runfiles"]:
-            (target / name).symlink_to((built / name).resolve())
+    if with_image:
+        for name in BUILT_IMAGE:
+            (target / name).symlink_to((root / "bazel-bin" / name).resolve())
         shim = target / "tools/oci/run"  # what the run.sh scripts exec, as runfiles would hold it
         shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m tools.oci.run_image "$@"\n', encoding="utf-8")
         shim.chmod(0o755)
-    else:
-        print("mutation: bazel-bin has no built qwen_mi300x image (bazel build //images:qwen_mi300x); "
-              f"deselecting {len(NEEDS_BUILT_IMAGE)} tests that read it", file=sys.stderr)
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mutation", description=__doc__.split("\n\n")[0],
@@ -286,8 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     python_path = os.pathsep.join([str(work / "job{}"), *dict.fromkeys(p for p in sys.path if p)])
     results: dict[str, dict] = {}
     try:
+        with_image = _has_built_image(root)
+        if not with_image:
+            print("mutation: bazel-bin has no built qwen_mi300x image (bazel build //images:qwen_mi300x); "
+                  f"deselecting {len(NEEDS_BUILT_IMAGE)} tests that read it", file=sys.stderr)
         for job in range(args.jobs):
-            _copy_tree(root, work / f"job{job}")
+            _copy_tree(root, work / f"job{job}", with_image)
         for module in modules:
             source = (root / module).read_text(encoding="utf-8")
             found = mutants(module, source)
