@@ -6,12 +6,14 @@ import sys
 from pathlib import Path
 
 from attest.documents import CheckpointAttestation, Document
+from attest.profile import TargetProfile
 from attest.speculation import DFlash2Gate, SpeculatorAttestation
 
 SCHEMAS: dict[str, type[Document]] = {
     "checkpoint_attestation": CheckpointAttestation,
     "speculator_attestation": SpeculatorAttestation,
     "dflash2_gate": DFlash2Gate,
+    "target_profile": TargetProfile,
 }
 
 

@@ -18,7 +18,7 @@ from attest.documents import CHECKPOINT_ATTESTATION_FILE
 from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.files import canonical_json, require_replaceable, write_atomic
 from launcher.checkpoint import build_checkpoint_attestation
-from launcher.target import TARGET_MODEL_ID
+from launcher.target import DEFAULT_PROFILE, PROFILE_SETTING, load_target_profile, shipped_profiles
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -26,8 +26,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_path", nargs="?", default=os.environ.get("MODEL_PATH", ""),
                         help="the local checkpoint directory (default: $MODEL_PATH)")
-    parser.add_argument("--model-id", default=os.environ.get("MODEL_ID", TARGET_MODEL_ID),
-                        help=f"default: $MODEL_ID or {TARGET_MODEL_ID}")
+    parser.add_argument("--profile", default=os.environ.get(PROFILE_SETTING, DEFAULT_PROFILE),
+                        help=f"the target profile, one of {', '.join(shipped_profiles())} "
+                        f"(default: ${PROFILE_SETTING} or {DEFAULT_PROFILE})")
+    parser.add_argument("--model-id", default=None,
+                        help="default: $MODEL_ID or the profile's model id")
     parser.add_argument("--revision", default=os.environ.get("MODEL_REVISION", ""),
                         help="the pinned 40-hex revision (default: $MODEL_REVISION)")
     parser.add_argument("--hash-shards", action="store_true",
@@ -45,9 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report_refusal(AttestError("no checkpoint directory: give it as the first argument or set MODEL_PATH",
                                           field="MODEL_PATH"))
     try:
+        profile = load_target_profile(args.profile, field="--profile")
         attestation = build_checkpoint_attestation(
-            Path(args.model_path), model_id=args.model_id, revision=args.revision, hash_shards=args.hash_shards,
-            path_setting=path_setting, revision_setting=revision_setting,
+            Path(args.model_path), model_id=os.environ.get("MODEL_ID", profile.model_id) if args.model_id is None else args.model_id, revision=args.revision,
+            hash_shards=args.hash_shards, path_setting=path_setting, revision_setting=revision_setting,
+            profile=profile,
         )
     except AttestError as exc:
         return report_refusal(exc)

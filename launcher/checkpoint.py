@@ -6,9 +6,9 @@ for by listing per-shard digests.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attest.documents import (
     CHECKPOINT_ATTESTATION_FILE,
@@ -21,13 +21,10 @@ from attest.hashing import hash_files_parallel
 from attest.primitives import child_file, local_root, require_revision, require_sha256
 from attest.reader import MAX_JSON_BYTES, loads_object, read_file, read_json_file, refuse_nul
 from launcher.errors import LauncherError
-from launcher.target import (
-    MTP_WEIGHT_GROUPS,
-    TARGET_ARCHITECTURE,
-    TARGET_MODEL_ID,
-    TARGET_MODEL_TYPE,
-    TARGET_TEXT_SHAPE,
-)
+from launcher.target import DEFAULT_PROFILE, load_target_profile
+
+if TYPE_CHECKING:
+    from attest.profile import TargetProfile
 
 ATTESTATION = "checkpoint attestation"
 
@@ -45,9 +42,11 @@ class CheckpointInspection:
     mtp_reason: str
     max_model_len: int
     shards_hashed: int
+    profile: "TargetProfile" = field(compare=False, repr=False)
 
     def public_dict(self) -> dict[str, Any]:
         return {
+            "profile": self.profile.name,
             "root": str(self.root),
             "model_id": self.model_id,
             "revision": self.revision,
@@ -62,28 +61,32 @@ class CheckpointInspection:
         }
 
 
-def _require_target_model_id(model_id: str) -> None:
-    if model_id != TARGET_MODEL_ID:
-        raise LauncherError(f"MODEL_ID must be exactly {TARGET_MODEL_ID!r}", field="MODEL_ID")
+def _require_target_model_id(model_id: str, profile: "TargetProfile") -> None:
+    if model_id != profile.model_id:
+        raise LauncherError(f"MODEL_ID must be exactly {profile.model_id!r}", field="MODEL_ID")
 
 
-def _exact_text_config(config: dict[str, Any]) -> dict[str, Any]:
-    if config.get("architectures") != [TARGET_ARCHITECTURE] or config.get("model_type") != TARGET_MODEL_TYPE:
+def _exact_text_config(config: dict[str, Any], profile: "TargetProfile") -> tuple[dict[str, Any], str]:
+    """The text config (nested or top level, as the profile says) and its field prefix."""
+    if config.get("architectures") != [profile.architecture] or config.get("model_type") != profile.model_type:
         raise LauncherError(
-            "checkpoint is not the exact Qwen3.8-27B architecture "
-            f"(config.json architectures must be [{TARGET_ARCHITECTURE!r}], model_type {TARGET_MODEL_TYPE!r})",
+            f"checkpoint is not the exact {profile.display_name} architecture "
+            f"(config.json architectures must be [{profile.architecture!r}], model_type {profile.model_type!r})",
             field="config.json",
         )
-    text_config = config.get("text_config")
-    if not isinstance(text_config, dict):
-        raise LauncherError("target config has no text_config object", field="config.json:text_config")
-    for key, expected in TARGET_TEXT_SHAPE.items():
-        if text_config.get(key) != expected:
+    text_config, prefix = profile.text_fields(config)
+    if text_config is None:
+        raise LauncherError(f"target config has no {profile.text_config} object",
+                            field=f"config.json:{profile.text_config}")
+    for key, expected in profile.text_shape.items():
+        value = text_config.get(key)
+        # Exact JSON types: true is not 1, 1.0 is not 1.
+        if type(value) is not type(expected) or value != expected:
             raise LauncherError(
-                f"target text_config.{key} is not the Qwen3.8-27B value {expected!r}",
-                field=f"config.json:text_config.{key}",
+                f"target {prefix}{key} is not the {profile.display_name} value {expected!r}",
+                field=f"config.json:{prefix}{key}",
             )
-    return text_config
+    return text_config, prefix
 
 
 def _read_json(path: Path, label: str) -> tuple[dict[str, Any], str]:
@@ -106,18 +109,20 @@ def _indexed_shards(root: Path, index_path: Path, index: dict[str, Any]) -> tupl
 def build_checkpoint_attestation(
     model_path: Path, *, model_id: str, revision: str, hash_shards: bool = False, workers: int = 0,
     path_setting: str = "MODEL_PATH", revision_setting: str = "MODEL_REVISION",
+    profile: "TargetProfile | None" = None,
 ) -> CheckpointAttestation:
     """Describe a local checkpoint without loading weights (unless `hash_shards`).
 
     An operator convenience, not a download provenance oracle: the caller must already
     have obtained and verified the immutable revision.
     """
+    profile = profile or load_target_profile(DEFAULT_PROFILE)
     root = local_root(model_path, label=path_setting)
-    _require_target_model_id(model_id)
+    _require_target_model_id(model_id, profile)
     revision = require_revision(revision, revision_setting)
     config_path = child_file(root, "config.json", label="target config")
     config, config_sha = _read_json(config_path, "target config")
-    _exact_text_config(config)
+    _exact_text_config(config, profile)
     index_path = child_file(root, DEFAULT_WEIGHT_INDEX, label="target weight index")
     index, index_sha = _read_json(index_path, "target weight index")
     _, shards = _indexed_shards(root, index_path, index)
@@ -166,15 +171,19 @@ def _verify_shard_digests(attested: list[ShardDigest], shards: dict[str, Path], 
     return len(shards)
 
 
-def _native_mtp(text_config: dict[str, Any], tensor_names: set[str]) -> tuple[bool, str]:
-    declared = text_config.get("mtp_num_hidden_layers", 0)
-    # Only the JSON integer 1 proves one layer: true, 1.0 or "1" are not evidence.
+def _native_mtp(text_config: dict[str, Any], prefix: str, tensor_names: set[str],
+                profile: "TargetProfile") -> tuple[bool, str]:
+    layout = profile.mtp
+    if layout is None:
+        return False, f"the target profile {profile.name} has no native MTP layout"
+    declared = text_config.get(layout.layers_field, 0)
+    # Only a JSON integer proves the layer count: true, 1.0 or "1" are not evidence.
     mtp_layers = declared if type(declared) is int else 0
-    groups = [any(name.startswith(prefix) for name in tensor_names) for prefix in MTP_WEIGHT_GROUPS]
-    if mtp_layers != 1:
-        return False, "text_config.mtp_num_hidden_layers is not exactly 1"
+    groups = [any(name.startswith(group) for name in tensor_names) for group in layout.weight_groups]
+    if mtp_layers != layout.layers:
+        return False, f"{prefix}{layout.layers_field} is not exactly {layout.layers}"
     if not all(groups):
-        return False, "weight index does not contain the complete mtp.layers/fc/norm groups"
+        return False, f"weight index does not contain the complete {layout.groups_label} groups"
     return True, "one native MTP layer and its indexed weight groups are present"
 
 
@@ -186,18 +195,21 @@ def inspect_target_checkpoint(
     manifest_path: Path | None = None,
     expected_manifest_sha256: str | None = None,
     hash_workers: int = 0,
+    profile: "TargetProfile | None" = None,
 ) -> CheckpointInspection:
-    """Validate the exact local target without loading model weights."""
+    """Validate the exact local target (the profile's; default: the seed's) without loading
+    model weights."""
+    profile = profile or load_target_profile(DEFAULT_PROFILE)
     root = local_root(model_path, label="MODEL_PATH")
-    _require_target_model_id(model_id)
+    _require_target_model_id(model_id, profile)
     revision = require_revision(revision, "MODEL_REVISION")
     config_path = child_file(root, "config.json", label="target config")
     config, config_sha = _read_json(config_path, "target config")
-    text_config = _exact_text_config(config)
+    text_config, prefix = _exact_text_config(config, profile)
     max_model_len = text_config.get("max_position_embeddings")
     if not isinstance(max_model_len, int) or isinstance(max_model_len, bool) or max_model_len <= 0:
         raise LauncherError(
-            "target max_position_embeddings is invalid", field="config.json:text_config.max_position_embeddings"
+            "target max_position_embeddings is invalid", field=f"config.json:{prefix}max_position_embeddings"
         )
     manifest_path = manifest_path or root / CHECKPOINT_ATTESTATION_FILE
     if not os.path.lexists(refuse_nul(manifest_path, "QWEN_CHECKPOINT_MANIFEST_PATH")):
@@ -238,7 +250,7 @@ def inspect_target_checkpoint(
             field=f"{ATTESTATION}.expected_shard_count",
         )
     hashed = 0 if manifest.shards is None else _verify_shard_digests(manifest.shards, shards, hash_workers)
-    native_mtp, mtp_reason = _native_mtp(text_config, {str(name) for name in weight_map})
+    native_mtp, mtp_reason = _native_mtp(text_config, prefix, {str(name) for name in weight_map}, profile)
     return CheckpointInspection(
         root=root,
         model_id=model_id,
@@ -251,4 +263,5 @@ def inspect_target_checkpoint(
         mtp_reason=mtp_reason,
         max_model_len=max_model_len,
         shards_hashed=hashed,
+        profile=profile,
     )

@@ -23,6 +23,7 @@ from launcher.selection import explanation_table, select_mode
 from launcher.server import OFFLINE_ENV, build_server_command
 from attest.settings import note_default
 from launcher.settings import SETTINGS, LauncherSettings, help_table
+from launcher.target import select_target_profile
 
 ExecFn = Callable[[str, Sequence[str], Mapping[str, str]], None]
 
@@ -30,8 +31,8 @@ ExecFn = Callable[[str, Sequence[str], Mapping[str, str]], None]
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="launcher",
-        description="Fail-closed, local-files-only vLLM launcher for Qwen3.8-27B on one MI300X. "
-        "Settings come from the environment (below); any doubt exits 2 with a JSON refusal on stderr.",
+        description="Fail-closed, local-files-only vLLM launcher for Qwen3.8-27B on one MI300X (or the target "
+        "profile the image pins). Settings come from the environment (below); any doubt exits 2 with a JSON refusal on stderr.",
         epilog="settings (environment variables):\n" + help_table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -50,6 +51,9 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
     settings = None
     try:
         settings = LauncherSettings.from_env()
+        baked = load_baked()
+        profile = select_target_profile(settings.target_profile, "OMNI_TARGET_PROFILE" in settings.defaults_used,
+                                        baked)
         target = inspect_target_checkpoint(
             settings.model_path,
             model_id=settings.model_id,
@@ -57,9 +61,9 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
             manifest_path=settings.checkpoint_manifest,
             expected_manifest_sha256=settings.checkpoint_manifest_sha256,
             hash_workers=settings.hash_workers,
+            profile=profile,
         )
         vllm = probe_installed_vllm(engine_search_path(settings.engine_python))
-        baked = load_baked()
         if baked:
             from launcher.image_pins import check_image_pins  # pin models load only inside an image
 
@@ -94,6 +98,8 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
         "writable": writable,
     }
     warnings = settings.warnings()
+    if profile.test_only:
+        warnings.append(f"the target profile {profile.name} is for tests only: {profile.hardware.description}")
     if os.environ.get("API_KEY"):
         warnings.append("API_KEY is set but this launcher reads QWEN_API_KEY (API_KEY is boot's): it is ignored")
     if command.api_key_transport == "command_line":

@@ -23,16 +23,7 @@ from launcher.checkpoint import CheckpointInspection
 from launcher.engine_probe import VllmCapabilities
 from launcher.errors import LauncherError
 from launcher.settings import LauncherSettings
-from launcher.target import (
-    DFLASH2_ARCHITECTURE,
-    DFLASH2_DRAFTER_CONFIG,
-    DFLASH2_MODEL_ID,
-    DFLASH2_SHAPE,
-    DFLASH2_SPECULATIVE_TOKENS,
-    DFLASH2_WEIGHT_FILE,
-    GPU_ARCH,
-    HARDWARE_PROFILE,
-)
+from attest.profile import DrafterProfile
 
 SPECULATOR = "DFlash2 attestation"
 GATE = "DFlash2 gate"
@@ -51,28 +42,37 @@ def _pinned(model: type[DocumentT], path: Path, label: str, pinned: str, pin_fie
         raise
 
 
+def _drafter(target: CheckpointInspection) -> DrafterProfile:
+    if target.profile.dflash2 is None:
+        raise LauncherError(f"the target profile {target.profile.name} allows no DFlash2 canary", field="INFERENCE_MODE")
+    return target.profile.dflash2
+
+
 def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) -> Path:
+    drafter = _drafter(target)
     if settings.dflash2_path is None:
         raise LauncherError("DFLASH2_SPECULATOR_PATH is required", field="DFLASH2_SPECULATOR_PATH")
     root = local_root(settings.dflash2_path, label="DFLASH2_SPECULATOR_PATH")
     revision = require_revision(settings.dflash2_revision, "DFLASH2_SPECULATOR_REVISION")
     config_path = child_file(root, "config.json", label="DFlash2 config")
     config, config_read = read_json_file(config_path, label="DFlash2 config")
-    if config.get("architectures") != [DFLASH2_ARCHITECTURE]:
-        raise LauncherError(f"DFlash2 config does not declare {DFLASH2_ARCHITECTURE}", field="DFlash2 config.architectures")
+    if config.get("architectures") != [drafter.architecture]:
+        raise LauncherError(f"DFlash2 config does not declare {drafter.architecture}", field="DFlash2 config.architectures")
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type.strip():
         # vLLM reads a draft model's config.json through transformers, which refuses it without one.
         raise LauncherError(f"DFlash2 config has no model_type (found {model_type!r}); vLLM cannot load it",
                             field="DFlash2 config.model_type")
-    for key, expected in DFLASH2_SHAPE.items():
+    for key, expected in drafter.shape.items():
         if config.get(key) != expected:
             raise LauncherError(
-                f"DFlash2 config is not shaped for the exact Qwen3.8-27B target ({key} must be {expected!r})",
+                f"DFlash2 config is not shaped for the exact {target.profile.display_name} target "
+                f"({key} must be {expected!r})",
                 field=f"DFlash2 config.{key}",
             )
-    drafter = config.get("dflash_config")
-    if not isinstance(drafter, dict) or {key: drafter.get(key) for key in DFLASH2_DRAFTER_CONFIG} != DFLASH2_DRAFTER_CONFIG:
+    declared = config.get("dflash_config")
+    if not isinstance(declared, dict) or \
+            {key: declared.get(key) for key in drafter.drafter_config} != drafter.drafter_config:
         raise LauncherError(
             "DFlash2 config does not match the exact published drafter shape", field="DFlash2 config.dflash_config"
         )
@@ -85,7 +85,7 @@ def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) 
     if manifest is None:
         raise LauncherError(f"DFlash2 attestation file SHA-256 does not match the pinned value: {mismatch}",
                             field="DFLASH2_MANIFEST_SHA256")
-    if manifest.model_id != DFLASH2_MODEL_ID:
+    if manifest.model_id != drafter.model_id:
         raise LauncherError("DFlash2 attestation has the wrong schema or exact model_id", field=f"{SPECULATOR}.model_id")
     if manifest.revision != revision:
         raise LauncherError("DFlash2 attestation revision does not match its pin", field=f"{SPECULATOR}.revision")
@@ -98,9 +98,9 @@ def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) 
     if len(manifest.weight_files) != 1:
         raise LauncherError("DFlash2 attestation must list its one exact weight file", field=f"{SPECULATOR}.weight_files")
     for item in manifest.weight_files:
-        if item.path != DFLASH2_WEIGHT_FILE:
+        if item.path != drafter.weight_file:
             raise LauncherError(
-                f"DFlash2 weight file must be exactly {DFLASH2_WEIGHT_FILE}", field=f"{SPECULATOR}.weight_files.0.path"
+                f"DFlash2 weight file must be exactly {drafter.weight_file}", field=f"{SPECULATOR}.weight_files.0.path"
             )
         weight_path = child_file(root, item.path, label="DFlash2 weight file")
         if weight_path.stat().st_size != item.size:
@@ -156,11 +156,13 @@ def verify_dflash2_gate(
     hardware_arches: Sequence[str],
 ) -> dict[str, Any]:
     """The speculative config of a DFlash2 canary whose every gate passed; else raises."""
+    drafter = _drafter(target)
+    hardware = target.profile.hardware
     if not settings.dflash2_canary:
         raise LauncherError("QWEN_DFLASH2_CANARY is not explicitly enabled", field="QWEN_DFLASH2_CANARY")
-    if settings.hardware_profile != HARDWARE_PROFILE or GPU_ARCH not in hardware_arches:
+    if (settings.hardware_profile or hardware.profile) != hardware.profile or hardware.gpu_arch not in hardware_arches:
         raise LauncherError(
-            "DFlash2 canary gate was not measured on the active MI300X/gfx942", field="OMNI_HARDWARE_PROFILE"
+            f"DFlash2 canary gate was not measured on the active {hardware.description}", field="OMNI_HARDWARE_PROFILE"
         )
     if not vllm.dflash2:
         raise LauncherError("installed vLLM does not prove DFlash2 model and V2 worker support", field="vllm")
@@ -188,15 +190,15 @@ def verify_dflash2_gate(
         "engine": "vllm",
         "target_model_id": target.model_id,
         "target_revision": target.revision,
-        "speculator_model_id": DFLASH2_MODEL_ID,
+        "speculator_model_id": drafter.model_id,
         "speculator_revision": settings.dflash2_revision.lower(),
         "vllm_commit": required_commit,
-        "hardware_profile": HARDWARE_PROFILE,
-        "gpu_arch": GPU_ARCH,
+        "hardware_profile": hardware.profile,
+        "gpu_arch": hardware.gpu_arch,
     }
     _check_gate_document(gate, binding, settings.dflash2_min_p95_improvement_percent)
     return {
         "method": "dflash",
         "model": str(speculator_root),
-        "num_speculative_tokens": DFLASH2_SPECULATIVE_TOKENS,
+        "num_speculative_tokens": drafter.speculative_tokens,
     }

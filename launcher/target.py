@@ -1,30 +1,51 @@
-"""The exact target and drafter this launcher serves: one source for every constant."""
+"""The target profile this launcher serves: which one, and reading it.
+
+Profiles are documents (attest.profile) shipped in launcher/profiles/. Inside an Omni image
+the image's pins name the profile and nothing else may choose another; outside one,
+OMNI_TARGET_PROFILE names it (default: the Qwen3.8-27B/MI300X profile of the seed).
+"""
 from __future__ import annotations
 
-TARGET_MODEL_ID = "Qwen/Qwen3.8-27B"
-TARGET_ARCHITECTURE = "Qwen3_5ForConditionalGeneration"
-TARGET_MODEL_TYPE = "qwen3_5"
-TARGET_TEXT_SHAPE = {
-    "model_type": "qwen3_5_text",
-    "hidden_size": 5120,
-    "num_hidden_layers": 64,
-    "vocab_size": 248320,
-}
-MTP_WEIGHT_GROUPS = ("mtp.layers.0.", "mtp.fc.", "mtp.norm.")
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-DFLASH2_MODEL_ID = "incoai/Qwen3.8-27B-DFlash2"
-DFLASH2_ARCHITECTURE = "DFlash2DraftModel"
-DFLASH2_SHAPE = {"hidden_size": 5120, "num_target_layers": 64, "num_hidden_layers": 5, "vocab_size": 248320}
-DFLASH2_DRAFTER_CONFIG = {
-    "block_size": 8,
-    "conv_group_size": 16,
-    "conv_kernel_size": 2,
-    "selector_rank": 256,
-    "selector_top_k": 16,
-    "target_layer_ids": [5, 19, 33, 47, 61],
-}
-DFLASH2_WEIGHT_FILE = "model.safetensors"
-DFLASH2_SPECULATIVE_TOKENS = 7
+from attest.errors import AttestError
+from launcher.errors import LauncherError
 
-HARDWARE_PROFILE = "mi300x_single"
-GPU_ARCH = "gfx942"
+if TYPE_CHECKING:
+    from attest.pins import BakedImage
+    from attest.profile import TargetProfile
+
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+DEFAULT_PROFILE = "qwen3.8-27b-mi300x"
+PROFILE_SETTING = "OMNI_TARGET_PROFILE"
+
+
+def shipped_profiles() -> list[str]:
+    return sorted(path.stem for path in PROFILES_DIR.glob("*.json"))
+
+
+def load_target_profile(name: str, *, field: str = PROFILE_SETTING) -> "TargetProfile":
+    """The shipped profile `name`; refuses an unknown name, listing the shipped ones. (That each
+    file's `name` is its file name is checked by tests/target_profile_test.py.)"""
+    from attest.documents import load_document
+    from attest.profile import PROFILE_NAME_RE, TargetProfile
+
+    if not PROFILE_NAME_RE.fullmatch(name) or not (PROFILES_DIR / f"{name}.json").is_file():
+        raise LauncherError(f"{field}: no target profile named {name!r} (shipped: {', '.join(shipped_profiles())})",
+                            field=field)
+    return load_document(TargetProfile, PROFILES_DIR / f"{name}.json", label=f"target profile {name}")
+
+
+def select_target_profile(requested: str, requested_by_default: bool, baked: "BakedImage | None") -> "TargetProfile":
+    """Inside an image its pins choose; an explicit OMNI_TARGET_PROFILE that differs is refused."""
+    if baked is None:
+        return load_target_profile(requested)
+    pinned = baked.pins.target_profile
+    if not pinned:
+        raise AttestError("this image's pins name no target_profile: the launcher cannot know what it serves",
+                          field="target_profile")
+    if not requested_by_default and requested != pinned:
+        raise LauncherError(f"{PROFILE_SETTING}={requested!r} differs from the image pin target_profile "
+                            f"{pinned!r}: an image serves only its pinned profile", field=PROFILE_SETTING)
+    return load_target_profile(pinned, field="target_profile")

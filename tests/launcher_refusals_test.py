@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.fixtures.qwen import LauncherWorld, make_fake_vllm
+from tests.fixtures.pins import qwen_pins, write_baked
+from tests.fixtures.qwen import LauncherWorld, make_fake_vllm, use_tiny_target
 
 Row = tuple[str, Callable[[LauncherWorld], Any], str, str]
 
@@ -60,6 +61,17 @@ def _symlink_index_outside(world: LauncherWorld) -> None:
     outside.write_text((world.model / "model.safetensors.index.json").read_text())
     (world.model / "escape.json").symlink_to(outside)
     world.edit_attestation(weight_index_path="escape.json")
+
+
+def _baked_with(target_profile: Any = "qwen3.8-27b-mi300x", **env: str) -> Callable[[LauncherWorld], None]:
+    """Run inside an image whose pins are the fixture's, with `target_profile` (None: unset)."""
+    def breaker(world: LauncherWorld) -> None:
+        pins = {key: value for key, value in qwen_pins().items() if key != "target_profile"}
+        if target_profile is not None:
+            pins["target_profile"] = target_profile
+        world.env["OMNI_IMAGE_JSON"] = str(write_baked(world.base / "image.json", pins))
+        world.env.update(env)
+    return breaker
 
 
 def _model_path_is_file(world: LauncherWorld) -> None:
@@ -130,7 +142,17 @@ FATAL: list[Row] = [
     ("improvement above 100", _set(QWEN_DFLASH2_MIN_P95_IMPROVEMENT_PERCENT="101"),
      "QWEN_DFLASH2_MIN_P95_IMPROVEMENT_PERCENT", "must be in (0, 100]"),
     ("hash workers negative", _set(OMNI_HASH_WORKERS="-1"), "OMNI_HASH_WORKERS", "OMNI_HASH_WORKERS must be"),
-    ("dtype bf16", _set(QWEN_DTYPE="bfloat16"), "QWEN_DTYPE", "fixed to float16"),
+    ("dtype bf16", _set(QWEN_DTYPE="bfloat16"), "QWEN_DTYPE", "QWEN_DTYPE is fixed to float16 for the Qwen3.8-27B "
+     "profile (qwen3.8-27b-mi300x), got 'bfloat16'"),
+    ("dtype unknown", _set(QWEN_DTYPE="int8"), "QWEN_DTYPE", "QWEN_DTYPE must be one of float16, bfloat16, float32"),
+    ("profile name a path", _set(OMNI_TARGET_PROFILE="../etc/passwd"), "OMNI_TARGET_PROFILE",
+     "OMNI_TARGET_PROFILE must name a target profile ("),
+    ("profile unknown", _set(OMNI_TARGET_PROFILE="qwen9-mi300x"), "OMNI_TARGET_PROFILE",
+     "OMNI_TARGET_PROFILE: no target profile named 'qwen9-mi300x' (shipped: qwen3.5-tiny-cpu, qwen3.8-27b-mi300x)"),
+    ("profile other than the image pin", _baked_with(OMNI_TARGET_PROFILE="qwen3.5-tiny-cpu"), "OMNI_TARGET_PROFILE",
+     "OMNI_TARGET_PROFILE='qwen3.5-tiny-cpu' differs from the image pin target_profile 'qwen3.8-27b-mi300x'"),
+    ("image pins name no profile", _baked_with(target_profile=None), "target_profile",
+     "this image's pins name no target_profile"),
     ("wildcard bind", _set(QWEN_BIND_HOST="0.0.0.0"), "QWEN_BIND_HOST", "requires QWEN_CONTAINER_INTERNAL_ONLY=1"),
     ("public bind", _set(QWEN_BIND_HOST="10.0.0.5"), "QWEN_BIND_HOST", "may bind only to loopback"),
     # model path
@@ -148,9 +170,9 @@ FATAL: list[Row] = [
     ("config an array", _write("config.json", b"[1]"), "target config", "must contain a JSON object"),
     ("config oversized", _write("config.json", b" " * (16 * 1024 * 1024 + 1)), "target config", "is 16777217 bytes; at most 16777216 allowed"),
     ("architecture", _config(lambda c: c.__setitem__("architectures", ["LlamaForCausalLM"])),
-     "config.json", "not the exact Qwen3.8-27B architecture"),
+     "config.json", "not the exact Qwen3.8-27B architecture (config.json architectures must be ["),
     ("model type", _config(lambda c: c.__setitem__("model_type", "qwen3")), "config.json", "exact Qwen3.8-27B architecture"),
-    ("no text_config", _config(lambda c: c.pop("text_config")), "config.json:text_config", "has no text_config object"),
+    ("no text_config", _config(lambda c: c.pop("text_config")), "config.json:text_config", "target config has no text_config object"),
     ("text model_type", _text("model_type", "qwen3_text"), "config.json:text_config.model_type", "text_config.model_type is not the Qwen3.8-27B value"),
     ("hidden size", _text("hidden_size", 4096), "config.json:text_config.hidden_size", "hidden_size is not the Qwen3.8-27B value 5120"),
     ("layers", _text("num_hidden_layers", 48), "config.json:text_config.num_hidden_layers", "num_hidden_layers is not the Qwen3.8-27B value 64"),
@@ -207,7 +229,8 @@ FATAL: list[Row] = [
     ("shard listed twice", _shard_list_duplicate, "checkpoint attestation.shards", "must list each indexed shard once"),
     ("shard not indexed", _shard_list_extra, "checkpoint attestation.shards", "not indexed: ['model-extra.safetensors']"),
     # installed vLLM and hardware
-    ("vllm absent", lambda w: setattr(w, "site", w.base / "empty-site"), "vllm", "cannot serve the exact Qwen3.8 target"),
+    ("vllm absent", lambda w: setattr(w, "site", w.base / "empty-site"), "vllm",
+     "installed vLLM cannot serve the exact Qwen3.8 target"),
     ("vllm without qwen3_5", _fresh_engine(ar=False), "vllm", "cannot serve the exact Qwen3.8 target"),
     ("gpu arch required", _set(QWEN_REQUIRE_GPU_ARCH="gfx950"), "QWEN_REQUIRE_GPU_ARCH", "was not found locally"),
     # server argv
@@ -253,7 +276,9 @@ def _no_rocm(world: LauncherWorld) -> None:
 CANARY: list[Row] = [
     ("canary not enabled", _unset("QWEN_DFLASH2_CANARY"), "QWEN_DFLASH2_CANARY", "not explicitly enabled"),
     ("other hardware profile", _set(OMNI_HARDWARE_PROFILE="mi250x_single"), "OMNI_HARDWARE_PROFILE", "MI300X/gfx942"),
-    ("no gfx942 present", _no_rocm, "OMNI_HARDWARE_PROFILE", "MI300X/gfx942"),
+    ("profile without a drafter", use_tiny_target, "INFERENCE_MODE",
+     "the target profile qwen3.5-tiny-cpu allows no DFlash2 canary"),
+    ("no gfx942 present", _no_rocm, "OMNI_HARDWARE_PROFILE", "DFlash2 canary gate was not measured on the active MI300X/gfx942"),
     ("vllm lacks dflash2", _fresh_engine(dflash2=False), "vllm", "does not prove DFlash2"),
     ("vllm commit pin malformed", _set(DFLASH2_VLLM_COMMIT="v0.18.1"), "DFLASH2_VLLM_COMMIT", "40-character commit SHA"),
     ("vllm commit differs", _set(DFLASH2_VLLM_COMMIT=REV_B), "DFLASH2_VLLM_COMMIT", "does not equal the DFlash2 commit pin"),

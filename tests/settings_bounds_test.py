@@ -24,7 +24,10 @@ LAUNCHER_BOUNDS = {
     "NATIVE_MTP_TOKENS": (["1", " 1 "], ["0", "2", "1.0", "one", ""]),
     "INFERENCE_MODE": (["auto", "AUTO", "autoregressive", "ar", "native_mtp", "mtp", "dflash2_canary", "dflash2"],
                        ["", "turbo", "speculative"]),
-    "QWEN_DTYPE": (["float16", "fp16", "half", "FP16"], ["bfloat16", "float32", ""]),
+    # Any --dtype vLLM knows (the target profile then allows its own: tests/target_profile_test.py).
+    "QWEN_DTYPE": (["float16", "fp16", "half", "FP16", "bfloat16", "bf16", "float32", "fp32", ""],
+                   ["int8", "auto", "float64", "f16"]),
+    "OMNI_TARGET_PROFILE": (["qwen3.8-27b-mi300x", "qwen3.5-tiny-cpu", "x"], ["", "../x", "Qwen", "a/b", "-x"]),
     "QWEN_BIND_HOST": (["127.0.0.1", "::1", "localhost"], ["10.0.0.5", "", "0.0.0.0"]),
 }
 

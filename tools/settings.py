@@ -32,6 +32,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Bazel `--repo_env`: the interpreter @pypi installs for (default: python3 on PATH)"),
     Setting("OMNI_BASE_MIRROR", "base_mirror", "", text,
             "Bazel `--repo_env`: a registry mirroring the pinned vendor bases (`--config=release`)"),
+    Setting("OMNI_MUTATION_DURATIONS", "mutation_durations", "", text,
+            "mutation driver: set by it for its pytest plugin, the file of unmutated test durations"),
+    Setting("OMNI_MUTATION_RECORD", "mutation_record", "", text,
+            "mutation driver: set by it to 1 for the unmutated run, which records the durations"),
 )
 
 SIGNING = tuple(s for s in SETTINGS if s.variable.startswith("OMNI_SIGNING_"))

@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from attest.documents import CHECKPOINT_ATTESTATION_FILE
 from attest.files import canonical_json, write_atomic
 from launcher.checkpoint import build_checkpoint_attestation
-from launcher.target import TARGET_MODEL_ID
+from launcher.target import DEFAULT_PROFILE, load_target_profile
 from tests.fixtures.qwen import TARGET_REVISION, make_checkpoint, make_fake_vllm
 
 MARKER = ".omni-demo"
@@ -73,15 +73,15 @@ def make_demo(target: Path, *, rootfs: Path | None, registry_port: int, force: b
     staged = _prepare_dir(target, force)
     model = staged / "models" / "qwen"
     make_checkpoint(model, shards=2, mtp=True)
-    attestation = build_checkpoint_attestation(model, model_id=TARGET_MODEL_ID, revision=TARGET_REVISION,
-                                               hash_shards=True)
+    model_id = load_target_profile(DEFAULT_PROFILE).model_id
+    attestation = build_checkpoint_attestation(model, model_id=model_id, revision=TARGET_REVISION, hash_shards=True)
     data = canonical_json(attestation.model_dump(mode="json", exclude_none=True))
     write_atomic(model / CHECKPOINT_ATTESTATION_FILE, data)
     engine = staged / "engine" / "dist-packages"
     make_fake_vllm(engine)
     settings = {
         "MODEL_PATH": IMAGE_MODEL_PATH,
-        "MODEL_ID": TARGET_MODEL_ID,
+        "MODEL_ID": model_id,
         "MODEL_REVISION": TARGET_REVISION,
         "QWEN_CHECKPOINT_MANIFEST_SHA256": hashlib.sha256(data).hexdigest(),
         "QWEN_API_KEY": "demo-" + secrets.token_hex(16),
