@@ -195,3 +195,60 @@ def test_acceptance_over_the_window() -> None:
 
 def test_the_limits() -> None:
     assert (peer.MAX_BODY_BYTES, peer.MAX_METRICS_BYTES) == (8 << 20, 4 << 20)
+
+
+def test_acceptance_rounds_to_four_places_and_reads_missing_counters_as_zero() -> None:
+    assert acceptance(None, {"drafts": 3.0, "draft_tokens": 7.0, "accepted_tokens": 2.0}) == {
+        "exposed": True, "drafts": 3.0, "draft_tokens": 7.0, "accepted_tokens": 2.0,
+        "acceptance_rate": 0.2857, "mean_accepted_length": 1.6667}
+    # No drafts counter: zero drafts, so no mean length (not a division by a made-up count).
+    assert acceptance(None, {"draft_tokens": 4.0, "accepted_tokens": 1.0}) == {
+        "exposed": True, "drafts": 0.0, "draft_tokens": 4.0, "accepted_tokens": 1.0, "acceptance_rate": 0.25}
+    assert acceptance(None, {"drafts": 1.0, "draft_tokens": 2.0, "accepted_tokens": 1.0})["mean_accepted_length"] == 2.0
+
+
+def test_the_answer_is_the_first_choice_and_absent_parts_read_as_nothing() -> None:
+    from tools.gate.peer import ChatCompletion
+
+    two = ChatCompletion.model_validate({"choices": [{"message": {"content": "a"}}, {"message": {"content": "b"}}]})
+    assert two.text == "a"
+    assert ChatCompletion.model_validate({"choices": [{"message": {"content": None}}]}).text == ""
+    for logprobs, tokens in ((None, None), ({"content": None}, None), ({"content": []}, []),
+                             ({"content": [{"token": "x"}]}, ["x"])):
+        answer = ChatCompletion.model_validate({"choices": [{"message": {}, "logprobs": logprobs}]})
+        assert answer.top1_tokens == tokens, logprobs
+
+
+@pytest.mark.parametrize("body, where", [
+    # Two wrong fields: the first one pydantic reports is named.
+    ({"choices": [{"message": {"content": 5}}], "usage": {"completion_tokens": -1}}, "choices.0.message.content"),
+    ([1, 2], "body"),
+])
+def test_the_first_shape_error_is_named(body, where: str) -> None:
+    endpoint = _endpoint()
+    with _client(endpoint, _fixed(200, json.dumps(body).encode())) as client, \
+            pytest.raises(PeerError, match=f"has the wrong shape at {where}:"):
+        endpoint.chat(client, {})
+
+
+@pytest.mark.parametrize("extra, refused", [(0, False), (1, True)])
+def test_a_stream_may_send_exactly_8_mib_without_a_data_chunk(extra: int, refused: bool) -> None:
+    endpoint = _endpoint()
+    body = b":" + b"x" * ((8 << 20) - 1 + extra) + b"\n"
+    with _client(endpoint, _fixed(200, body)) as client:
+        if refused:
+            with pytest.raises(PeerError, match="without a data chunk"):
+                endpoint.stream_first_chunk(client, {})
+        else:
+            assert endpoint.stream_first_chunk(client, {}) == 0
+
+
+def test_a_stream_that_times_out_is_a_reason() -> None:
+    endpoint = _endpoint(request_timeout=3)
+
+    def stall(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("stalled", request=request)
+
+    with _client(endpoint, stall) as client, \
+            pytest.raises(PeerError, match="streamed request did not answer within 3 s"):
+        endpoint.stream_first_chunk(client, {})
