@@ -332,18 +332,44 @@ def test_benchmark_shortfalls_fail_the_gate(tmp_path: Path, kwargs: dict, extra:
 
 @pytest.mark.parametrize("flag,value,message", [
     ("--ar-url", "http://10.0.0.7:8000", "must be an http(s) URL on loopback"),
+    ("--ar-url", "ftp://127.0.0.1:8000", "must be an http(s) URL on loopback"),
+    ("--ar-url", "http://localhost.example:8000", "must be an http(s) URL on loopback"),
+    ("--ar-url", "http://:8000", "must be an http(s) URL on loopback"),
+    ("--spec-url", "https://192.168.1.2", "--spec-url must be an http(s) URL on loopback (the servers run on this "
+                                          "host), got 'https://192.168.1.2'"),
+    ("--spec-url", "127.0.0.1:8000", "must be an http(s) URL on loopback"),
     ("--target-revision", "main", "--target-revision must be an immutable 40-character commit SHA"),
+    ("--speculator-revision", "a" * 39, "--speculator-revision must be an immutable"),
     ("--engine-commit", "v0.18.1", "--engine-commit must be an immutable"),
+    ("--samples", "0", "--samples must be positive"),
+    ("--samples", "-1", "--samples must be positive"),
+    ("--request-timeout", "0", "--request-timeout and --deadline must be positive seconds"),
+    ("--request-timeout", "-0.5", "--request-timeout and --deadline must be positive seconds"),
+    ("--deadline", "0", "--request-timeout and --deadline must be positive seconds"),
 ])
 def test_generator_refuses_bad_arguments(tmp_path: Path, capsys, flag: str, value: str, message: str) -> None:
     argv = {"--ar-url": "http://127.0.0.1:9", "--spec-url": "http://127.0.0.1:9", "--model": "m",
             "--target-revision": TARGET_REVISION, "--speculator-revision": SPECULATOR_REVISION,
             "--engine-commit": VLLM_COMMIT, "--output": str(tmp_path / "gate.json")}
     argv[flag] = value
-    assert generate.main([item for pair in argv.items() for item in pair]) == 2
+    assert generate.main([item for pair in argv.items() for item in pair]) == 2, value
     refusal = json.loads(capsys.readouterr().err.splitlines()[-1])
     assert message in refusal["error"] and refusal["field"] == flag
     assert not (tmp_path / "gate.json").exists()
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9", "https://localhost", "http://[::1]:8000", "http://127.8.9.10"])
+def test_loopback_urls_are_accepted(url: str) -> None:
+    assert generate.require_loopback(url, "--ar-url") == url
+
+
+def test_a_relative_output_is_where_bazel_run_was_started(tmp_path: Path, monkeypatch) -> None:
+    argv = ["--ar-url", "http://127.0.0.1:9", "--spec-url", "http://127.0.0.1:9", "--model", "m",
+            "--target-revision", TARGET_REVISION, "--speculator-revision", SPECULATOR_REVISION,
+            "--engine-commit", VLLM_COMMIT]
+    monkeypatch.setenv("BUILD_WORKING_DIRECTORY", str(tmp_path))
+    assert generate.parse_args([*argv, "--output", "gate.json"]).output == tmp_path / "gate.json"
+    assert generate.parse_args([*argv, "--output", "/abs/gate.json"]).output == Path("/abs/gate.json")
 
 
 def test_sglang_gates_carry_their_engine_and_the_vllm_launcher_refuses_them(tmp_path: Path) -> None:
