@@ -151,8 +151,10 @@ def commit_matches(pinned: str, installed: InstalledDistribution | None) -> tupl
 
 def engine_search_path(engine_python: str) -> list[str]:
     """sys.path of the engine's interpreter (ours when it is the same one and we run with
-    its site-packages; in images we run with -I -S, isolated from the engine's packages)."""
-    if os.path.realpath(engine_python) == os.path.realpath(sys.executable) and not sys.flags.no_site:
+    its site-packages; in images we run with -I -S, isolated from the engine's packages).
+    The same one means the same path, not the same binary: a venv's python links to its base
+    interpreter's binary, yet its own pyvenv.cfg gives it another sys.path."""
+    if os.path.abspath(engine_python) == os.path.abspath(sys.executable) and not sys.flags.no_site:
         return list(sys.path)
     import subprocess  # only when the engine has its own interpreter
 

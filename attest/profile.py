@@ -70,6 +70,9 @@ class ServerProfile(Document):
     chunked_prefill: bool
     gpu_memory_utilization: bool
     enforce_eager: bool
+    # vLLM's --tool-call-parser (with --enable-auto-tool-choice); None: no tool calls, as the
+    # seed's server has none. vLLM refuses a forced tool_choice without one.
+    tool_call_parser: str | None = Field(default=None, pattern=r"^[a-z0-9_]{1,40}$")
 
 
 class TargetProfile(Document):

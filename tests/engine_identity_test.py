@@ -355,6 +355,24 @@ def test_the_engine_search_path_comes_from_the_engine_interpreter(tmp_path: Path
     assert engine.engine_search_path(str(tmp_path / "missing-python")) == []
 
 
+def test_a_venv_of_our_own_interpreter_is_asked_for_its_own_path(tmp_path: Path) -> None:
+    """Its python links to our binary, but its pyvenv.cfg (and a .pth there) give another path."""
+    import subprocess
+
+    from attest import engine
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    assert os.path.realpath(python) == os.path.realpath(sys.executable)
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    (tmp_path / "engine-site").mkdir()
+    Path(purelib, "engine.pth").write_text(f"{tmp_path / 'engine-site'}\n")
+    found = engine.engine_search_path(str(python))
+    assert str(tmp_path / "engine-site") in found and purelib in found
+    assert str(tmp_path / "engine-site") not in engine.engine_search_path(sys.executable)
+
+
 def test_the_engine_interpreter_is_given_twenty_seconds(tmp_path: Path, monkeypatch) -> None:
     from attest import engine
 

@@ -41,7 +41,7 @@ SEED = {
         "weight_file": "model.safetensors", "speculative_tokens": 7,
     },
     "server": {"dtypes": ["float16"], "prefix_caching": True, "chunked_prefill": True,
-               "gpu_memory_utilization": True, "enforce_eager": False},
+               "gpu_memory_utilization": True, "enforce_eager": False, "tool_call_parser": None},
 }
 
 
@@ -106,6 +106,8 @@ BAD_PROFILES = [
     ("empty shape", lambda d: d.__setitem__("text_shape", {}), "target profile.text_shape", ""),
     ("flag as a string", lambda d: d["server"].__setitem__("enforce_eager", "false"),
      "target profile.server.enforce_eager", ""),
+    ("tool parser with a space", lambda d: d["server"].__setitem__("tool_call_parser", "a b"),
+     "target profile.server.tool_call_parser", "pattern"),
     ("speculative tokens zero", lambda d: d["dflash2"].__setitem__("speculative_tokens", 0),
      "target profile.dflash2.speculative_tokens", ""),
 ]
@@ -198,6 +200,8 @@ def test_the_launcher_serves_the_tiny_profile_with_its_own_server_flags(tmp_path
     assert argv[argv.index("--dtype") + 1] == "bfloat16" and argv[argv.index("--max-model-len") + 1] == "1024"
     assert "--no-enable-prefix-caching" in argv and "--enforce-eager" in argv
     assert "--gpu-memory-utilization" not in argv and "--enable-prefix-caching" not in argv
+    assert argv[argv.index("--tool-call-parser") - 1:argv.index("--tool-call-parser") + 2] == \
+        ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     assert any("is for tests only" in warning for warning in report["warnings"])
 
 

