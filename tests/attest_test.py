@@ -16,7 +16,8 @@ from attest.speculation import DFlash2Gate, SpeculatorAttestation
 from attest.errors import AttestError
 from attest.files import canonical_json, write_atomic
 from attest.hashing import Progress, hash_files_parallel, sha256_file
-from attest.primitives import child_file, read_json_object, require_revision, require_sha256
+from attest.primitives import (MAX_TMPDIR_BYTES, child_file, read_json_object, require_revision, require_sha256,
+                               require_writable_cache_env)
 from tests.fixtures.qwen import gate_document
 
 GOOD = {
@@ -389,3 +390,25 @@ def test_writable_dir_refuses_a_read_only_place(tmp_path: Path) -> None:
     readonly.mkdir(mode=0o500)
     with pytest.raises(AttestError, match="is not writable by uid"):
         writable_dir(readonly / "new", "TMPDIR", create=False)
+
+
+@pytest.mark.parametrize("extra, refused", [(0, False), (1, True)])
+def test_tmpdir_must_leave_room_for_the_engine_sockets(extra: int, refused: bool) -> None:
+    import shutil
+    import tempfile
+
+    assert MAX_TMPDIR_BYTES == 70  # 107-byte socket path - "/" - a 36-character uuid
+    base = Path(tempfile.mkdtemp(prefix="t", dir="/tmp"))  # short: the test's own tmp_path may be longer
+    try:
+        # Multi-byte characters count as bytes: "é" is two.
+        tmpdir = base / ("t" * (MAX_TMPDIR_BYTES + extra - len(str(base).encode()) - 2 - 8)) / ("é" * 4)
+        tmpdir.mkdir(parents=True)
+        assert len(str(tmpdir).encode()) == MAX_TMPDIR_BYTES + extra
+        if refused:
+            with pytest.raises(AttestError, match=f"TMPDIR is {MAX_TMPDIR_BYTES + 1} bytes long") as caught:
+                require_writable_cache_env({"TMPDIR": str(tmpdir)})
+            assert caught.value.field == "TMPDIR" and "at most 70 bytes (e.g. /tmp)" in str(caught.value)
+        else:
+            assert require_writable_cache_env({"TMPDIR": str(tmpdir)}) == [f"TMPDIR={tmpdir}"]
+    finally:
+        shutil.rmtree(base)

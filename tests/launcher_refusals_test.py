@@ -153,6 +153,8 @@ FATAL: list[Row] = [
      "OMNI_TARGET_PROFILE='qwen3.5-tiny-cpu' differs from the image pin target_profile 'qwen3.8-27b-mi300x'"),
     ("image pins name no profile", _baked_with(target_profile=None), "target_profile",
      "this image's pins name no target_profile"),
+    ("tmpdir too long for sockets", _set(TMPDIR="/tmp/" + "t" * 80), "TMPDIR",
+     "TMPDIR is 85 bytes long: the engine's local sockets live there"),
     ("wildcard bind", _set(QWEN_BIND_HOST="0.0.0.0"), "QWEN_BIND_HOST", "requires QWEN_CONTAINER_INTERNAL_ONLY=1"),
     ("public bind", _set(QWEN_BIND_HOST="10.0.0.5"), "QWEN_BIND_HOST", "may bind only to loopback"),
     # model path
