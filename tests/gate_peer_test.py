@@ -205,6 +205,8 @@ def test_acceptance_rounds_to_four_places_and_reads_missing_counters_as_zero() -
     assert acceptance(None, {"draft_tokens": 4.0, "accepted_tokens": 1.0}) == {
         "exposed": True, "drafts": 0.0, "draft_tokens": 4.0, "accepted_tokens": 1.0, "acceptance_rate": 0.25}
     assert acceptance(None, {"drafts": 1.0, "draft_tokens": 2.0, "accepted_tokens": 1.0})["mean_accepted_length"] == 2.0
+    # One draft token in the window is enough to report a rate.
+    assert acceptance(None, {"drafts": 1.0, "draft_tokens": 1.0, "accepted_tokens": 1.0})["acceptance_rate"] == 1.0
 
 
 def test_the_answer_is_the_first_choice_and_absent_parts_read_as_nothing() -> None:
