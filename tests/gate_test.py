@@ -358,6 +358,19 @@ def test_generator_refuses_bad_arguments(tmp_path: Path, capsys, flag: str, valu
     assert not (tmp_path / "gate.json").exists()
 
 
+@pytest.mark.parametrize("flag, value", [("--samples", "1"), ("--request-timeout", "0.5"), ("--deadline", "0.5")])
+def test_the_smallest_accepted_values_run_the_gate(tmp_path: Path, flag: str, value: str) -> None:
+    """Accepted, so the run starts: nothing listens on port 9, the preflight fails, the gate is
+    written with passed: false (exit 1), not refused as an argument (exit 2)."""
+    argv = {"--ar-url": "http://127.0.0.1:9", "--spec-url": "http://127.0.0.1:9", "--model": "m",
+            "--target-revision": TARGET_REVISION, "--speculator-revision": SPECULATOR_REVISION,
+            "--engine-commit": VLLM_COMMIT, "--output": str(tmp_path / "gate.json"), "--request-timeout": "2"}
+    argv[flag] = value
+    assert generate.main([item for pair in argv.items() for item in pair]) == 1
+    gate = json.loads((tmp_path / "gate.json").read_text())
+    assert gate["parity"]["passed"] is False and gate["parity"]["reasons"][0].startswith("preflight: ")
+
+
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9", "https://localhost", "http://[::1]:8000", "http://127.8.9.10"])
 def test_loopback_urls_are_accepted(url: str) -> None:
     assert generate.require_loopback(url, "--ar-url") == url
