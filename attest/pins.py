@@ -17,6 +17,7 @@ from attest.documents import Document, load_document
 from attest.engine import InstalledDistribution, commit_matches
 from attest.errors import AttestError
 from attest.primitives import REVISION_RE
+from attest.profile import ProfileName
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -67,19 +68,11 @@ class HardwarePin(Document):
     gpu_arch: str = Field(min_length=1)
 
 
-def _profile_name(value: str) -> str:
-    from attest.profile import PROFILE_NAME_RE
-
-    if not PROFILE_NAME_RE.fullmatch(value):
-        raise ValueError(f"must match {PROFILE_NAME_RE.pattern} (a file of launcher/profiles/)")
-    return value
-
-
 class ImagePins(Document):
     schema_version: Literal["1"]
     image: str = Field(min_length=1)
     # The launcher's target profile (launcher/profiles/<name>.json); None for images without the launcher.
-    target_profile: Annotated[str, AfterValidator(_profile_name)] | None = None
+    target_profile: ProfileName | None = None
     base: BasePin
     engine: EnginePin
     model: ModelPin

@@ -169,9 +169,9 @@ def require_writable_cache_env(environ: Mapping[str, str]) -> list[str]:
         if environ.get(name):
             writable_dir(environ[name], name, create=False)
             checked.append(f"{name}={environ[name]}")
-    tmpdir = environ.get("TMPDIR", "")
-    if len(tmpdir.encode("utf-8", "surrogateescape")) > MAX_TMPDIR_BYTES:
-        raise AttestError(f"TMPDIR is {len(tmpdir.encode('utf-8', 'surrogateescape'))} bytes long: the engine's "
+    tmpdir_bytes = len(environ.get("TMPDIR", "").encode("utf-8", "surrogateescape"))
+    if tmpdir_bytes > MAX_TMPDIR_BYTES:
+        raise AttestError(f"TMPDIR is {tmpdir_bytes} bytes long: the engine's "
                           f"local sockets live there (ipc://TMPDIR/<36-character id>) and a socket path holds at "
                           f"most {SOCKET_PATH_MAX_BYTES} bytes; set TMPDIR to a directory of at most "
                           f"{MAX_TMPDIR_BYTES} bytes (e.g. /tmp)", field="TMPDIR")

@@ -112,6 +112,3 @@ class TargetProfile(Document):
             return config, ""
         nested = config.get(self.text_config)
         return (nested if isinstance(nested, dict) else None), f"{self.text_config}."
-
-    def canonical_dtype(self, value: str) -> str:
-        return DTYPE_ALIASES.get(value, value)

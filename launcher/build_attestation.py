@@ -49,10 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           field="MODEL_PATH"))
     try:
         profile = load_target_profile(args.profile, field="--profile")
+        model_id = os.environ.get("MODEL_ID", profile.model_id) if args.model_id is None else args.model_id
         attestation = build_checkpoint_attestation(
-            Path(args.model_path), model_id=os.environ.get("MODEL_ID", profile.model_id) if args.model_id is None else args.model_id, revision=args.revision,
-            hash_shards=args.hash_shards, path_setting=path_setting, revision_setting=revision_setting,
-            profile=profile,
+            Path(args.model_path), model_id=model_id, revision=args.revision, hash_shards=args.hash_shards,
+            path_setting=path_setting, revision_setting=revision_setting, profile=profile,
         )
     except AttestError as exc:
         return report_refusal(exc)

@@ -23,7 +23,7 @@ from launcher.selection import explanation_table, select_mode
 from launcher.server import OFFLINE_ENV, build_server_command
 from attest.settings import note_default
 from launcher.settings import SETTINGS, LauncherSettings, help_table
-from launcher.target import select_target_profile
+from launcher.target import PROFILE_SETTING, select_target_profile
 
 ExecFn = Callable[[str, Sequence[str], Mapping[str, str]], None]
 
@@ -32,7 +32,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="launcher",
         description="Fail-closed, local-files-only vLLM launcher for Qwen3.8-27B on one MI300X (or the target "
-        "profile the image pins). Settings come from the environment (below); any doubt exits 2 with a JSON refusal on stderr.",
+        "profile the image pins). Settings come from the environment (below); any doubt exits 2 with a JSON "
+        "refusal on stderr.",
         epilog="settings (environment variables):\n" + help_table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -52,8 +53,7 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
     try:
         settings = LauncherSettings.from_env()
         baked = load_baked()
-        profile = select_target_profile(settings.target_profile, "OMNI_TARGET_PROFILE" in settings.defaults_used,
-                                        baked)
+        profile = select_target_profile(settings.target_profile, PROFILE_SETTING in settings.defaults_used, baked)
         target = inspect_target_checkpoint(
             settings.model_path,
             model_id=settings.model_id,

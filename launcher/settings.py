@@ -18,7 +18,7 @@ from attest.profile import DTYPE_ALIASES, DTYPES, PROFILE_NAME_RE
 from attest.settings import (Setting, default_warnings, flag, help_table as _help_table,
                              markdown_table as _markdown_table, optional_path, path, read_settings, shown, text)
 from launcher.errors import LauncherError
-from launcher.target import DEFAULT_PROFILE
+from launcher.target import DEFAULT_PROFILE, PROFILE_SETTING
 
 MODE_ALIASES = {"autoregressive": "ar", "native_mtp": "mtp", "dflash2": "dflash2_canary"}
 MODES = ("auto", "ar", "mtp", "dflash2_canary")
@@ -95,7 +95,7 @@ def _manifest_default(env: Mapping[str, str]) -> str:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("OMNI_TARGET_PROFILE", "target_profile", DEFAULT_PROFILE, profile_name,
+    Setting(PROFILE_SETTING, "target_profile", DEFAULT_PROFILE, profile_name,
             "the target profile (launcher/profiles/); inside an image only its pinned one"),
     Setting("MODEL_PATH", "model_path", "/models/qwen", path, "the local checkpoint directory (absolute)"),
     Setting("MODEL_ID", "model_id", "", text, "must be the exact target model id"),

@@ -36,6 +36,7 @@ import httpx
 import pytest
 
 from tests.fixtures.qwen import TINY_MODEL_ID, TINY_PROFILE
+from tests.fixtures.tools import make_venv
 from tools.engine_patches import torchvision_cpu
 from tools.gate.benchmark import run_benchmark
 from tools.gate.corpus import CORPUS
@@ -73,14 +74,10 @@ def _free_port() -> int:
 def engine_python(tmp_path_factory) -> str:
     """An interpreter whose own path is the patched torchvision, then the real engine site."""
     root = tmp_path_factory.mktemp("engine")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
-    python = str(root / "venv" / "bin" / "python")
     note = torchvision_cpu.patch(SITE, root / "overlay")
     assert note["original_sha256"] == torchvision_cpu.EXPECTED_SHA256
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "omni-engine.pth").write_text(f"{root / 'overlay'}\n{SITE}\n")
-    return python
+    python, _ = make_venv(root / "venv", [root / "overlay", SITE])
+    return str(python)
 
 
 @dataclass
@@ -158,7 +155,7 @@ def _wait_ready(server: Server) -> None:
     pytest.fail(f"not ready within {READY_TIMEOUT_S} s:\n{server.tail()}")
 
 
-def _spawn(argv: list[str], env: dict[str, str], logs: Path) -> tuple[subprocess.Popen, str, str]:
+def _spawn(argv: list[str], env: dict[str, str], logs: Path) -> tuple[subprocess.Popen, str]:
     logs.mkdir(parents=True, exist_ok=True)
     marker = secrets.token_hex(8)
     home = logs / "home"
@@ -174,7 +171,7 @@ def _spawn(argv: list[str], env: dict[str, str], logs: Path) -> tuple[subprocess
     }
     with open(logs / "stdout.log", "wb") as out, open(logs / "stderr.log", "wb") as err:
         process = subprocess.Popen(argv, env={**base, **env}, stdout=out, stderr=err, start_new_session=True)
-    return process, marker, str(home)
+    return process, marker
 
 
 def start_through_launcher(tmp: Path, python: str, mode: str) -> Server:
@@ -186,7 +183,7 @@ def start_through_launcher(tmp: Path, python: str, mode: str) -> Server:
         "OMNI_TARGET_PROFILE": TINY_PROFILE, "QWEN_MAX_MODEL_LEN": "1024", "QWEN_PORT": str(port),
         "QWEN_API_KEY": key, "QWEN_SERVED_MODEL_NAME": SERVED, "INFERENCE_MODE": mode, "OMNI_ENGINE_PYTHON": python,
     }
-    process, marker, _ = _spawn([sys.executable, "-m", "launcher"], env, tmp / mode)
+    process, marker = _spawn([sys.executable, "-m", "launcher"], env, tmp / mode)
     server = Server(process, port, key, marker, tmp / mode)
     started = time.monotonic()
     while not (tmp / mode / "stdout.log").read_text(errors="replace").strip():
@@ -207,7 +204,7 @@ def start_directly(tmp: Path, python: str, model: Path, name: str, *extra: str) 
             "--port", str(port), "--served-model-name", SERVED, "--dtype", "float32", "--max-model-len", "1024",
             "--enforce-eager", "--no-enable-prefix-caching", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
             *extra]
-    process, marker, _ = _spawn(argv, {"VLLM_API_KEY": key}, tmp / name)
+    process, marker = _spawn(argv, {"VLLM_API_KEY": key}, tmp / name)
     server = Server(process, port, key, marker, tmp / name)
     _wait_ready(server)
     return server

@@ -14,7 +14,7 @@ import pytest
 from attest.engine import FULL, ABBREVIATED, NO_COMMIT, commit_matches, find_installed
 from attest.errors import AttestError
 from tests.fixtures.qwen import LauncherWorld, VLLM_COMMIT
-from tests.fixtures.tools import make_script, recorded_timeouts
+from tests.fixtures.tools import make_script, make_venv, recorded_timeouts
 from tests.fixtures.wheels import write_record
 
 PIN = "62d4bc3c7" + "0" * 31
@@ -357,19 +357,13 @@ def test_the_engine_search_path_comes_from_the_engine_interpreter(tmp_path: Path
 
 def test_a_venv_of_our_own_interpreter_is_asked_for_its_own_path(tmp_path: Path) -> None:
     """Its python links to our binary, but its pyvenv.cfg (and a .pth there) give another path."""
-    import subprocess
-
     from attest import engine
 
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
-    python = tmp_path / "venv" / "bin" / "python"
-    assert os.path.realpath(python) == os.path.realpath(sys.executable)
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
     (tmp_path / "engine-site").mkdir()
-    Path(purelib, "engine.pth").write_text(f"{tmp_path / 'engine-site'}\n")
+    python, pth = make_venv(tmp_path / "venv", [tmp_path / "engine-site"])
+    assert os.path.realpath(python) == os.path.realpath(sys.executable)
     found = engine.engine_search_path(str(python))
-    assert str(tmp_path / "engine-site") in found and purelib in found
+    assert str(tmp_path / "engine-site") in found and str(pth.parent) in found
     assert str(tmp_path / "engine-site") not in engine.engine_search_path(sys.executable)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.tools import make_script, recorded_timeouts
+from tests.fixtures.tools import make_script, make_venv, recorded_timeouts
 from tests.fixtures.qwen import (
     SPECULATOR_REVISION,
     TARGET_REVISION,
@@ -88,19 +88,13 @@ def test_key_on_the_command_line_only_when_vllm_cannot_read_it_from_env(world: L
 def test_engine_interpreter_is_configurable(world: LauncherWorld, tmp_path: Path) -> None:
     """The engine's own interpreter (a venv of ours, its packages on its own path) is probed and
     started; our PYTHONPATH is neither what it is probed with nor what it runs with."""
-    import subprocess
-
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "engine")], check=True)
-    engine = tmp_path / "engine" / "bin" / "python"
-    purelib = subprocess.run([str(engine), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "engine.pth").write_text(f"{world.site}\n")
+    engine, pth = make_venv(tmp_path / "engine", [world.site])
     world.env["OMNI_ENGINE_PYTHON"] = str(engine)
     world.env["PYTHONPATH"] = str(tmp_path / "ours-only")
     result = world.run()
     [(path, argv, env)] = result.exec_calls
     assert path == argv[0] == str(engine) and "PYTHONPATH" not in env
-    (Path(purelib) / "engine.pth").unlink()  # without its packages, the engine is refused
+    pth.unlink()  # without its packages, the engine is refused
     assert world.run().refusal["field"] == "vllm"
 
 
