@@ -24,10 +24,11 @@ CORPUS: tuple[dict[str, Any], ...] = (
     {"id": "greedy-code", "case": "greedy", "compare": "text", "request": {
         "temperature": 0, "max_tokens": 128,
         "messages": [{"role": "user", "content": "Write a Python function that reverses a linked list."}]}},
-    {"id": "sampling-seed-7", "case": "sampling", "compare": "text", "request": {
+    # Seeded sampling is judged per server, not across them (tools/gate/parity.py: "sampled").
+    {"id": "sampling-seed-7", "case": "sampling", "compare": "sampled", "request": {
         "temperature": 0.8, "top_p": 0.95, "seed": 7, "max_tokens": 64,
         "messages": [{"role": "user", "content": "Write a two-line poem about a harbour at dawn."}]}},
-    {"id": "sampling-seed-1234", "case": "sampling", "compare": "text", "request": {
+    {"id": "sampling-seed-1234", "case": "sampling", "compare": "sampled", "request": {
         "temperature": 1.0, "top_p": 0.9, "seed": 1234, "max_tokens": 64,
         "messages": [{"role": "user", "content": "Name three uses of a paperclip, briefly."}]}},
     {"id": "tool-call", "case": "tool_json", "compare": "tool_calls", "request": {
