@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from attest.documents import Document, load_document
 from attest.engine import InstalledDistribution, commit_matches
@@ -64,8 +64,18 @@ class ModelPin(Document):
 
 
 class HardwarePin(Document):
-    profile: Literal["mi300x_single", "dgx_spark_x3"]
-    gpu_arch: str = Field(min_length=1)
+    # cpu_x86_64: the test-only CPU image of the engine lane (//images:qwen_cpu_tiny).
+    profile: Literal["mi300x_single", "dgx_spark_x3", "cpu_x86_64"]
+    gpu_arch: str
+
+    @field_validator("gpu_arch")
+    @classmethod
+    def _gpu_arch_for_gpus(cls, value: str, info: ValidationInfo) -> str:
+        profile = info.data.get("profile")
+        if profile is not None and (profile == "cpu_x86_64") != (not value):
+            raise ValueError(f"must be empty for the CPU profile and at least 1 character for a GPU profile "
+                             f"(profile {profile})")
+        return value
 
 
 class ImagePins(Document):

@@ -56,3 +56,43 @@ def test_only_the_pinned_file_is_patched_and_a_refusal_writes_nothing(tmp_path: 
     assert note["patched_sha256"] == hashlib.sha256(patched.encode()).hexdigest()
     with pytest.raises(PatchError, match="is missing"):
         patch(tmp_path / "empty", tmp_path / "out2")
+
+
+def _site_tar(path: Path, members: dict[str, str]) -> Path:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for name, text in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return path
+
+
+def test_the_image_layer_mode_writes_only_the_patched_file_and_its_note(tmp_path: Path, monkeypatch) -> None:
+    """`--layer SITE.tar FILE NOTE`: the inputs of //images:qwen_cpu_tiny's patch layer."""
+    site = _site_tar(tmp_path / "site.tar", {"torchvision/_meta_registrations.py": SOURCE,
+                                             "torchvision/io/__init__.py": "x = 1\n"})
+    out, note_path = tmp_path / "patched.py", tmp_path / "note.json"
+    assert torchvision_cpu.main(["--layer", str(site), str(out), str(note_path)]) == 2  # not the pinned file
+    assert not out.exists() and not note_path.exists()
+    monkeypatch.setattr(torchvision_cpu, "EXPECTED_SHA256", hashlib.sha256(SOURCE.encode()).hexdigest())
+    assert torchvision_cpu.main(["--layer", str(site), str(out), str(note_path)]) == 0
+    assert out.read_text() == patched_source(SOURCE)
+    note = json.loads(note_path.read_text())
+    assert note["file"] == "torchvision/_meta_registrations.py"
+    assert note["patched_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["note.json", "patched.py", "site.tar"]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: _site_tar(p, {"other/file.py": "x\n"}), "holds no torchvision/_meta_registrations.py"),
+    (lambda p: p.write_bytes(b"not a tar" * 100) and p, "is not a readable tar"),
+])
+def test_the_layer_mode_refuses_a_site_without_the_file(tmp_path: Path, make, message: str) -> None:
+    site = tmp_path / "site.tar"
+    make(site)
+    with pytest.raises(torchvision_cpu.PatchError, match=message):
+        torchvision_cpu.patch_layer(site, tmp_path / "patched.py", tmp_path / "note.json")
+    assert not (tmp_path / "patched.py").exists()

@@ -1,6 +1,11 @@
 """Resolve Omni's Debian runtime base into images/debian.lock.json.
 
     bazel run //tools/debian:lock            # or: python -m tools.debian.lock --output FILE
+    bazel run //tools/debian:lock -- --roots dash util-linux --no-data-only \
+        --over images/debian.lock.json --output images/engine_cpu.debian.lock.json
+
+The second form locks an add-on layer: only what the roots need beyond the packages of the
+lock given with --over (they are in the base below it).
 
 From the Packages index of a pinned release and suite (checked against the Release
 file's SHA256 list), for amd64 and arm64, it resolves the closure of the roots (python3
@@ -62,14 +67,17 @@ def packages_index(client: httpx.Client, arch: str) -> tuple[dict[str, dict[str,
     return index, fields["Date"]
 
 
-def resolve(index: dict[str, dict[str, str]], arch: str) -> list[dict[str, str]]:
+def resolve(index: dict[str, dict[str, str]], arch: str, roots: tuple[str, ...] = ROOTS,
+            data_only: tuple[str, ...] = DATA_ONLY, present: frozenset[str] = frozenset()) -> list[dict[str, str]]:
     chosen: dict[str, dict[str, str]] = {}
     order: list[str] = []
 
     def visit(name: str, follow: bool) -> None:
+        if name not in index:
+            sys.exit(f"lock: {name} ({arch}) is not in the index of {RELEASE}/{COMPONENT}")
         stanza = index[name]
         real = stanza["Package"]
-        if real in chosen or real in SKIPPED:
+        if real in chosen or real in SKIPPED or real in present:
             return
         chosen[real] = stanza
         if follow:
@@ -84,10 +92,10 @@ def resolve(index: dict[str, dict[str, str]], arch: str) -> list[dict[str, str]]
                     visit(pick, True)
         order.append(real)
 
-    for root in ROOTS:
+    for root in roots:
         visit(root, True)
-    for data_only in DATA_ONLY:
-        visit(data_only, False)
+    for name in data_only:
+        visit(name, False)
     return [chosen[name] for name in order]
 
 
@@ -107,22 +115,34 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     default = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY", ".")) / "images" / "debian.lock.json"
     parser.add_argument("--output", type=Path, default=default)
+    parser.add_argument("--roots", nargs="+", default=list(ROOTS), help="packages whose closure is locked")
+    parser.add_argument("--no-data-only", action="store_true",
+                        help=f"leave out the data-only packages ({', '.join(DATA_ONLY)})")
+    parser.add_argument("--over", type=Path, help="a base lock: its packages are not locked again")
     args = parser.parse_args(argv)
-    lock: dict[str, object] = {"release": RELEASE, "component": COMPONENT, "roots": list(ROOTS),
-                               "data_only": list(DATA_ONLY), "packages": {}}
+    base_dir = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY", "."))
+    output = base_dir / args.output
+    data_only = () if args.no_data_only else DATA_ONLY
+    over = json.loads((base_dir / args.over).read_text()) if args.over else None
+    lock: dict[str, object] = {"release": RELEASE, "component": COMPONENT, "roots": list(args.roots),
+                               "data_only": list(data_only), "packages": {}}
+    if args.over:
+        lock["over"] = args.over.name
     with httpx.Client(timeout=120, follow_redirects=True) as client:
         for arch in ARCHITECTURES:
             index, date = packages_index(client, arch)
             snapshot = email.utils.parsedate_to_datetime(date).strftime("%Y%m%dT%H%M%SZ")
             lock["release_date"] = date
-            entries = [lock_entry(stanza, snapshot) for stanza in resolve(index, arch)]
+            present = frozenset(p["name"] for p in over["packages"][arch]) if over else frozenset()
+            entries = [lock_entry(stanza, snapshot)
+                       for stanza in resolve(index, arch, tuple(args.roots), data_only, present)]
             lock["packages"][arch] = entries  # type: ignore[index]
             print(f"lock_debian: {arch}: {len(entries)} packages, "
                   f"{sum(e['size'] for e in entries) / 1e6:.1f} MB", file=sys.stderr)
-    tmp = args.output.with_suffix(".tmp")
+    tmp = output.with_suffix(".tmp")
     tmp.write_text(json.dumps(lock, indent=2) + "\n")
-    tmp.replace(args.output)
-    print(f"lock_debian: wrote {args.output}", file=sys.stderr)
+    tmp.replace(output)
+    print(f"lock_debian: wrote {output}", file=sys.stderr)
     return 0
 
 

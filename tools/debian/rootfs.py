@@ -8,6 +8,9 @@ Each package's data archive (xz, gzip, or uncompressed) is unpacked in Python an
 first. dpkg status records go to /var/lib/dpkg/status.d/<package> so scanners see the
 packages; the CA bundle is generated as update-ca-certificates would (maintainer
 scripts never run). The layer is normalised like every other.
+
+Without --passwd and --group it is an add-on layer over such a base (a lock made with
+`--over`): the packages' files and status records only, no CA bundle, users or mount points.
 """
 from __future__ import annotations
 
@@ -114,7 +117,8 @@ def unpack(deb: Path, entry: dict[str, Any], tree: dict[str, dict[str, Any]]) ->
             "sha256": entry["sha256"]}
 
 
-def build(lock: dict[str, Any], arch: str, debs: Path, passwd: Path, group: Path, output: Path) -> tuple[dict, list]:
+def build(lock: dict[str, Any], arch: str, debs: Path, passwd: Path | None, group: Path | None,
+          output: Path) -> tuple[dict, list]:
     entries = lock["packages"].get(arch)
     if not entries:
         raise OciError(f"the Debian lock has no packages for {arch}", field="arch")
@@ -125,6 +129,8 @@ def build(lock: dict[str, Any], arch: str, debs: Path, passwd: Path, group: Path
         if not deb.is_file():
             raise OciError(f"{deb} is missing: the Debian fetch did not provide {entry['name']}", field=entry["name"])
         packages.append(unpack(deb, entry, tree))
+    if passwd is None or group is None:
+        return write_layer(tree.values(), output, mtime=source_date_epoch()), packages
     certificates = sorted(name for name in tree if name.startswith("usr/share/ca-certificates/")
                           and name.endswith(".crt") and "data" in tree[name])
     tree[CA_BUNDLE] = {"dest": CA_BUNDLE, "data": b"".join(tree[name]["data"] for name in certificates),
@@ -144,10 +150,14 @@ def build(lock: dict[str, Any], arch: str, debs: Path, passwd: Path, group: Path
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rootfs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    for flag in ("--lock", "--debs", "--passwd", "--group", "--output", "--descriptor", "--packages"):
+    for flag in ("--lock", "--debs", "--output", "--descriptor", "--packages"):
         parser.add_argument(flag, type=Path, required=True)
+    for flag in ("--passwd", "--group"):
+        parser.add_argument(flag, type=Path, help="the base's users (both, or neither for an add-on layer)")
     parser.add_argument("--arch", required=True)
     args = parser.parse_args(argv)
+    if (args.passwd is None) != (args.group is None):
+        parser.error("--passwd and --group go together: both for a base, neither for an add-on layer")
     try:
         descriptor, packages = build(json.loads(args.lock.read_text()), args.arch, args.debs, args.passwd,
                                      args.group, args.output)

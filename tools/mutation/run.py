@@ -80,7 +80,8 @@ TARGETS: dict[str, list[str]] = {
     "tools/gate/parity.py": GATE_TESTS,
     "tools/gate/benchmark.py": GATE_TESTS,
     "tools/gate/generate.py": GATE_TESTS,
-    "tools/oci/verify.py": ["tests/oci_hostile_test.py", "tests/contract_fuzz_test.py", "tests/pins_test.py"],
+    "tools/oci/verify.py": ["tests/oci_verify_test.py", "tests/oci_hostile_test.py", "tests/contract_fuzz_test.py",
+                            "tests/pins_test.py"],
 }
 # Tests that read Bazel-built images (runfiles under Bazel). The driver runs outside Bazel's
 # test runner: when `bazel build //images:qwen_mi300x` has made them, each job copy links

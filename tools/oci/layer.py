@@ -1,13 +1,18 @@
-"""Deterministic tar.gz layers.
+"""Deterministic layers: tar.gz, or plain tar.
 
     python -m tools.oci.layer --spec SPEC.json --output LAYER.tar.gz --descriptor LAYER.json
 
-SPEC is {"entries": [{"src": path, "dest": "/abs/path"}, ...]}; "src" may be a file or
-omitted with "type": "dir"; entries may set "mode", "uid" and "gid". In Python, an entry
-may carry its bytes as "data" instead of "src", or be a "symlink" with a "target". Output: sorted entries, parents added, mtime fixed
+SPEC is {"entries": [{"src": path, "dest": "/abs/path"}, ...], "tars": [{"src": path,
+"prefix": "/abs/dir"}, ...], "compression": "gzip" | "none"}; an entry's "src" may be a file
+or omitted with "type": "dir"; entries may set "mode", "uid" and "gid". In Python, an entry
+may carry its bytes as "data" instead of "src", or be a "symlink" with a "target". "tars"
+are tar files other rules made (.tar, .tar.gz, .tar.zst: tools/oci/tar_input.py), their
+members placed under "prefix". Output: sorted entries, parents added, mtime fixed
 (SOURCE_DATE_EPOCH or 0), uid/gid 0 and empty owner names, modes 0755 for directories and
-executables and 0644 otherwise, GNU tar format (no pax atime/ctime records), gzip header
-mtime 0 and no file name, compression level 6. The descriptor holds digest, diff_id, size.
+executables and 0644 otherwise, GNU tar format (no pax atime/ctime records); gzip (the
+default) with header mtime 0, no file name and level 6, or none: a plain tar, whose digest
+is its diff_id (for layers of gigabytes that compress little, where gzip costs minutes).
+The descriptor holds mediaType, digest, diff_id, size.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import stat
 import sys
 import tarfile
@@ -24,10 +30,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
 from tools.oci.errors import OciError
-from tools.oci.layout import OCI_LAYER_GZIP
+from tools.oci.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR
+from tools.oci.tar_input import TarReader, tar_entries
 
 COMPRESS_LEVEL = 6
-COPY_CHUNK = 1 << 20
+COMPRESSIONS = ("gzip", "none")
 
 
 class _HashingWriter(io.RawIOBase):
@@ -57,6 +64,11 @@ def _normalise(dest: str) -> str:
     return "/".join(parts)
 
 
+# A parent directory no entry named: an entry for it given later (its mode, its owner) wins.
+_IMPLIED_DIR = {"type": "dir", "src": None, "data": None, "target": None, "tar": None, "size": None, "mode": None,
+                "uid": 0, "gid": 0}
+
+
 def plan_entries(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Destination -> entry, parents included, duplicates refused unless identical."""
     planned: dict[str, dict[str, Any]] = {}
@@ -64,14 +76,14 @@ def plan_entries(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]
         dest = _normalise(raw["dest"])
         kind = raw.get("type", "file" if raw.get("src") or "data" in raw else "dir")
         entry = {"type": kind, "src": raw.get("src"), "data": raw.get("data"), "target": raw.get("target"),
+                 "tar": raw.get("tar"), "size": raw.get("size"),
                  "mode": raw.get("mode"), "uid": raw.get("uid", 0), "gid": raw.get("gid", 0)}
-        if dest in planned and planned[dest] != entry:
+        if dest in planned and planned[dest] != entry and not (planned[dest] == _IMPLIED_DIR and kind == "dir"):
             raise OciError(f"two different entries for {dest} in one layer", field=dest)
         planned[dest] = entry
         parent = PurePosixPath(dest).parent
         while str(parent) not in (".", "/"):
-            planned.setdefault(str(parent), {"type": "dir", "src": None, "data": None, "target": None, "mode": None,
-                                             "uid": 0, "gid": 0})
+            planned.setdefault(str(parent), dict(_IMPLIED_DIR))
             parent = parent.parent
     return planned
 
@@ -86,39 +98,66 @@ def _info(name: str, kind: str, mode: int, mtime: int, size: int = 0, target: st
     return info
 
 
-def write_layer(entries: Iterable[dict[str, Any]], output: Path, *, mtime: int = 0) -> dict[str, Any]:
-    planned = plan_entries(entries)
+def _add_entries(tar: tarfile.TarFile, planned: dict[str, dict[str, Any]], mtime: int) -> None:
+    reader = TarReader()
+    try:
+        for dest in sorted(planned):
+            entry = planned[dest]
+            owner = {"uid": entry["uid"], "gid": entry["gid"]}
+            if entry["type"] == "dir":
+                tar.addfile(_info(dest, "dir", entry["mode"] or 0o755, mtime, **owner))
+            elif entry["type"] == "symlink":
+                tar.addfile(_info(dest, "symlink", 0o777, mtime, target=entry["target"], **owner))
+            elif entry["data"] is not None:
+                data = entry["data"]
+                tar.addfile(_info(dest, "file", entry["mode"] or 0o644, mtime, size=len(data), **owner),
+                            io.BytesIO(data))
+            elif entry["tar"] is not None:
+                with reader.read(entry["tar"]) as handle:
+                    tar.addfile(_info(dest, "file", entry["mode"], mtime, size=entry["size"], **owner), handle)
+            else:
+                source = Path(entry["src"])
+                try:
+                    handle = source.open("rb")
+                    size = os.fstat(handle.fileno()).st_size
+                    executable = os.fstat(handle.fileno()).st_mode & stat.S_IXUSR
+                except OSError as exc:
+                    raise OciError(f"layer input {source} is unreadable: {exc.strerror}",
+                                   field=str(source)) from None
+                mode = entry["mode"] or (0o755 if executable else 0o644)
+                with handle:
+                    tar.addfile(_info(dest, "file", mode, mtime, size=size, **owner), handle)
+    finally:
+        reader.close()
+
+
+def write_layer(entries: Iterable[dict[str, Any]], output: Path, *, mtime: int = 0,
+                tars: Iterable[dict[str, str]] = (), compression: str = "gzip") -> dict[str, Any]:
+    if compression not in COMPRESSIONS:
+        raise OciError(f"layer compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}",
+                       field="compression")
     output.parent.mkdir(parents=True, exist_ok=True)
-    with output.open("wb") as raw:
-        compressed = _HashingWriter(raw)
-        with gzip.GzipFile(filename="", mode="wb", compresslevel=COMPRESS_LEVEL, fileobj=compressed, mtime=0) as gz:
-            uncompressed = _HashingWriter(gz)
-            with tarfile.open(fileobj=uncompressed, mode="w", format=tarfile.GNU_FORMAT) as tar:
-                for dest in sorted(planned):
-                    entry = planned[dest]
-                    owner = {"uid": entry["uid"], "gid": entry["gid"]}
-                    if entry["type"] == "dir":
-                        tar.addfile(_info(dest, "dir", entry["mode"] or 0o755, mtime, **owner))
-                    elif entry["type"] == "symlink":
-                        tar.addfile(_info(dest, "symlink", 0o777, mtime, target=entry["target"], **owner))
-                    elif entry["data"] is not None:
-                        data = entry["data"]
-                        tar.addfile(_info(dest, "file", entry["mode"] or 0o644, mtime, size=len(data), **owner),
-                                    io.BytesIO(data))
-                    else:
-                        source = Path(entry["src"])
-                        try:
-                            handle = source.open("rb")
-                            size = os.fstat(handle.fileno()).st_size
-                            executable = os.fstat(handle.fileno()).st_mode & stat.S_IXUSR
-                        except OSError as exc:
-                            raise OciError(f"layer input {source} is unreadable: {exc.strerror}",
-                                           field=str(source)) from None
-                        mode = entry["mode"] or (0o755 if executable else 0o644)
-                        with handle:
-                            tar.addfile(_info(dest, "file", mode, mtime, size=size, **owner), handle)
+    scratch = output.parent / f".{output.name}.inputs"
+    try:
+        from_tars = [entry for item in tars for entry in tar_entries(Path(item["src"]), item.get("prefix", "/"),
+                                                                     scratch)]
+        planned = plan_entries([*entries, *from_tars])
+        with output.open("wb") as raw:
+            compressed = _HashingWriter(raw)
+            if compression == "gzip":
+                with gzip.GzipFile(filename="", mode="wb", compresslevel=COMPRESS_LEVEL, fileobj=compressed,
+                                   mtime=0) as gz:
+                    uncompressed = _HashingWriter(gz)
+                    with tarfile.open(fileobj=uncompressed, mode="w", format=tarfile.GNU_FORMAT) as tar:
+                        _add_entries(tar, planned, mtime)
+            else:
+                uncompressed = compressed
+                with tarfile.open(fileobj=compressed, mode="w", format=tarfile.GNU_FORMAT) as tar:
+                    _add_entries(tar, planned, mtime)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return {
-        "mediaType": OCI_LAYER_GZIP,
+        "mediaType": OCI_LAYER_GZIP if compression == "gzip" else OCI_LAYER_TAR,
         "digest": "sha256:" + compressed.digest.hexdigest(),
         "size": compressed.size,
         "diff_id": "sha256:" + uncompressed.digest.hexdigest(),
@@ -142,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         spec = json.loads(args.spec.read_text())
-        desc = write_layer(spec["entries"], args.output, mtime=source_date_epoch())
+        desc = write_layer(spec.get("entries", []), args.output, mtime=source_date_epoch(),
+                           tars=spec.get("tars", []), compression=spec.get("compression", "gzip"))
     except OciError as exc:
         print(f"layer: {exc}", file=sys.stderr)
         return 2

@@ -76,6 +76,11 @@ def engine_line(layout: Path, name: str) -> str:
     if (layout / BASE_SIDECAR).is_file():
         sidecar = json.loads((layout / BASE_SIDECAR).read_text())
         return f"engine: from the vendor base {sidecar.get('image')}@{sidecar.get('digest')}"
+    _, manifest, _ = read_layout(layout)
+    labels = (json.loads(read_blob(layout, manifest["config"]["digest"])).get("config") or {}).get("Labels") or {}
+    record = labels.get("omni.engine.record_sha256", "unpinned")
+    if record != "unpinned":
+        return f"engine: in the image's own layers, pinned by its RECORD digest {record} (checked at start)"
     return (f"engine: none (local Debian base: the image's entrypoint refuses to start without one); "
             f"the deployable image: bazel run --config=release {name}")
 

@@ -4,8 +4,8 @@ The rules only wire files; the byte work is done by the Python tools in //tools/
 """
 
 OciLayerInfo = provider(
-    doc = "A deterministic tar.gz layer.",
-    fields = {"blob": "the .tar.gz File", "descriptor": "JSON File: mediaType, digest, size, diff_id"},
+    doc = "A deterministic layer (tar.gz, or a plain tar with compression = \"none\").",
+    fields = {"blob": "the layer File", "descriptor": "JSON File: mediaType, digest, size, diff_id"},
 )
 
 OciImageInfo = provider(
@@ -49,11 +49,12 @@ def _oci_layer_impl(ctx):
     for f, dest in ctx.attr.files.items():
         for file in f.files.to_list():
             entries.append({"src": file.path, "dest": dest})
+    tars = [{"src": f.path, "prefix": ctx.attr.prefix} for f in ctx.files.tars]
     spec = ctx.actions.declare_file(ctx.label.name + ".spec.json")
-    ctx.actions.write(spec, json.encode({"entries": entries}))
-    blob = ctx.actions.declare_file(ctx.label.name + ".tar.gz")
+    ctx.actions.write(spec, json.encode({"entries": entries, "tars": tars, "compression": ctx.attr.compression}))
+    blob = ctx.actions.declare_file(ctx.label.name + (".tar.gz" if ctx.attr.compression == "gzip" else ".tar"))
     descriptor = ctx.actions.declare_file(ctx.label.name + ".layer.json")
-    inputs = depset([spec], transitive = transitive + [f.files for f in ctx.attr.files])
+    inputs = depset([spec] + ctx.files.tars, transitive = transitive + [f.files for f in ctx.attr.files])
     ctx.actions.run(
         executable = ctx.executable._layer_tool,
         arguments = ["--spec", spec.path, "--output", blob.path, "--descriptor", descriptor.path],
@@ -70,9 +71,13 @@ def _oci_layer_impl(ctx):
 
 oci_layer = rule(
     implementation = _oci_layer_impl,
-    doc = "Files and the transitive files of Python targets -> one deterministic tar.gz layer.",
+    doc = "Files, the transitive files of Python targets and the members of tars -> one deterministic layer.",
     attrs = {
         "srcs": attr.label_list(doc = "Targets whose files (and runfiles) go in the layer."),
+        "tars": attr.label_list(allow_files = [".tar", ".tar.gz", ".tgz", ".tar.zst"],
+                                doc = "Tar files other rules made; their members land under prefix, normalised."),
+        "compression": attr.string(default = "gzip", values = ["gzip", "none"],
+                                   doc = "none: a plain tar (digest = diff_id), for huge layers gzip barely shrinks."),
         "prefix": attr.string(default = "/", doc = "Directory in the image the files land under."),
         "strip_prefix": attr.string(doc = "Path prefix (within the source repository) to drop; others skipped."),
         "include": attr.string(default = "all", values = ["all", "main", "external"],
@@ -308,19 +313,19 @@ def _debian_base_layer_impl(ctx):
     descriptor = ctx.actions.declare_file(ctx.label.name + ".layer.json")
     packages = ctx.actions.declare_file(ctx.label.name + ".packages.json")
     debs = ctx.files.debs
+    if (ctx.file.passwd == None) != (ctx.file.group == None):
+        fail("{}: passwd and group go together (a base), or neither (an add-on layer)".format(ctx.label))
     ctx.actions.run(
         executable = ctx.executable._rootfs_tool,
         arguments = [
             "--lock", ctx.file.lock.path,
             "--arch", ctx.attr.arch,
             "--debs", debs[0].dirname,
-            "--passwd", ctx.file.passwd.path,
-            "--group", ctx.file.group.path,
             "--output", blob.path,
             "--descriptor", descriptor.path,
             "--packages", packages.path,
-        ],
-        inputs = debs + [ctx.file.lock, ctx.file.passwd, ctx.file.group],
+        ] + (["--passwd", ctx.file.passwd.path, "--group", ctx.file.group.path] if ctx.file.passwd else []),
+        inputs = debs + [ctx.file.lock] + ([ctx.file.passwd, ctx.file.group] if ctx.file.passwd else []),
         outputs = [blob, descriptor, packages],
         mnemonic = "DebianBase",
         progress_message = "Assembling the Debian base layer %{label}",
@@ -334,13 +339,14 @@ def _debian_base_layer_impl(ctx):
 
 debian_base_layer = rule(
     implementation = _debian_base_layer_impl,
-    doc = "The locked Debian packages of one architecture, merged in lock order into one layer.",
+    doc = "The locked Debian packages of one architecture, merged in lock order into one layer: a base " +
+          "(with passwd and group), or an add-on over one (neither; its lock made with --over).",
     attrs = {
         "lock": attr.label(mandatory = True, allow_single_file = True),
         "arch": attr.string(mandatory = True, values = ["amd64", "arm64"]),
         "debs": attr.label(mandatory = True, doc = "The architecture's .deb files (one directory)."),
-        "passwd": attr.label(mandatory = True, allow_single_file = True),
-        "group": attr.label(mandatory = True, allow_single_file = True),
+        "passwd": attr.label(allow_single_file = True),
+        "group": attr.label(allow_single_file = True),
         "source_date_epoch": attr.string(default = "0"),
         "_rootfs_tool": attr.label(default = "//tools/debian:rootfs", executable = True, cfg = "exec"),
     },

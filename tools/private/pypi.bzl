@@ -53,8 +53,15 @@ def _pypi_image_site_impl(rctx):
                                    rctx.attr.platform] + rctx.attr.packages, "choosing image wheels"))
     for wheel in plan["wheels"]:
         rctx.download(url = [wheel["url"]], output = "wheels/" + wheel["filename"], sha256 = wheel["sha256"])
-    _run(rctx, [python, helper, "image-install", "wheels", "site", rctx.attr.python_version, rctx.attr.platform],
-         "installing image wheels")
+    if rctx.attr.as_tar:
+        _run(rctx, [python, helper, "image-tar", "wheels", "site.tar", rctx.attr.python_version, rctx.attr.platform],
+             "unpacking image wheels into site.tar")
+        rctx.delete("wheels")  # in the repository cache already; the tar is what layers read
+        rctx.file("BUILD.bazel", 'package(default_visibility = ["//visibility:public"])\n\n' +
+                                 'exports_files(["site.tar", "wheels.json"])\n')
+    else:
+        _run(rctx, [python, helper, "image-install", "wheels", "site", rctx.attr.python_version, rctx.attr.platform],
+             "installing image wheels")
     # What the deps layer holds, with each wheel's sha256: the SBOM's Python packages.
     rctx.file("wheels.json", json.encode_indent(plan["wheels"], indent = "  ") + "\n")
 
@@ -64,7 +71,8 @@ pypi_image_site = repository_rule(
         "lock": attr.label(mandatory = True, allow_single_file = True),
         "python_version": attr.string(mandatory = True),
         "platform": attr.string(mandatory = True),
-        "packages": attr.string_list(mandatory = True),
+        "packages": attr.string_list(),
+        "as_tar": attr.bool(),
     },
 )
 
@@ -105,7 +113,8 @@ _image_site_tag = tag_class(attrs = {
     "lock": attr.label(mandatory = True),
     "python_version": attr.string(mandatory = True, doc = "The image's CPython, e.g. 3.11."),
     "platform": attr.string(mandatory = True, doc = "linux/amd64 or linux/arm64."),
-    "packages": attr.string_list(mandatory = True, doc = "Root distributions; their locked closure is installed."),
+    "packages": attr.string_list(doc = "Root distributions; their locked closure is installed (all: empty)."),
+    "as_tar": attr.bool(doc = "One site.tar instead of a site/ glob: for sites of tens of thousands of files."),
 })
 
 _lock_tag = tag_class(attrs = {
@@ -121,7 +130,7 @@ def _pypi_impl(module_ctx):
             pypi_site(name = tag.name, lock = tag.lock, packages = tag.packages)
         for tag in mod.tags.image_site:
             pypi_image_site(name = tag.name, lock = tag.lock, python_version = tag.python_version,
-                            platform = tag.platform, packages = tag.packages)
+                            platform = tag.platform, packages = tag.packages, as_tar = tag.as_tar)
 
 pypi = module_extension(
     implementation = _pypi_impl,

@@ -3,10 +3,12 @@
     pypi_repo.py plan LOCK [NAME...]       -> JSON: interpreter path and chosen wheels (of NAMEs)
     pypi_repo.py site WHEELS SITE          -> installs the wheels into SITE (no BUILD file)
     pypi_repo.py install WHEELS SITE PYTHON -> installs wheels into SITE, writes BUILD.bazel
-    pypi_repo.py image-plan LOCK PYVER PLATFORM ROOT...  -> JSON: wheels of ROOT's closure
+    pypi_repo.py image-plan LOCK PYVER PLATFORM [ROOT...] -> JSON: wheels of ROOT's closure (all: none)
                                               for an image's Python (e.g. 3.11, linux/arm64)
     pypi_repo.py image-install WHEELS SITE PYVER PLATFORM -> unpacks them for that target
                                               (wheel_unpack.py: no pip, nothing of this host)
+    pypi_repo.py image-tar WHEELS TAR PYVER PLATFORM -> the same, as one tar (for sites too
+                                              big for a glob: tens of thousands of files)
 
 Only the standard library and pip's vendored `packaging` are used: this runs before any
 locked package exists.
@@ -149,6 +151,32 @@ filegroup(
 """, encoding="utf-8")
 
 
+def image_tar(wheels: Path, tar_path: Path, python_version: str, platform: str) -> None:
+    """The unpacked site as one tar: sorted, owner 0, time 0, so the same wheels give the same
+    bytes on every host (the layer that reads it normalises again)."""
+    import shutil
+    import tarfile
+
+    from wheel_unpack import WheelError, unpack_all  # beside this file: sys.path[0]
+
+    site = tar_path.with_suffix(".unpacking")
+    shutil.rmtree(site, ignore_errors=True)
+    try:
+        unpack_all(wheels, site)
+    except WheelError as error:
+        sys.exit(f"image wheels for CPython {python_version} on {platform}: {error}")
+
+    def fixed(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = info.mtime = 0
+        info.uname = info.gname = ""
+        return info
+
+    with tarfile.open(tar_path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for child in sorted(site.iterdir()):
+            tar.add(child, arcname=child.name, filter=fixed)  # recurses in sorted order
+    shutil.rmtree(site)
+
+
 def _target(name: str) -> str:
     return canonicalize_name(name).replace("-", "_")
 
@@ -267,9 +295,14 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["install"] and len(argv) == 4:
         install(Path(argv[1]), Path(argv[2]), argv[3])
         return 0
-    if argv[:1] == ["image-plan"] and len(argv) >= 5:
+    if argv[:1] == ["image-plan"] and len(argv) >= 4:
         lock = Path(argv[1])
-        print(json.dumps(plan(lock, image_tags(argv[2], argv[3]), closure(lock, argv[4:]))))
+        # No roots: the whole lock (a `--exact` lock is the complete set, with no `# via` lines).
+        only = closure(lock, argv[4:]) if argv[4:] else None
+        print(json.dumps(plan(lock, image_tags(argv[2], argv[3]), only)))
+        return 0
+    if argv[:1] == ["image-tar"] and len(argv) == 5:
+        image_tar(Path(argv[1]), Path(argv[2]), argv[3], argv[4])
         return 0
     if argv[:1] == ["image-install"] and len(argv) == 5:
         image_install(Path(argv[1]), Path(argv[2]), argv[3], argv[4])
