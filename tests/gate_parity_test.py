@@ -11,7 +11,7 @@ import pytest
 
 from tools.gate import parity
 from tools.gate.corpus import CORPUS
-from tools.gate.parity import Answer, compare, observe, run_corpus
+from tools.gate.parity import Answer, compare, observe, run_corpus, sampling_reasons
 from tools.gate.peer import Deadline, Endpoint, PeerError
 
 Reply = Callable[[dict[str, Any]], dict[str, Any] | bytes]
@@ -183,3 +183,34 @@ def test_a_text_difference_shows_40_characters_from_where_it_starts() -> None:
     assert compare(ar, spec) == (f"text differs at character 10 (AR 110 chars, speculative 110): "
                                  f"AR {'a' * 40!r} vs speculative {'b' * 40!r}")
     assert parity._first_difference("abc", "abd") == 2 and parity._first_difference("ab", "abc") == 2
+
+
+def _draws(seed: str, same: str, following: str) -> dict[str, str]:
+    return {"seed": seed, "same_seed": same, "next_seed": following}
+
+
+@pytest.mark.parametrize("ar, spec, expected", [
+    (_draws("a", "a", "b"), _draws("x", "x", "y"), []),  # other draws of the distribution
+    (_draws("a", "a", "b"), _draws("x", "z", "y"), []),  # draws that do not repeat (vLLM with speculation)
+    (_draws("a", "a", "a"), _draws("x", "x", "x"), []),  # AR itself gives one answer: nothing to tell
+    (_draws("a", "a", "b"), _draws("x", "x", "x"), ["gave one answer for seeds 7 and 8 where AR gave two"]),
+    (_draws("a", "a", "b"), _draws("x", "x", ""), ["sampled answer is empty where AR's is not (next_seed)"]),
+    (_draws("a", "a", "b"), _draws("", "x", "y"), ["sampled answer is empty where AR's is not (seed)"]),
+    (_draws("", "", ""), _draws("", "", ""), []),
+])
+def test_seeded_sampling_is_judged_by_what_a_lossless_speculator_keeps(ar, spec, expected: list[str]) -> None:
+    item = next(item for item in CORPUS if item["id"] == "sampling-seed-7")
+    reasons = sampling_reasons(item, ar, spec)
+    assert len(reasons) == len(expected)
+    for reason, words in zip(reasons, expected):
+        assert reason.startswith("parity sampling-seed-7 (sampling): the speculative server") and words in reason
+
+
+def test_a_sampled_item_asks_its_seed_twice_and_the_next_seed_once() -> None:
+    seen: list = []
+    answers = iter(["first", "again", "next"])
+    observed = _observe(_item("sampled"), lambda body: _chat(next(answers)), seen)
+    assert observed == {"seed": "first", "same_seed": "again", "next_seed": "next"}
+    seed = _item("sampled")["request"]["seed"]
+    assert [request["seed"] for request in seen] == [seed, seed, seed + 1]
+    assert all(request["temperature"] == _item("sampled")["request"]["temperature"] for request in seen)

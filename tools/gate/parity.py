@@ -2,13 +2,15 @@
 token-for-token comparison that every benchmark sample also goes through.
 
 Seeded sampling is not compared across the servers: a lossless speculator keeps the target's
-distribution, not its draws (vLLM's rejection sampler consumes the seeded generator
-differently from plain sampling), so exact equality would fail every real speculator. What
-holds for a lossless one is checked instead, on each server: the same seed gives the same
-answer, the next seed gives another answer wherever AR's does (a speculator that stopped
-sampling does not), and a sampled answer is never empty where AR's is not. Whether the
-distribution is the target's is what greedy parity proves, token for token, on the corpus
-and on every benchmark sample."""
+distribution, not its draws. The engine lane (tests/engine_e2e_test.py) saw it on the real vLLM:
+with ngram speculation its seeded answers differ from plain decoding's, and even from its own
+answer to the same request a moment earlier. Exact equality, or a speculator's own
+reproducibility, would fail every real speculator. What a lossless one does keep is checked:
+where AR's answer changes with the seed, the speculative server's answers are not all one (a
+speculator that stopped sampling fails), and a sampled answer is never empty where AR's is not.
+Whether the distribution is the target's is what greedy parity proves, token for token, on the
+corpus and on every benchmark sample.
+"""
 from __future__ import annotations
 
 import json
@@ -90,13 +92,13 @@ def run_corpus(ar: Endpoint, spec: Endpoint, ar_client: httpx.Client, spec_clien
 def sampling_reasons(item: dict[str, Any], ar: dict[str, Any], spec: dict[str, Any]) -> list[str]:
     """What a lossless speculator's seeded sampling cannot do (see the module's docstring)."""
     seed, where = item["request"]["seed"], f"parity {item['id']} ({item['case']})"
-    reasons = [f"{where}: the {side} server gave two different answers for seed {seed}"
-               for side, seen in (("AR", ar), ("speculative", spec)) if seen["seed"] != seen["same_seed"]]
-    if ar["seed"] != ar["next_seed"] and spec["seed"] == spec["next_seed"]:
+    reasons = []
+    if ar["seed"] != ar["next_seed"] and spec["seed"] == spec["same_seed"] == spec["next_seed"]:
         reasons.append(f"{where}: the speculative server gave one answer for seeds {seed} and {seed + 1} where AR "
                        f"gave two: it does not sample as AR does")
-    if ar["seed"] and not spec["seed"]:
-        reasons.append(f"{where}: the speculative server's sampled answer is empty, AR's is not")
+    empty = [name for name in ("seed", "same_seed", "next_seed") if ar[name] and not spec[name]]
+    if empty:
+        reasons.append(f"{where}: the speculative server's sampled answer is empty where AR's is not ({empty[0]})")
     return reasons
 
 
