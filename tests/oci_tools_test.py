@@ -235,3 +235,24 @@ def test_references_parse() -> None:
     assert (ref.registry, ref.repository, ref.tag) == ("127.0.0.1:5000", "omni/app", "v1")
     with pytest.raises(OciError, match="lower case"):
         Reference.parse("127.0.0.1:5000/Omni/App")
+
+
+@pytest.mark.parametrize("given, field", [
+    ({"architecture": "arm64"}, "architecture"),
+    ({"os": "windows"}, "os"),
+    ({"architecture": "amd64", "variant": "v8"}, None),  # the base has no variant: the image may name one
+    ({"architecture": "amd64", "os": "linux"}, None),  # repeating the base's platform is allowed
+    ({}, None),
+])
+def test_a_base_platform_is_never_overridden(tmp_path: Path, given: dict, field: str | None) -> None:
+    base_layer = make_layer(tmp_path, "base", {"/bin/tool": "x"})
+    make_image(tmp_path / "base", [base_layer], os="linux", architecture="amd64")
+    app = make_layer(tmp_path, "app", APP)
+    if field is None:
+        result = make_image(tmp_path / "image", [app], base=tmp_path / "base", **given)
+        assert (result["config"]["os"], result["config"]["architecture"]) == ("linux", "amd64")
+        assert result["config"].get("variant") == given.get("variant")
+        return
+    with pytest.raises(OciError, match=f"{field} '{given[field]}' differs from the base's") as refused:
+        make_image(tmp_path / "image", [app], base=tmp_path / "base", **given)
+    assert refused.value.field == field

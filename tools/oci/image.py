@@ -80,8 +80,24 @@ def load_base(base: Path | None) -> dict[str, Any]:
             "digest": source["digest"]}
 
 
+def _platform(base_config: dict[str, Any], spec: dict[str, Any]) -> dict[str, str]:
+    """os, architecture and variant: the base's, which `spec` may only repeat (an image never
+    claims a platform its base's binaries are not for); `spec`'s own for an image without a base."""
+    platform = {}
+    for key in ("os", "architecture", "variant"):
+        inherited, given = base_config.get(key), spec.get(key)
+        if inherited and given and given != inherited:
+            raise OciError(f"{key} {given!r} differs from the base's {inherited!r}: the base's binaries are for "
+                           f"{base_config.get('os')}/{base_config.get('architecture')}; build on a base of that "
+                           "platform instead", field=key)
+        if inherited or given:
+            platform[key] = inherited or given
+    return platform
+
+
 def build_config(base_config: dict[str, Any], spec: dict[str, Any], layers: list[dict[str, Any]],
                  created: str) -> dict[str, Any]:
+    platform = _platform(base_config, spec)
     inherited = base_config.get("config") or {}
     env = {}
     for item in inherited.get("Env") or []:
@@ -109,10 +125,9 @@ def build_config(base_config: dict[str, Any], spec: dict[str, Any], layers: list
                                    **{str(p): {} for p in spec["exposed_ports"]}}
     names = spec.get("layer_names") or [f"layer {i}" for i in range(len(layers))]
     return {
-        "architecture": spec.get("architecture") or base_config.get("architecture"),
-        "os": spec.get("os") or base_config.get("os"),
-        **({"variant": spec.get("variant") or base_config["variant"]}
-           if spec.get("variant") or base_config.get("variant") else {}),
+        "architecture": platform.get("architecture"),
+        "os": platform.get("os"),
+        **({"variant": platform["variant"]} if "variant" in platform else {}),
         "created": created,
         "config": runtime,
         "rootfs": {"type": "layers",

@@ -6,6 +6,7 @@ bearer tokens (the `WWW-Authenticate: Bearer realm=...` challenge) are fetched o
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import ipaddress
 import re
@@ -17,6 +18,7 @@ from typing import Callable, Iterator
 
 import httpx
 
+from tools.oci.credentials import Credential, lookup
 from tools.oci.errors import OciError
 from tools.oci.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
 
@@ -27,6 +29,7 @@ CHUNK = 1 << 20
 # size; documents read without a descriptor (manifests, tokens) have a per-kind cap.
 MAX_MANIFEST_BYTES = 4 << 20
 MAX_TOKEN_BYTES = 64 << 10
+LOOKUP = object()  # RegistryClient's default: look the credential up when the registry asks
 MAX_UNSIZED_BLOB_BYTES = 16 << 20
 ATTEMPTS = 3
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -109,8 +112,13 @@ def _is_loopback(registry: str) -> bool:
 class RegistryClient:
     """One registry; counters record what crossed the wire (for tests and summaries)."""
 
-    def __init__(self, registry: str, *, timeout: float = 60.0, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, registry: str, *, timeout: float = 60.0, transport: httpx.BaseTransport | None = None,
+                 credential: Credential | None | object = LOOKUP) -> None:
+        """`credential`: by default looked up (tools/oci/credentials.py) when the registry first
+        asks for one; None forces anonymous access."""
         self.registry = registry
+        self._credential = credential
+        self._basic: str | None = None
         scheme = "http" if _is_loopback(registry) else "https"
         self.client = httpx.Client(base_url=f"{scheme}://{registry}", timeout=timeout, follow_redirects=True,
                                    transport=transport)
@@ -129,19 +137,43 @@ class RegistryClient:
         self.close()
 
     # --- transport ---------------------------------------------------------------
+    def credential(self) -> Credential | None:
+        if self._credential is LOOKUP:
+            self._credential = lookup(self.registry)
+        return self._credential  # type: ignore[return-value]
+
+    def _refused(self, credential: Credential | None, status: int, scope: str) -> OciError:
+        if credential is None:
+            return OciError(f"{self.registry} requires credentials for {scope} (HTTP {status}) and none were found: "
+                            "`docker login`/`podman login`, a credential helper, or OMNI_REGISTRY_USERNAME, "
+                            "OMNI_REGISTRY_PASSWORD and OMNI_REGISTRY_HOST", field="registry")
+        return OciError(f"{self.registry} refused the credentials from {credential.source} for {scope} "
+                        f"(HTTP {status})", field="registry")
+
     def _token(self, challenge: str, scope: str) -> str:
         fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         if "realm" not in fields:
             raise OciError(f"{self.registry}: unsupported auth challenge {challenge!r}", field="registry")
         params = {"scope": scope, **({"service": fields["service"]} if "service" in fields else {})}
+        credential = self.credential()
         try:
-            with httpx.stream("GET", fields["realm"], params=params, timeout=30) as response:
-                status = response.status_code
-                data = _bounded(response, MAX_TOKEN_BYTES, f"{self.registry} token")
+            if credential is not None and credential.identity_token:
+                # Docker's identity token is an OAuth2 refresh token (distribution's token spec).
+                response = httpx.post(fields["realm"], timeout=30, data={
+                    **params, "grant_type": "refresh_token", "refresh_token": credential.secret, "client_id": "omni"})
+                status, data = response.status_code, response.content[:MAX_TOKEN_BYTES + 1]
+            else:
+                auth = (credential.username, credential.secret) if credential is not None else None
+                with httpx.stream("GET", fields["realm"], params=params, timeout=30, auth=auth) as response:
+                    status = response.status_code
+                    data = _bounded(response, MAX_TOKEN_BYTES, f"{self.registry} token")
         except httpx.HTTPError as exc:
-            raise OciError(f"{self.registry}: token service cannot be reached: {exc}", field="registry") from None
+            raise OciError(f"{self.registry}: token service cannot be reached: {type(exc).__name__}",
+                           field="registry") from None
+        if status in (401, 403):
+            raise self._refused(credential, status, scope)
         if status != 200:
-            raise OciError(f"{self.registry}: anonymous token refused ({status}) for {scope}", field="registry")
+            raise OciError(f"{self.registry}: token service answered HTTP {status} for {scope}", field="registry")
         body = json_object(data, f"{self.registry} token response")
         token = body.get("token") or body.get("access_token") or ""
         return token if isinstance(token, str) else ""
@@ -171,16 +203,31 @@ class RegistryClient:
         headers = dict(kwargs.pop("headers", {}) or {})
         if scope in self._tokens:
             headers["Authorization"] = f"Bearer {self._tokens[scope]}"
+        elif self._basic:
+            headers["Authorization"] = self._basic
         try:
             request = self.client.build_request(method, url, headers=headers, **kwargs)
             response = self.client.send(request, stream=stream)
-            if response.status_code == 401 and "bearer" in response.headers.get("WWW-Authenticate", "").lower() \
-                    and scope not in self._tokens:
+            challenge = response.headers.get("WWW-Authenticate", "")
+            if response.status_code == 401 and challenge.lower().startswith("bearer") and scope not in self._tokens:
                 response.close()
-                self._tokens[scope] = self._token(response.headers["WWW-Authenticate"], scope)
+                self._tokens[scope] = self._token(challenge, scope)
                 headers["Authorization"] = f"Bearer {self._tokens[scope]}"
                 request = self.client.build_request(method, url, headers=headers, **kwargs)
                 response = self.client.send(request, stream=stream)
+            elif response.status_code == 401 and challenge.lower().startswith("basic"):
+                response.close()
+                credential = self.credential()
+                if credential is None or self._basic:
+                    raise self._refused(credential, 401, scope)
+                self._basic = "Basic " + base64.b64encode(
+                    f"{credential.username}:{credential.secret}".encode()).decode()
+                headers["Authorization"] = self._basic
+                request = self.client.build_request(method, url, headers=headers, **kwargs)
+                response = self.client.send(request, stream=stream)
+                if response.status_code == 401:
+                    response.close()
+                    raise self._refused(credential, 401, scope)
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry} cannot be reached ({method} {url}): {exc}", field="registry") from None
         return response
