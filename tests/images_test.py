@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -103,6 +104,21 @@ def test_push_target_pushes_by_digest(tmp_path: Path) -> None:
         config = json.loads(crane("config", f"{registry.host}/omni/spark@{digest}").stdout)
         assert config["architecture"] == "arm64" and len(manifest["layers"]) == 5
         assert manifest["layers"][-1]["annotations"] == {"org.opencontainers.image.title": "/etc/omni/image.json"}
+
+
+def test_the_push_target_tags_from_its_list_and_the_stamped_commit(tmp_path: Path) -> None:
+    runner = Path("images/qwen_mi300x_push.push.sh").resolve()
+    with LoopbackRegistry() as registry:
+        completed = subprocess.run([str(runner), "--unsigned", "--push", f"{registry.host}/omni/qwen", "--tag", "extra"],
+                                   capture_output=True, text=True, timeout=300,
+                                   env={**os.environ, "BUILD_WORKING_DIRECTORY": str(tmp_path)})
+        assert completed.returncode == 0, completed.stderr
+        tags = sorted(crane("ls", f"{registry.host}/omni/qwen").stdout.split())
+        assert tags[:2] == ["extra", "latest"] and len(tags) == 3
+        assert re.fullmatch(r"git-([0-9a-f]{40}|unknown)", tags[2]), tags
+        digest = blobs_of(_layout("qwen_mi300x"))["digest"]
+        assert {crane("digest", f"{registry.host}/omni/qwen:{tag}").stdout.strip() for tag in tags} == {digest}
+        assert f"tagged: {registry.host}/omni/qwen:latest" in completed.stderr
 
 
 def test_push_without_a_key_or_unsigned_flag_is_refused_before_anything_is_pushed(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ round trips through a real loopback registry (Debian's docker-registry)."""
 from __future__ import annotations
 
 import gzip
+import re
 import json
 import tarfile
 import threading
@@ -256,3 +257,36 @@ def test_a_base_platform_is_never_overridden(tmp_path: Path, given: dict, field:
     with pytest.raises(OciError, match=f"{field} '{given[field]}' differs from the base's") as refused:
         make_image(tmp_path / "image", [app], base=tmp_path / "base", **given)
     assert refused.value.field == field
+
+
+def test_tags_from_a_list_a_file_and_the_workspace_status(tmp_path: Path, registry) -> None:
+    from tools.oci.push import expand_tags, read_status, read_tags
+
+    (tmp_path / "tags.txt").write_text("# release tags\nv1.2.3\n\n  stable  \n")
+    (tmp_path / "stable-status.txt").write_text("STABLE_OMNI_SOURCE_COMMIT " + "ab" * 20 + "\nBUILD_USER ci\n")
+    status = read_status([tmp_path / "stable-status.txt"])
+    tags = expand_tags(["latest", "git-{STABLE_OMNI_SOURCE_COMMIT}", *read_tags(tmp_path / "tags.txt"), "latest"],
+                       status)
+    assert tags == ["latest", "git-" + "ab" * 20, "v1.2.3", "stable"]
+    _build(tmp_path / "img", APP)
+    report = push(tmp_path / "img" / "layout", f"{registry.host}/omni/tagged:first", tags=tags)
+    assert report.tags == ["first", *tags]
+    listed = crane("ls", f"{registry.host}/omni/tagged")
+    assert listed.returncode == 0 and sorted(listed.stdout.split()) == sorted(report.tags)
+    for tag in report.tags:
+        assert crane("digest", f"{registry.host}/omni/tagged:{tag}").stdout.strip() == report.digest
+
+
+@pytest.mark.parametrize("tags, message", [
+    (["{BUILD_SCM_REVISION}"], "uses {BUILD_SCM_REVISION}, which the workspace status does not hold"),
+    (["-leading-dash"], "is not a valid tag"),
+    (["a" * 129], "is not a valid tag"),
+    (["has space"], "is not a valid tag"),
+    (["v{BUILD_USER}/x"], "is not a valid tag"),
+])
+def test_bad_or_half_stamped_tags_are_refused_before_any_push(tags: list, message: str) -> None:
+    from tools.oci.push import expand_tags
+
+    with pytest.raises(OciError, match=re.escape(message)) as refused:
+        expand_tags(tags, {"BUILD_USER": "ci"})
+    assert refused.value.field == "remote_tags"

@@ -274,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--report", type=Path, help="also write the report as JSON here")
     parser.add_argument("--list", action="store_true", help="list the mutants and stop")
+    parser.add_argument("--tests", nargs="+", metavar="TEST",
+                        help="run only these of the declared covering tests (a quick look while writing tests: "
+                        "a score with fewer tests is a lower bound of the declared one)")
     args = parser.parse_args(argv)
     root = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY") or Path.cwd())
     modules = args.modules or list(TARGETS)
@@ -301,6 +304,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{mutant.ident}  {mutant.description}")
                 continue
             tests = TARGETS[module]
+            if args.tests:
+                undeclared = sorted(set(args.tests) - set(tests))
+                if undeclared:
+                    print(f"mutation: {module}: {undeclared} are not among its declared tests {tests}", file=sys.stderr)
+                    return 2
+                tests = [test for test in tests if test in args.tests]
             started = time.monotonic()
             durations = work / f"durations-{module.replace('/', '_')}.json"
             if _pytest(work / "job0", tests, python_path.format(0), 1800, durations, record=True) != 0:
@@ -334,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             results[module] = {
                 "generated": len(found), "equivalent": len(found) - len(scored), "killed": killed,
                 "survived": len(survivors), "score": round(killed / len(scored), 4) if scored else 1.0,
-                "seconds": round(time.monotonic() - started, 1),
+                "seconds": round(time.monotonic() - started, 1), "tests": tests,
                 "survivors": [f"{m.ident}  {m.description}" for m in survivors],
             }
             print(f"mutation: {module}: {killed}/{len(scored)} killed ({results[module]['score']:.1%}), "

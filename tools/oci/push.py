@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,10 @@ from attest.errors import report_refusal, report_unexpected
 from tools.oci.errors import OciError
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, blob_path, read_layout
 from tools.oci.registry import Reference, RegistryClient
+
+# The distribution spec's tag grammar.
+TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+PLACEHOLDER_RE = re.compile(r"\{([A-Z][A-Z0-9_]*)\}")
 
 
 @dataclass
@@ -28,13 +33,53 @@ class PushReport:
     mounted: list[str] = field(default_factory=list)
     streamed: list[str] = field(default_factory=list)
     present: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+
+
+def read_tags(path: Path) -> list[str]:
+    """Tags from a file: one per line; blank lines and `#` comments skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OciError(f"tags file {path} cannot be read: {exc}", field=str(path)) from None
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def read_status(paths: list[Path]) -> dict[str, str]:
+    """Bazel's workspace status files (`KEY value` lines): what stamped tags may use."""
+    status: dict[str, str] = {}
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition(" ")
+            if key:
+                status[key] = value
+    return status
+
+
+def expand_tags(tags: list[str], status: dict[str, str]) -> list[str]:
+    """`{KEY}` placeholders replaced from the workspace status; every tag checked. An unknown
+    key is refused (a tag is never pushed half-stamped): build with --stamp to have them."""
+    expanded = []
+    for tag in tags:
+        missing = [key for key in PLACEHOLDER_RE.findall(tag) if key not in status]
+        if missing:
+            raise OciError(f"tag {tag!r} uses {{{missing[0]}}}, which the workspace status does not hold (build with "
+                           "--stamp, and check tools/workspace_status prints it)", field="remote_tags")
+        value = PLACEHOLDER_RE.sub(lambda match: status[match.group(1)], tag)
+        if not TAG_RE.fullmatch(value):
+            raise OciError(f"tag {value!r} is not a valid tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})",
+                           field="remote_tags")
+        if value not in expanded:
+            expanded.append(value)
+    return expanded
 
 
 def push(layout: Path, target: str, *, client: RegistryClient | None = None,
-         source_client: RegistryClient | None = None) -> PushReport:
+         source_client: RegistryClient | None = None, tags: list[str] = ()) -> PushReport:
     ref = Reference.parse(target)
     if ref.digest:
         raise OciError(f"{target}: push to a repository (optionally :tag), not a digest", field="reference")
+    tags = expand_tags([*([ref.tag] if ref.tag else []), *tags], {})
     digest, manifest, manifest_bytes = read_layout(layout)
     sidecar = json.loads((layout / BASE_SIDECAR).read_text()) if (layout / BASE_SIDECAR).is_file() else {}
     shallow = set(sidecar.get("shallow_layers") or [])
@@ -70,8 +115,9 @@ def push(layout: Path, target: str, *, client: RegistryClient | None = None,
                     source.close()
             report.streamed.append(blob["digest"])
         client.put_manifest(ref.repository, digest, manifest_bytes, manifest.get("mediaType", OCI_MANIFEST))
-        if ref.tag:
-            client.put_manifest(ref.repository, ref.tag, manifest_bytes, manifest.get("mediaType", OCI_MANIFEST))
+        for tag in tags:
+            client.put_manifest(ref.repository, tag, manifest_bytes, manifest.get("mediaType", OCI_MANIFEST))
+        report.tags = list(tags)
         report.uploaded_bytes = client.uploaded_bytes
     finally:
         if owned:

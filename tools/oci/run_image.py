@@ -20,7 +20,7 @@ from pathlib import Path
 from attest.errors import report_refusal, report_unexpected
 from tools.oci.errors import OciError
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
-from tools.oci.push import push
+from tools.oci.push import expand_tags, push, read_status, read_tags
 from tools.oci.referrers import push_referrer
 from tools.oci.registry import Reference, RegistryClient
 from tools.oci.sign import (
@@ -178,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-shallow", action="store_true",
                         help="write --archive even for a shallow image (its base layers are not in it)")
     parser.add_argument("--push", metavar="REGISTRY/REPO[:TAG]", help="push the image by digest (and its SBOM)")
+    parser.add_argument("--tag", action="append", default=[], metavar="TAG",
+                        help="also tag the pushed image (repeatable; {KEY} takes a workspace status value)")
+    parser.add_argument("--tags-file", type=Path, action="append", default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--status-file", type=Path, action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--sbom", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--provenance", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--signing-key", type=Path,
@@ -213,11 +217,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.push:
             # No key and no --unsigned: refuse before anything leaves this machine.
             key = None if args.unsigned else load_private_key(args.signing_key)
-            report = push(layout, args.push)
+            tags = [*args.tag, *(tag for path in args.tags_file for tag in read_tags(path))]
+            tags = expand_tags(tags, read_status(args.status_file))
+            report = push(layout, args.push, tags=tags)
             print(f"pushed: {len(report.uploaded)} blobs uploaded ({report.uploaded_bytes} bytes), "
                   f"{len(report.mounted)} mounted, {len(report.streamed)} streamed, {len(report.present)} present",
                   file=sys.stderr)
             push_evidence(layout, args, report.digest, key)
+            for tag in report.tags:
+                print(f"tagged: {Reference.parse(args.push).registry}/{Reference.parse(args.push).repository}:{tag}",
+                      file=sys.stderr)
             if key is None:
                 print(f"UNSIGNED: {report.reference} was pushed without signatures (--unsigned)", file=sys.stderr)
             print(report.reference)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import shutil
-import subprocess
 import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
@@ -37,15 +36,13 @@ def _plain_copy(source: Path, scratch: Path) -> Path:
     scratch.mkdir(parents=True, exist_ok=True)
     plain = scratch / (source.name + ".plain.tar")
     if magic == ZSTD_MAGIC:
-        # Python 3.11's standard library has no zstd; Debian's zstd (tools/setup) does the work.
-        zstd = shutil.which("zstd")
-        if zstd is None:
-            raise OciError(f"layer tar {source} is zstd-compressed and no `zstd` is on PATH: install Debian's "
-                           "zstd package (tools/setup does)", field=str(source))
-        done = subprocess.run([zstd, "-q", "-d", "-f", "-o", str(plain), str(source)], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise OciError(f"layer tar {source} is not a valid zstd stream: {done.stderr.strip()}",
-                           field=str(source))
+        import zstandard  # the locked zstd binding: Python 3.11's standard library has none
+
+        try:
+            with source.open("rb") as compressed, plain.open("wb") as out:
+                zstandard.ZstdDecompressor().copy_stream(compressed, out)
+        except zstandard.ZstdError as exc:
+            raise OciError(f"layer tar {source} is not a valid zstd stream: {exc}", field=str(source)) from None
         return plain
     try:
         with gzip.open(source, "rb") as compressed, plain.open("wb") as out:
