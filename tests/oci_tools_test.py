@@ -290,3 +290,28 @@ def test_bad_or_half_stamped_tags_are_refused_before_any_push(tags: list, messag
     with pytest.raises(OciError, match=re.escape(message)) as refused:
         expand_tags(tags, {"BUILD_USER": "ci"})
     assert refused.value.field == "remote_tags"
+
+
+def test_load_tarballs_are_deterministic_and_refuse_what_cannot_load(tmp_path: Path) -> None:
+    from tools.oci.layout import BASE_SIDECAR
+    from tools.oci.load import write_tarball
+
+    _build(tmp_path / "img", APP)
+    layout = tmp_path / "img" / "layout"
+    first = write_tarball(layout, tmp_path / "one.tar", tags=["omni/app:1"])
+    write_tarball(layout, tmp_path / "two.tar", tags=["omni/app:1"])
+    assert (tmp_path / "one.tar").read_bytes() == (tmp_path / "two.tar").read_bytes()
+    with tarfile.open(tmp_path / "one.tar") as tar:
+        assert {(m.uid, m.gid, m.mtime, m.uname) for m in tar.getmembers()} == {(0, 0, 0, "")}
+        assert [m.name for m in tar.getmembers()] == sorted(m.name for m in tar.getmembers())
+        assert json.loads(tar.extractfile("index.json").read())["manifests"][0]["digest"] == first
+    for tag in ("omni/app", "Omni/App:1", "omni/app@sha256:" + "0" * 64, "omni/app:a/b"):
+        with pytest.raises(OciError, match="must be REPOSITORY:TAG") as refused:
+            write_tarball(layout, tmp_path / "bad.tar", tags=[tag])
+        assert refused.value.field == "repo_tags"
+    with pytest.raises(OciError, match="format must be one of docker, oci"):
+        write_tarball(layout, tmp_path / "bad.tar", tags=[], fmt="zip")
+    (layout / BASE_SIDECAR).write_text("{}")
+    with pytest.raises(OciError, match="is a shallow image"):
+        write_tarball(layout, tmp_path / "bad.tar", tags=[])
+    assert not list(tmp_path.glob("*bad.tar*"))  # nothing half-written

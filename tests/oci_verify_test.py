@@ -18,6 +18,7 @@ import pytest
 
 from tests.fixtures.oci import make_image, make_layer
 from tests.fixtures.pins import key_pair, qwen_pins
+from tests.fixtures.qwen import VLLM_COMMIT
 from tools.oci import verify as verify_module
 from tools.oci.errors import OciError
 from tools.oci.image import BAKED_DEST, TITLE
@@ -92,10 +93,14 @@ def genuine(tmp_path_factory) -> dict[str, Any]:
     """An image made with Omni's own tools: its layout, digest, pins and provenance statement."""
     work = tmp_path_factory.mktemp("image")
     pins = qwen_pins()
+    make_image(work / "base", [make_layer(work, "base", {"/usr/bin/tool": "#!/bin/true\n"})], os="linux",
+               architecture="amd64")
+    base_digest = read_layout(work / "base")[0]
     layer = make_layer(work, "app", {"/opt/omni/app/x.py": "x = 1\n"})
-    result = make_image(work / "layout", [layer], pins=pins, entrypoint=["/bin/true"])
-    statement = build_statement("qwen_mi300x", result["digest"], pins, "a" * 40, {}, "", "")
-    return {"layout": work / "layout", "digest": result["digest"], "pins": pins, "statement": statement}
+    result = make_image(work / "layout", [layer], base=work / "base", pins=pins, entrypoint=["/bin/true"])
+    statement = build_statement("qwen_mi300x", result["digest"], pins, "a" * 40, {}, "", base_digest)
+    return {"layout": work / "layout", "digest": result["digest"], "pins": pins, "statement": statement,
+            "base_digest": base_digest}
 
 
 def _world(genuine: dict[str, Any], keys: dict[str, Any], *, statement: dict[str, Any] | None = None,
@@ -181,13 +186,15 @@ STATEMENT_CASES = [
     ("pins", lambda s: s["predicate"]["buildDefinition"]["externalParameters"]["pins"]["model"].__setitem__(
         "id", "Qwen/Other"), "provenance.pins", "the provenance's pins differ"),
     ("engine", lambda s: _dependency(s, "engine")["digest"].__setitem__("gitCommit", "b" * 40), "provenance.engine",
-     "provenance engine is " + "b" * 40),
+     f"provenance engine is {'b' * 40}, the image pins {VLLM_COMMIT}"),
     ("engine missing", lambda s: _dependency(s, "engine").__setitem__("digest", {}), "provenance.engine",
      "provenance engine is unrecorded"),
     ("model", lambda s: _dependency(s, "model")["digest"].__setitem__("gitCommit", "c" * 40), "provenance.model",
      "provenance model is " + "c" * 40),
     ("base", lambda s: _dependency(s, "base").__setitem__("digest", {"sha256": "d" * 64}), "provenance.base",
-     "provenance base is " + "d" * 64 + ", the image pins nothing"),
+     "provenance base is " + "d" * 64 + ", the image pins "),
+    ("base missing", lambda s: _dependency(s, "base").pop("digest"), "provenance.base",
+     "provenance base is unrecorded, the image pins "),
 ]
 
 
@@ -319,6 +326,20 @@ IMAGE_CASES = [
      "is not a descriptor"),
     ("layer digest", dict(manifest_change=lambda m: m["layers"][0].__setitem__("digest", 7)), "manifest layer 0",
      "is not a descriptor"),
+    ("config not an object", dict(manifest_change=lambda m: m.__setitem__("config", "sha256:" + "0" * 64)),
+     "manifest config", "is not a descriptor"),
+    ("config size text", dict(manifest_change=lambda m: m["config"].__setitem__("size", "12")), "manifest config",
+     "is not a descriptor"),
+    ("layers not a list", dict(manifest_change=lambda m: m.__setitem__("layers", {"0": {}})), "manifest",
+     "manifest has no layers"),
+    ("layers empty", dict(manifest_change=lambda m: m.__setitem__("layers", [])), "manifest",
+     "manifest has no layers"),
+    ("title on another layer only", dict(manifest_change=lambda m: (
+        m["layers"][0].__setitem__("annotations", m["layers"][-1].pop("annotations")))), BAKED_DEST,
+     "has no final layer annotated"),
+    ("config without config", dict(config_change=lambda c: c.pop("config")), "omni.image", "label omni.image is None"),
+    ("config without labels", dict(config_change=lambda c: c["config"].pop("Labels")), "omni.image",
+     "label omni.image is None"),
     ("huge pins layer", dict(manifest_change=lambda m: m["layers"][-1].__setitem__(
         "size", verify_module.MAX_PINS_LAYER_BYTES + 1)), None, "declares"),
 ]
@@ -375,9 +396,93 @@ def test_an_unpinned_image_verifies_and_says_what_is_unpinned(tmp_path: Path, ke
     summary = verify_image(_reference(image), keys["public"], client=_world(image, keys))
     assert summary["pinned"] is False
     assert summary["unpinned"] == ["base.digest", "engine.commit or engine.record_sha256", "model.revision"]
+    # A provenance that records a commit the image leaves unpinned is refused, saying so.
+    recorded = copy.deepcopy(statement)
+    _dependency(recorded, "engine")["digest"] = {"gitCommit": "b" * 40}
+    with pytest.raises(OciError, match=f"provenance engine is {'b' * 40}, the image pins nothing"):
+        verify_image(_reference(image), keys["public"], client=_world(image, keys, statement=recorded))
 
 
 def test_the_cli_reports_a_refusal_as_one_json_line(tmp_path: Path, capsys) -> None:
     assert verify_module.main([f"{REGISTRY}/{REPO}:latest", "--key", str(tmp_path / "absent.pem")]) == 2
     refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert refusal["ok"] is False and refusal["field"] == "reference"
+
+
+@pytest.mark.parametrize("cap, blob", [
+    ("MAX_CONFIG_BYTES", lambda manifest, registry, digest: manifest["config"]["digest"]),
+    ("MAX_PINS_LAYER_BYTES", lambda manifest, registry, digest: manifest["layers"][-1]["digest"]),
+    # One cap for both signed payloads: the provenance envelope is the larger.
+    ("MAX_SIGNED_BYTES", lambda manifest, registry, digest: json.loads(
+        registry.manifests[tag_for(digest, "att")])["layers"][0]["digest"]),
+])
+def test_each_read_bound_is_exact(genuine, keys, monkeypatch, cap: str, blob) -> None:
+    """Every blob verify reads is bounded by its cap: at the cap it is read, one byte under refused."""
+    registry = _world(genuine, keys)
+    _, manifest, _ = read_layout(genuine["layout"])
+    size = len(registry.blobs[blob(manifest, registry, genuine["digest"])])
+    for name in ("MAX_CONFIG_BYTES", "MAX_PINS_LAYER_BYTES", "MAX_SIGNED_BYTES"):
+        monkeypatch.setattr(verify_module, name, 1 << 30)  # only the cap under test binds
+    monkeypatch.setattr(verify_module, cap, size)
+    assert verify_image(_reference(genuine), keys["public"], client=registry)["ok"] is True
+    monkeypatch.setattr(verify_module, cap, size - 1)
+    with pytest.raises(OciError, match=f"declares {size} bytes; at most {size - 1}"):
+        verify_image(_reference(genuine), keys["public"], client=registry)
+
+
+def test_extra_annotations_and_a_size_zero_descriptor_are_no_reason_to_refuse(genuine, keys) -> None:
+    registry = _world(genuine, keys)
+    reference = _repush_image(registry, genuine, keys, manifest_change=lambda m: (
+        m["layers"][0].__setitem__("annotations", {"org.example.note": "x"}), m["layers"][0].__setitem__("size", 0)))
+    assert verify_image(reference, keys["public"], client=registry)["ok"] is True
+
+
+def _raw_pins_layer(genuine, compress) -> bytes:
+    layout = genuine["layout"]
+    _, manifest, _ = read_layout(layout)
+    return compress(gzip.decompress(read_blob(layout, manifest["layers"][-1]["digest"])))
+
+
+def test_the_pins_layer_must_be_gzip_with_the_full_window(genuine, keys) -> None:
+    """Not zlib, not raw bytes; and a stream that refers back 20 kB (gzip's 32 kB window) is read."""
+    import random
+    import zlib
+
+    registry = _world(genuine, keys)
+    for blob, message in ((_raw_pins_layer(genuine, zlib.compress), "is not a gzip stream"),
+                          (b"plain bytes, not gzip", "is not a gzip stream")):
+        reference = _repush_image(registry, genuine, keys, manifest_change=lambda m: _swap_last(registry, m, blob))
+        with pytest.raises(OciError, match=message):
+            verify_image(reference, keys["public"], client=registry)
+    noise = random.Random(7).randbytes(20_000)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in (("etc/omni/pad", noise + noise),
+                           (BAKED_DEST.lstrip("/"), _baked_bytes(genuine["layout"], read_layout(genuine["layout"])[1]))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    far = gzip.compress(raw.getvalue(), mtime=0)
+    reference = _repush_image(registry, genuine, keys, manifest_change=lambda m: _swap_last(registry, m, far))
+    assert verify_image(reference, keys["public"], client=registry)["ok"] is True
+
+
+def test_an_envelope_without_signatures_does_not_verify(genuine, keys) -> None:
+    registry = _envelope(genuine, keys, lambda e: e.pop("signatures"))
+    with pytest.raises(OciError, match="the provenance signature does not verify") as refused:
+        verify_image(_reference(genuine), keys["public"], client=registry)
+    assert refused.value.field == "provenance"
+
+
+def test_a_config_that_is_not_json_is_refused(genuine, keys) -> None:
+    registry = _world(genuine, keys)
+    junk = b"not json at all"
+
+    def swap_config(manifest: dict[str, Any]) -> None:
+        registry.upload(REPO, sha256_digest(junk), junk, len(junk))
+        manifest["config"] = descriptor(OCI_CONFIG, junk)
+
+    reference = _repush_image(registry, genuine, keys, manifest_change=swap_config)
+    with pytest.raises(OciError) as refused:
+        verify_image(reference, keys["public"], client=registry)
+    assert refused.value.field == "config"

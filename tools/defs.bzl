@@ -7,6 +7,7 @@ load(
     _debian_base_layer = "debian_base_layer",
     _oci_image = "oci_image",
     _oci_layer = "oci_layer",
+    _oci_load = "oci_load",
     _oci_push = "oci_push",
     _string_setting = "string_setting",
 )
@@ -16,6 +17,7 @@ omni_py_test = _omni_py_test
 oci_layer = _oci_layer
 oci_image = _oci_image
 oci_push = _oci_push
+oci_load = _oci_load
 string_setting = _string_setting
 debian_base_layer = _debian_base_layer
 OciImageInfo = _OciImageInfo
