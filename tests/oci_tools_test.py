@@ -3,13 +3,15 @@ round trips through a real loopback registry (Debian's docker-registry)."""
 from __future__ import annotations
 
 import gzip
-import re
 import json
+import re
 import tarfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.fixtures.oci import blobs_of, crane, make_image, make_layer
@@ -315,3 +317,65 @@ def test_load_tarballs_are_deterministic_and_refuse_what_cannot_load(tmp_path: P
     with pytest.raises(OciError, match="is a shallow image"):
         write_tarball(layout, tmp_path / "bad.tar", tags=[])
     assert not list(tmp_path.glob("*bad.tar*"))  # nothing half-written
+
+
+class _Recording(httpx.HTTPTransport):
+    """A real transport that records requests and how many uploads were in flight at once."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        super().__init__()
+        self.delay_s, self.seen, self.in_flight, self.most = delay_s, [], 0, 0
+        self.lock = threading.Lock()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        uploading = request.method in ("PUT", "PATCH") and "/blobs/uploads/" in request.url.path
+        with self.lock:
+            self.seen.append((request.method, request.url.path, request.headers.get("Content-Range")))
+            if uploading:
+                self.in_flight += 1
+                self.most = max(self.most, self.in_flight)
+        try:
+            if uploading:
+                time.sleep(self.delay_s)
+            return super().handle_request(request)
+        finally:
+            if uploading:
+                with self.lock:
+                    self.in_flight -= 1
+
+
+def _many_layers(work: Path, count: int, size: int) -> Path:
+    import random
+
+    # Random bytes: the gzip blobs stay as large as the files.
+    layers = [make_layer(work, f"l{i}", {f"/data/{i}.bin": random.Random(i).randbytes(size)}) for i in range(count)]
+    make_image(work / "layout", layers, entrypoint=["/bin/true"])
+    return work / "layout"
+
+
+def test_blobs_go_up_in_parallel_bounded_with_progress(tmp_path: Path, registry) -> None:
+    layout = _many_layers(tmp_path, 6, 2000)
+    transport, lines = _Recording(delay_s=0.3), []
+    with RegistryClient(registry.host, transport=transport) as client:
+        report = push(layout, f"{registry.host}/omni/parallel:1", client=client, jobs=3, progress=lines.append)
+    assert 2 <= transport.most <= 3  # several at once, never more than asked
+    assert len(report.uploaded) == 7 and len(lines) == 7 and lines[-1].startswith("7/7 blobs")
+    assert crane("digest", f"{registry.host}/omni/parallel:1").stdout.strip() == report.digest
+    with pytest.raises(OciError, match="jobs must be at least 1"):
+        push(layout, f"{registry.host}/omni/parallel:1", jobs=0)
+
+
+def test_large_blobs_go_up_in_chunks_and_the_registry_has_them_whole(tmp_path: Path, registry) -> None:
+    layout = _many_layers(tmp_path, 1, 50_000)
+    transport = _Recording()
+    with RegistryClient(registry.host, transport=transport) as client:
+        client.chunked_threshold, client.chunk_size = 10_000, 16_384
+        report = push(layout, f"{registry.host}/omni/chunked:1", client=client)
+    patches = [range_ for method, _, range_ in transport.seen if method == "PATCH"]
+    assert len(patches) >= 2 and patches[0] == "0-16383"
+    ends = [int(r.split("-")[1]) for r in patches]
+    assert ends == sorted(ends)
+    layer = json.loads(crane("manifest", f"{registry.host}/omni/chunked:1").stdout)["layers"][0]
+    with RegistryClient(registry.host) as reader:  # read back whole, digest and size checked
+        assert len(reader.blob("omni/chunked", layer["digest"], size=layer["size"])) == layer["size"] > 16_384
+    assert layer["digest"] in report.uploaded

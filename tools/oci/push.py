@@ -1,8 +1,10 @@
 """Push an OCI layout by digest: `python -m tools.oci.push LAYOUT REGISTRY/REPO[:TAG]`.
 
-Blobs already in the target are skipped (HEAD). Base layers a shallow layout only
-references are mounted from the base's repository when it is on the same registry, else
-streamed from the base's registry straight into the target, never touching disk.
+Up to four blobs go up at once. Blobs already in the target are skipped (HEAD). Base layers a
+shallow layout only references are mounted from the base's repository when it is on the same
+registry, else streamed from the base's registry straight into the target, never touching
+disk. Blobs over 256 MB go up in 64 MB chunks (PATCH); a failed upload is retried from the
+start with backoff, each attempt named on stderr; progress is printed per blob.
 Prints REGISTRY/REPO@sha256:... on stdout.
 """
 from __future__ import annotations
@@ -11,8 +13,11 @@ import argparse
 import json
 import re
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from attest.errors import report_refusal, report_unexpected
 from tools.oci.errors import OciError
@@ -74,11 +79,19 @@ def expand_tags(tags: list[str], status: dict[str, str]) -> list[str]:
     return expanded
 
 
+PUSH_JOBS = 4  # blobs in flight at once: enough to fill a link, few enough for any registry
+
+
 def push(layout: Path, target: str, *, client: RegistryClient | None = None,
-         source_client: RegistryClient | None = None, tags: list[str] = ()) -> PushReport:
+         source_client: RegistryClient | None = None, tags: list[str] = (), jobs: int = PUSH_JOBS,
+         progress: Callable[[str], None] | None = None) -> PushReport:
+    """Blobs first, up to `jobs` at a time (each skipped when present, else mounted, uploaded or
+    streamed from the base's registry, with retries), then the manifest by digest, then the tags."""
     ref = Reference.parse(target)
     if ref.digest:
         raise OciError(f"{target}: push to a repository (optionally :tag), not a digest", field="reference")
+    if jobs < 1:
+        raise OciError(f"jobs must be at least 1, got {jobs}", field="jobs")
     tags = expand_tags([*([ref.tag] if ref.tag else []), *tags], {})
     digest, manifest, manifest_bytes = read_layout(layout)
     sidecar = json.loads((layout / BASE_SIDECAR).read_text()) if (layout / BASE_SIDECAR).is_file() else {}
@@ -86,34 +99,49 @@ def push(layout: Path, target: str, *, client: RegistryClient | None = None,
     owned = client is None
     client = client or RegistryClient(ref.registry)
     report = PushReport(reference=f"{ref.registry}/{ref.repository}@{digest}", digest=digest)
+    blobs = [manifest["config"], *manifest["layers"]]
+    total = sum(blob["size"] for blob in blobs)
+    done = {"blobs": 0, "bytes": 0}
+    lock = threading.Lock()
+
+    def one(blob: dict) -> tuple[str, str]:
+        if client.has_blob(ref.repository, blob["digest"]):
+            return "present", blob["digest"]
+        local = blob_path(layout, blob["digest"])
+        if local.is_file():
+            client.upload(ref.repository, blob["digest"], local, blob["size"])
+            return "uploaded", blob["digest"]
+        if blob["digest"] not in shallow:
+            raise OciError(f"{layout}: blob {blob['digest']} is neither in the layout nor a base layer",
+                           field=blob["digest"])
+        if sidecar["registry"] == ref.registry and client.mount(ref.repository, blob["digest"], sidecar["repository"]):
+            return "mounted", blob["digest"]
+        source = source_client or RegistryClient(sidecar["registry"])
+        try:
+            # A factory: a retried upload streams the blob again from the start.
+            client.upload(ref.repository, blob["digest"],
+                          lambda: source.stream_blob(sidecar["repository"], blob["digest"], blob["size"]),
+                          blob["size"])
+        finally:
+            if source_client is None:
+                source.close()
+        return "streamed", blob["digest"]
+
+    def tracked(blob: dict) -> tuple[str, str]:
+        outcome = one(blob)
+        with lock:
+            done["blobs"] += 1
+            done["bytes"] += blob["size"]
+            if progress is not None:
+                progress(f"{done['blobs']}/{len(blobs)} blobs, {done['bytes'] / 1e6:.1f}/{total / 1e6:.1f} MB "
+                         f"({outcome[0]} {blob['digest'][:19]}…)")
+        return outcome
+
     try:
-        blobs = [manifest["config"], *manifest["layers"]]
-        for blob in blobs:
-            if client.has_blob(ref.repository, blob["digest"]):
-                report.present.append(blob["digest"])
-                continue
-            local = blob_path(layout, blob["digest"])
-            if local.is_file():
-                client.upload(ref.repository, blob["digest"], local, blob["size"])
-                report.uploaded.append(blob["digest"])
-                continue
-            if blob["digest"] not in shallow:
-                raise OciError(f"{layout}: blob {blob['digest']} is neither in the layout nor a base layer",
-                               field=blob["digest"])
-            if sidecar["registry"] == ref.registry and client.mount(ref.repository, blob["digest"],
-                                                                    sidecar["repository"]):
-                report.mounted.append(blob["digest"])
-                continue
-            source = source_client or RegistryClient(sidecar["registry"])
-            try:
-                # A factory: a retried upload streams the blob again from the start.
-                client.upload(ref.repository, blob["digest"],
-                              lambda: source.stream_blob(sidecar["repository"], blob["digest"], blob["size"]),
-                              blob["size"])
-            finally:
-                if source_client is None:
-                    source.close()
-            report.streamed.append(blob["digest"])
+        with ThreadPoolExecutor(max_workers=min(jobs, len(blobs))) as pool:
+            outcomes = list(pool.map(tracked, blobs))  # in manifest order; the first failure is raised
+        for kind, blob_digest in outcomes:
+            getattr(report, kind).append(blob_digest)
         client.put_manifest(ref.repository, digest, manifest_bytes, manifest.get("mediaType", OCI_MANIFEST))
         for tag in tags:
             client.put_manifest(ref.repository, tag, manifest_bytes, manifest.get("mediaType", OCI_MANIFEST))
@@ -132,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("target", help="REGISTRY/REPO[:TAG]")
     args = parser.parse_args(argv)
     try:
-        report = push(args.layout, args.target)
+        report = push(args.layout, args.target, progress=lambda line: print(f"push: {line}", file=sys.stderr, flush=True))
     except OciError as exc:
         return report_refusal(exc)
     except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret

@@ -11,6 +11,7 @@ import hashlib
 import ipaddress
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ MAX_TOKEN_BYTES = 64 << 10
 LOOKUP = object()  # RegistryClient's default: look the credential up when the registry asks
 MAX_UNSIZED_BLOB_BYTES = 16 << 20
 ATTEMPTS = 3
+CHUNKED_UPLOAD_THRESHOLD = 256 << 20
+UPLOAD_CHUNK_BYTES = 64 << 20
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DOCKER_HUB = "registry-1.docker.io"
 
@@ -126,6 +129,10 @@ class RegistryClient:
         self.uploaded_bytes = 0
         self.uploaded_blobs: list[str] = []
         self.mounted_blobs: list[str] = []
+        self._lock = threading.Lock()
+        # Blobs larger than this go up in chunks of chunk_size (PATCH), the rest in one PUT.
+        self.chunked_threshold = CHUNKED_UPLOAD_THRESHOLD
+        self.chunk_size = UPLOAD_CHUNK_BYTES
 
     def close(self) -> None:
         self.client.close()
@@ -300,7 +307,8 @@ class RegistryClient:
         response = self.request("POST", f"/v2/{repository}/blobs/uploads/", repository=repository, push=True,
                                 params={"mount": digest, "from": from_repository})
         if response.status_code == 201:
-            self.mounted_blobs.append(digest)
+            with self._lock:
+                self.mounted_blobs.append(digest)
             return True
         if response.status_code == 202 and response.headers.get("Location"):
             # The registry opened an upload instead; cancel it so no session dangles.
@@ -322,8 +330,9 @@ class RegistryClient:
         if not self.has_blob(repository, digest):
             raise OciError(f"{self.registry} acknowledged {digest} but does not have it (HEAD after upload)",
                            field=digest)
-        self.uploaded_bytes += size
-        self.uploaded_blobs.append(digest)
+        with self._lock:  # uploads run in parallel threads (tools/oci/push.py)
+            self.uploaded_bytes += size
+            self.uploaded_blobs.append(digest)
 
     def _upload_once(self, repository: str, digest: str, content: bytes | Path | Iterator[bytes], size: int) -> None:
         start = self.request("POST", f"/v2/{repository}/blobs/uploads/", repository=repository, push=True)
@@ -337,11 +346,39 @@ class RegistryClient:
             body: bytes | Iterator[bytes] = chunks()
         else:
             body = content
+        if size > self.chunked_threshold:
+            location = self._patch_chunks(repository, digest, location, body)
+            body = b""
+            size = 0
         separator = "&" if "?" in location else "?"
         response = self.request("PUT", f"{location}{separator}digest={digest}", repository=repository, push=True,
                                 content=body, headers={"Content-Type": "application/octet-stream",
                                                        "Content-Length": str(size)})
         self._expect(response, (201,), f"upload of {digest}")
+
+    def _patch_chunks(self, repository: str, digest: str, location: str, body: bytes | Iterator[bytes]) -> str:
+        """The distribution spec's chunked upload: PATCH each chunk with its Content-Range, following
+        the Location each answer gives; the closing PUT carries the digest. Large blobs then never
+        ride on one request, and a registry's request-size limits do not apply."""
+        def pieces() -> Iterator[bytes]:
+            pending = bytearray()
+            for block in ([body] if isinstance(body, bytes) else body):
+                pending += block
+                while len(pending) >= self.chunk_size:
+                    yield bytes(pending[:self.chunk_size])
+                    del pending[:self.chunk_size]
+            if pending:
+                yield bytes(pending)
+
+        offset = 0
+        for piece in pieces():
+            response = self.request("PATCH", location, repository=repository, push=True, content=piece, headers={
+                "Content-Type": "application/octet-stream", "Content-Length": str(len(piece)),
+                "Content-Range": f"{offset}-{offset + len(piece) - 1}"})
+            self._expect(response, (202,), f"chunk {offset}-{offset + len(piece) - 1} of {digest}")
+            offset += len(piece)
+            location = response.headers.get("Location", location)
+        return location
 
     def put_manifest(self, repository: str, reference: str, data: bytes, media_type: str) -> str:
         response = self.request("PUT", f"/v2/{repository}/manifests/{reference}", repository=repository, push=True,

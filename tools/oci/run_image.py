@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             key = None if args.unsigned else load_private_key(args.signing_key)
             tags = [*args.tag, *(tag for path in args.tags_file for tag in read_tags(path))]
             tags = expand_tags(tags, read_status(args.status_file))
-            report = push(layout, args.push, tags=tags)
+            report = push(layout, args.push, tags=tags,
+                          progress=lambda line: print(f"push: {line}", file=sys.stderr, flush=True))
             print(f"pushed: {len(report.uploaded)} blobs uploaded ({report.uploaded_bytes} bytes), "
                   f"{len(report.mounted)} mounted, {len(report.streamed)} streamed, {len(report.present)} present",
                   file=sys.stderr)
