@@ -188,3 +188,31 @@ def test_podman_loads_the_tarball() -> None:
     loaded = run(["podman", "load", "--input", "images/qwen_mi300x_load.tar"])
     assert loaded.returncode == 0, loaded.stderr
     assert "omni/qwen_mi300x:latest" in loaded.stdout + loaded.stderr
+
+
+def test_the_local_base_index_is_pushed_signed_and_verified_as_one_digest(tmp_path: Path) -> None:
+    from tests.fixtures.pins import key_pair
+
+    key, public = key_pair(tmp_path, "signer")
+    runner = Path("images/local_base_push.push.sh").resolve()
+    with LoopbackRegistry() as registry:
+        completed = subprocess.run([str(runner), "--push", f"{registry.host}/omni/base", "--signing-key", str(key)],
+                                   capture_output=True, text=True, timeout=300,
+                                   env={**os.environ, "BUILD_WORKING_DIRECTORY": str(tmp_path)})
+        assert completed.returncode == 0, completed.stderr
+        reference = completed.stdout.splitlines()[-1]
+        digest = reference.split("@")[1]
+        assert digest == Path("images/local_base.digest").read_text().strip()
+        index = json.loads(crane("manifest", reference).stdout)
+        assert index["mediaType"] == "application/vnd.oci.image.index.v1+json"
+        assert [(m["platform"]["os"], m["platform"]["architecture"]) for m in index["manifests"]] == \
+            [("linux", "amd64"), ("linux", "arm64")]
+        raw = json.loads(run([SKOPEO, "inspect", "--tls-verify=false", "--raw", f"docker://{reference}"]).stdout)
+        assert raw == index
+        for arch in ("amd64", "arm64"):
+            config = json.loads(crane("config", "--platform", f"linux/{arch}", f"{registry.host}/omni/base:bookworm")
+                                .stdout)
+            assert config["architecture"] == arch
+        cosign = run(["/usr/bin/cosign", "verify", "--key", str(public), "--allow-http-registry",
+                      "--insecure-ignore-tlog=true", reference])
+        assert cosign.returncode == 0, cosign.stderr

@@ -379,3 +379,42 @@ def test_large_blobs_go_up_in_chunks_and_the_registry_has_them_whole(tmp_path: P
     with RegistryClient(registry.host) as reader:  # read back whole, digest and size checked
         assert len(reader.blob("omni/chunked", layer["digest"], size=layer["size"])) == layer["size"] > 16_384
     assert layer["digest"] in report.uploaded
+
+
+def _platform_image(work: Path, name: str, **platform: str) -> Path:
+    layer = make_layer(work, name, {f"/{name}.txt": name})
+    make_image(work / name, [layer], entrypoint=["/bin/true"], **platform)
+    return work / name
+
+
+def test_an_index_holds_one_image_per_platform_and_pushes_whole(tmp_path: Path, registry) -> None:
+    from tools.oci.index import write_index
+
+    amd = _platform_image(tmp_path, "amd", os="linux", architecture="amd64")
+    arm = _platform_image(tmp_path, "arm", os="linux", architecture="arm64", variant="v8")
+    digest = write_index(tmp_path / "index", [arm, amd])
+    assert write_index(tmp_path / "again", [amd, arm]) == digest  # the order given does not matter
+    report = push(tmp_path / "index", f"{registry.host}/omni/multi:1")
+    assert report.digest == digest and len(report.uploaded) == 4
+    for platform, image in (("linux/amd64", amd), ("linux/arm64/v8", arm)):
+        resolved = crane("digest", "--platform", platform, f"{registry.host}/omni/multi:1").stdout.strip()
+        assert resolved == blobs_of(image)["digest"]
+    assert len(push(tmp_path / "index", f"{registry.host}/omni/multi:1").uploaded) == 0
+
+
+@pytest.mark.parametrize("case, message", [
+    ("same platform twice", "are both linux/amd64: an index holds one image per platform"),
+    ("shallow", "is a shallow image"),
+    ("none", "an index needs at least one image"),
+])
+def test_index_refusals(tmp_path: Path, case: str, message: str) -> None:
+    from tools.oci.index import write_index
+    from tools.oci.layout import BASE_SIDECAR
+
+    one = _platform_image(tmp_path, "one", os="linux", architecture="amd64")
+    two = _platform_image(tmp_path, "two", os="linux", architecture="amd64")
+    images = {"same platform twice": [one, two], "shallow": [one], "none": []}[case]
+    if case == "shallow":
+        (one / BASE_SIDECAR).write_text("{}")
+    with pytest.raises(OciError, match=message):
+        write_index(tmp_path / "index", images)

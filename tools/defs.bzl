@@ -6,6 +6,7 @@ load(
     _OciLayerInfo = "OciLayerInfo",
     _debian_base_layer = "debian_base_layer",
     _oci_image = "oci_image",
+    _oci_image_index = "oci_image_index",
     _oci_layer = "oci_layer",
     _oci_load = "oci_load",
     _oci_push = "oci_push",
@@ -16,6 +17,7 @@ load("//tools/private:py_test.bzl", _omni_py_test = "omni_py_test")
 omni_py_test = _omni_py_test
 oci_layer = _oci_layer
 oci_image = _oci_image
+oci_image_index = _oci_image_index
 oci_push = _oci_push
 oci_load = _oci_load
 string_setting = _string_setting

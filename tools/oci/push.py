@@ -21,7 +21,8 @@ from typing import Callable
 
 from attest.errors import report_refusal, report_unexpected
 from tools.oci.errors import OciError
-from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, blob_path, read_layout
+from tools.oci.index import read_index
+from tools.oci.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
 from tools.oci.registry import Reference, RegistryClient
 
 # The distribution spec's tag grammar.
@@ -93,13 +94,26 @@ def push(layout: Path, target: str, *, client: RegistryClient | None = None,
     if jobs < 1:
         raise OciError(f"jobs must be at least 1, got {jobs}", field="jobs")
     tags = expand_tags([*([ref.tag] if ref.tag else []), *tags], {})
-    digest, manifest, manifest_bytes = read_layout(layout)
+    index = read_index(layout)
+    if index is not None:
+        # An image index: every platform's image (blobs, then its manifest by digest), then the index.
+        digest, index_document, top_bytes = index
+        children = []
+        for entry in index_document["manifests"]:
+            child_bytes = read_blob(layout, entry["digest"])
+            children.append((entry["digest"], json.loads(child_bytes), child_bytes))
+        top_type = OCI_INDEX
+    else:
+        digest, manifest, top_bytes = read_layout(layout)
+        children = [(digest, manifest, top_bytes)]
+        top_type = manifest.get("mediaType", OCI_MANIFEST)
     sidecar = json.loads((layout / BASE_SIDECAR).read_text()) if (layout / BASE_SIDECAR).is_file() else {}
     shallow = set(sidecar.get("shallow_layers") or [])
     owned = client is None
     client = client or RegistryClient(ref.registry)
     report = PushReport(reference=f"{ref.registry}/{ref.repository}@{digest}", digest=digest)
-    blobs = [manifest["config"], *manifest["layers"]]
+    blobs = list({blob["digest"]: blob for _, child, _ in children
+                  for blob in [child["config"], *child["layers"]]}.values())
     total = sum(blob["size"] for blob in blobs)
     done = {"blobs": 0, "bytes": 0}
     lock = threading.Lock()
@@ -142,9 +156,12 @@ def push(layout: Path, target: str, *, client: RegistryClient | None = None,
             outcomes = list(pool.map(tracked, blobs))  # in manifest order; the first failure is raised
         for kind, blob_digest in outcomes:
             getattr(report, kind).append(blob_digest)
-        client.put_manifest(ref.repository, digest, manifest_bytes, manifest.get("mediaType", OCI_MANIFEST))
+        if index is not None:
+            for child_digest, child, child_bytes in children:
+                client.put_manifest(ref.repository, child_digest, child_bytes, child.get("mediaType", OCI_MANIFEST))
+        client.put_manifest(ref.repository, digest, top_bytes, top_type)
         for tag in tags:
-            client.put_manifest(ref.repository, tag, manifest_bytes, manifest.get("mediaType", OCI_MANIFEST))
+            client.put_manifest(ref.repository, tag, top_bytes, top_type)
         report.tags = list(tags)
         report.uploaded_bytes = client.uploaded_bytes
     finally:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from attest.errors import report_refusal, report_unexpected
 from tools.oci.errors import OciError
+from tools.oci.index import read_index
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
 from tools.oci.push import expand_tags, push, read_status, read_tags
 from tools.oci.referrers import push_referrer
@@ -42,6 +43,15 @@ def _mb(size: int) -> str:
 
 
 def summary(layout: Path, name: str) -> str:
+    index = read_index(layout)
+    if index is not None:
+        digest, document, _ = index
+        lines = [f"{name}  {digest}", f"image index of {len(document['manifests'])} platforms:"]
+        for entry in document["manifests"]:
+            platform = entry.get("platform") or {}
+            lines.append(f"  {'/'.join(platform.get(k, '') for k in ('os', 'architecture', 'variant')).rstrip('/')}"
+                         f"  {entry['digest']}  {_mb(entry['size'])} manifest")
+        return "\n".join(lines)
     digest, manifest, _ = read_layout(layout)
     config = json.loads(read_blob(layout, manifest["config"]["digest"]))
     sidecar = json.loads((layout / BASE_SIDECAR).read_text()) if (layout / BASE_SIDECAR).is_file() else {}
@@ -76,6 +86,8 @@ def engine_line(layout: Path, name: str) -> str:
     if (layout / BASE_SIDECAR).is_file():
         sidecar = json.loads((layout / BASE_SIDECAR).read_text())
         return f"engine: from the vendor base {sidecar.get('image')}@{sidecar.get('digest')}"
+    if read_index(layout) is not None:
+        return "engine: as each platform's image says"
     _, manifest, _ = read_layout(layout)
     labels = (json.loads(read_blob(layout, manifest["config"]["digest"])).get("config") or {}).get("Labels") or {}
     record = labels.get("omni.engine.record_sha256", "unpinned")

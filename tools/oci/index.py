@@ -1,0 +1,108 @@
+"""One image index over the images of several platforms.
+
+    python -m tools.oci.index --output DIR --image LAYOUT ... [--digest-file FILE]
+
+Each image's platform is read from its own config (os, architecture, variant), never given
+twice; two images of one platform are refused. The output is an OCI layout whose one entry is
+the index: the index blob, every image's manifest, config and layers (hard-linked, not copied).
+Shallow images (base layers only referenced) are refused: an index is pushed and loaded whole.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tools.oci.errors import OciError
+from tools.oci.layout import (
+    BASE_SIDECAR,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    REF_NAME,
+    blob_path,
+    canonical,
+    descriptor,
+    link_blob,
+    read_blob,
+    read_layout,
+    sha256_digest,
+    write_blob,
+)
+
+
+def platform_of(layout: Path, manifest: dict[str, Any]) -> dict[str, str]:
+    config = json.loads(read_blob(layout, manifest["config"]["digest"]))
+    platform = {key: config[key] for key in ("os", "architecture", "variant") if config.get(key)}
+    if "os" not in platform or "architecture" not in platform:
+        raise OciError(f"{layout}: its config names no os/architecture", field=str(layout))
+    return platform
+
+
+def write_index(output: Path, images: list[Path]) -> str:
+    if not images:
+        raise OciError("an index needs at least one image", field="images")
+    entries, seen = [], {}
+    output.mkdir(parents=True, exist_ok=True)
+    for layout in images:
+        if (layout / BASE_SIDECAR).is_file():
+            raise OciError(f"{layout} is a shallow image (its base layers stay in the base's registry); an index "
+                           "holds complete images", field=str(layout))
+        digest, manifest, manifest_bytes = read_layout(layout)
+        platform = platform_of(layout, manifest)
+        key = "/".join(platform[k] for k in ("os", "architecture", "variant") if k in platform)
+        if key in seen:
+            raise OciError(f"{layout} and {seen[key]} are both {key}: an index holds one image per platform",
+                           field="images")
+        seen[key] = layout
+        for blob in [manifest["config"], *manifest["layers"]]:
+            source = blob_path(layout, blob["digest"])
+            if not source.is_file():
+                raise OciError(f"{layout} lacks blob {blob['digest']}", field=blob["digest"])
+            link_blob(output, source, blob["digest"])
+        write_blob(output, manifest_bytes)
+        entries.append(descriptor(manifest.get("mediaType", OCI_MANIFEST), manifest_bytes, platform=platform))
+    entries.sort(key=lambda entry: (entry["platform"]["os"], entry["platform"]["architecture"],
+                                    entry["platform"].get("variant", "")))
+    index = canonical({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries})
+    digest = write_blob(output, index)
+    (output / "oci-layout").write_bytes(canonical({"imageLayoutVersion": "1.0.0"}))
+    (output / "index.json").write_bytes(canonical({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        descriptor(OCI_INDEX, index, annotations={"org.opencontainers.image.ref.name": REF_NAME})]}))
+    return digest
+
+
+def read_index(layout: Path) -> tuple[str, dict[str, Any], bytes] | None:
+    """(digest, index, bytes) when the layout's one entry is an image index; None for an image."""
+    try:
+        entry = json.loads((layout / "index.json").read_text())["manifests"][0]
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        raise OciError(f"{layout} is not a readable OCI layout: {exc}", field=str(layout)) from None
+    if entry.get("mediaType") != OCI_INDEX:
+        return None
+    data = blob_path(layout, entry["digest"]).read_bytes()
+    if sha256_digest(data) != entry["digest"]:
+        raise OciError(f"{layout}: index blob does not match its digest {entry['digest']}", field="index.json")
+    return entry["digest"], json.loads(data), data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="index", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--image", type=Path, action="append", default=[], help="an image layout (repeatable)")
+    parser.add_argument("--digest-file", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        digest = write_index(args.output, args.image)
+    except OciError as exc:
+        print(f"index: {exc}", file=sys.stderr)
+        return 2
+    if args.digest_file:
+        args.digest_file.write_text(digest + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
