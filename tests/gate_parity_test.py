@@ -153,6 +153,7 @@ def test_a_request_failing_on_either_side_is_a_reason_naming_both(failing_side: 
 
 @pytest.mark.parametrize("answer, finish, stopped", [
     ("red\ngreen", "stop", True),
+    (None, "stop", True),  # stopped at once: no content at all
     ("red\ngreen", "length", False),
     ("red\ngreen\n\nEND", "stop", False),
     ("red END", "stop", False),
@@ -196,6 +197,7 @@ def _draws(seed: str, same: str, following: str) -> dict[str, str]:
     (_draws("a", "a", "b"), _draws("x", "x", "x"), ["gave one answer for seeds 7 and 8 where AR gave two"]),
     (_draws("a", "a", "b"), _draws("x", "x", ""), ["sampled answer is empty where AR's is not (next_seed)"]),
     (_draws("a", "a", "b"), _draws("", "x", "y"), ["sampled answer is empty where AR's is not (seed)"]),
+    (_draws("a", "a", "b"), _draws("", "x", ""), ["sampled answer is empty where AR's is not (seed)"]),
     (_draws("", "", ""), _draws("", "", ""), []),
 ])
 def test_seeded_sampling_is_judged_by_what_a_lossless_speculator_keeps(ar, spec, expected: list[str]) -> None:
