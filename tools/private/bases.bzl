@@ -12,7 +12,7 @@ the same digests from a mirror.
 """
 
 def _unavailable(rctx, message):
-    rctx.file("BUILD.bazel", """load("@@//tools/private:oci.bzl", "oci_unavailable_base")
+    rctx.file("BUILD.bazel", """load("@@//tools/private:base_rules.bzl", "oci_unavailable_base")
 
 oci_unavailable_base(
     name = "base",
@@ -53,7 +53,7 @@ def _vendor_base_impl(rctx):
                             "--repo_env=OMNI_BASE_MIRROR=MIRROR.").format(
             image, digest, result.stderr.strip(), image, digest, digest))
         return
-    rctx.file("BUILD.bazel", """load("@@//tools/private:oci.bzl", "oci_shallow_base")
+    rctx.file("BUILD.bazel", """load("@@//tools/private:base_rules.bzl", "oci_shallow_base")
 
 oci_shallow_base(
     name = "base",

@@ -1,0 +1,47 @@
+"""debian_base_layer: locked Debian packages -> one layer (the byte work: //tools/debian:rootfs)."""
+
+load(":providers.bzl", "OciLayerInfo")
+
+def _debian_base_layer_impl(ctx):
+    blob = ctx.actions.declare_file(ctx.label.name + ".tar.gz")
+    descriptor = ctx.actions.declare_file(ctx.label.name + ".layer.json")
+    packages = ctx.actions.declare_file(ctx.label.name + ".packages.json")
+    debs = ctx.files.debs
+    if (ctx.file.passwd == None) != (ctx.file.group == None):
+        fail("{}: passwd and group go together (a base), or neither (an add-on layer)".format(ctx.label))
+    ctx.actions.run(
+        executable = ctx.executable._rootfs_tool,
+        arguments = [
+            "--lock", ctx.file.lock.path,
+            "--arch", ctx.attr.arch,
+            "--debs", debs[0].dirname,
+            "--output", blob.path,
+            "--descriptor", descriptor.path,
+            "--packages", packages.path,
+        ] + (["--passwd", ctx.file.passwd.path, "--group", ctx.file.group.path] if ctx.file.passwd else []),
+        inputs = debs + [ctx.file.lock] + ([ctx.file.passwd, ctx.file.group] if ctx.file.passwd else []),
+        outputs = [blob, descriptor, packages],
+        mnemonic = "DebianBase",
+        progress_message = "Assembling the Debian base layer %{label}",
+        env = {"SOURCE_DATE_EPOCH": ctx.attr.source_date_epoch},
+    )
+    return [
+        DefaultInfo(files = depset([blob, descriptor, packages])),
+        OciLayerInfo(blob = blob, descriptor = descriptor),
+        OutputGroupInfo(packages = depset([packages])),
+    ]
+
+debian_base_layer = rule(
+    implementation = _debian_base_layer_impl,
+    doc = "The locked Debian packages of one architecture, merged in lock order into one layer: a base " +
+          "(with passwd and group), or an add-on over one (neither; its lock made with --over).",
+    attrs = {
+        "lock": attr.label(mandatory = True, allow_single_file = True),
+        "arch": attr.string(mandatory = True, values = ["amd64", "arm64"]),
+        "debs": attr.label(mandatory = True, doc = "The architecture's .deb files (one directory)."),
+        "passwd": attr.label(allow_single_file = True),
+        "group": attr.label(allow_single_file = True),
+        "source_date_epoch": attr.string(default = "0"),
+        "_rootfs_tool": attr.label(default = "//tools/debian:rootfs", executable = True, cfg = "exec"),
+    },
+)

@@ -1,0 +1,45 @@
+"""oci_image_index: one image index over images of different platforms."""
+
+load(":common.bzl", "RUNNER", "display")
+load(":providers.bzl", "OciImageInfo")
+
+def _oci_image_index_impl(ctx):
+    layout = ctx.actions.declare_directory(ctx.label.name + ".layout")
+    digest = ctx.actions.declare_file(ctx.label.name + ".digest")
+    images = [image[OciImageInfo].layout for image in ctx.attr.images]
+    args = ctx.actions.args()
+    args.add("--output", layout.path)
+    args.add("--digest-file", digest)
+    args.add_all(images, before_each = "--image", expand_directories = False)
+    ctx.actions.run(
+        executable = ctx.executable._index_tool,
+        arguments = [args],
+        inputs = images,
+        outputs = [layout, digest],
+        mnemonic = "OciIndex",
+        progress_message = "Assembling image index %{label}",
+    )
+    runner = ctx.actions.declare_file(ctx.label.name + ".run.sh")
+    ctx.actions.write(runner, RUNNER.format(
+        label = display(ctx.label),
+        runner = ctx.executable._runner.short_path,
+        layout = layout.short_path,
+    ), is_executable = True)
+    runfiles = ctx.runfiles(files = [layout, digest]).merge(ctx.attr._runner[DefaultInfo].default_runfiles)
+    return [
+        DefaultInfo(files = depset([layout, digest]), executable = runner, runfiles = runfiles),
+        OciImageInfo(layout = layout, digest = digest),
+    ]
+
+oci_image_index = rule(
+    implementation = _oci_image_index_impl,
+    executable = True,
+    doc = """One OCI image index over images of different platforms (each image's platform is read
+from its own config; two of one platform are refused). `bazel run` prints it; `oci_push` pushes
+every image and the index, signed as one digest.""",
+    attrs = {
+        "images": attr.label_list(mandatory = True, providers = [OciImageInfo]),
+        "_index_tool": attr.label(default = "//tools/oci:index", executable = True, cfg = "exec"),
+        "_runner": attr.label(default = "//tools/oci:run", executable = True, cfg = "target"),
+    },
+)

@@ -1,0 +1,9 @@
+"""string_setting: a string build setting (//images:base selects local or release bases)."""
+
+def _string_setting_impl(ctx):
+    return []
+
+string_setting = rule(
+    implementation = _string_setting_impl,
+    build_setting = config.string(flag = True),
+)
