@@ -35,6 +35,7 @@ MAX_UNSIZED_BLOB_BYTES = 16 << 20
 ATTEMPTS = 3
 CHUNKED_UPLOAD_THRESHOLD = 256 << 20
 UPLOAD_CHUNK_BYTES = 64 << 20
+UPLOAD_READ_BYTES = 8 << 20  # file reads per upload write: fewer, larger writes to the socket
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DOCKER_HUB = "registry-1.docker.io"
 
@@ -341,7 +342,7 @@ class RegistryClient:
         if isinstance(content, Path):
             def chunks(path: Path = content) -> Iterator[bytes]:
                 with path.open("rb") as handle:
-                    while block := handle.read(CHUNK):
+                    while block := handle.read(UPLOAD_READ_BYTES):
                         yield block
             body: bytes | Iterator[bytes] = chunks()
         else:
