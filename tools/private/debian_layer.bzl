@@ -1,6 +1,7 @@
 """debian_base_layer: locked Debian packages -> one layer (the byte work: //tools/debian:rootfs)."""
 
 load(":providers.bzl", "OciLayerInfo")
+load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
 
 def _debian_base_layer_impl(ctx):
     blob = ctx.actions.declare_file(ctx.label.name + ".tar.gz")
@@ -10,7 +11,7 @@ def _debian_base_layer_impl(ctx):
     if (ctx.file.passwd == None) != (ctx.file.group == None):
         fail("{}: passwd and group go together (a base), or neither (an add-on layer)".format(ctx.label))
     ctx.actions.run(
-        executable = ctx.executable._rootfs_tool,
+        executable = oci_tools(ctx).rootfs,
         arguments = [
             "--lock", ctx.file.lock.path,
             "--arch", ctx.attr.arch,
@@ -35,6 +36,7 @@ debian_base_layer = rule(
     implementation = _debian_base_layer_impl,
     doc = "The locked Debian packages of one architecture, merged in lock order into one layer: a base " +
           "(with passwd and group), or an add-on over one (neither; its lock made with --over).",
+    toolchains = [TOOLCHAIN_TYPE],
     attrs = {
         "lock": attr.label(mandatory = True, allow_single_file = True),
         "arch": attr.string(mandatory = True, values = ["amd64", "arm64"]),
@@ -42,6 +44,5 @@ debian_base_layer = rule(
         "passwd": attr.label(allow_single_file = True),
         "group": attr.label(allow_single_file = True),
         "source_date_epoch": attr.string(default = "0"),
-        "_rootfs_tool": attr.label(default = "//tools/debian:rootfs", executable = True, cfg = "exec"),
     },
 )

@@ -3,6 +3,7 @@ archive, push), with the pins, provenance and SBOM of Omni's images."""
 
 load(":common.bzl", "RUNNER", "display")
 load(":providers.bzl", "OciBaseInfo", "OciImageInfo", "OciLayerInfo")
+load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
 
 def _oci_image_impl(ctx):
     layout = ctx.actions.declare_directory(ctx.label.name + ".layout")
@@ -52,7 +53,7 @@ def _oci_image_impl(ctx):
         args.add("--layer", info.descriptor.path + "=" + info.blob.path)
         inputs += [info.descriptor, info.blob]
     ctx.actions.run(
-        executable = ctx.executable._image_tool,
+        executable = oci_tools(ctx).image,
         arguments = [args],
         inputs = inputs,
         outputs = [layout, digest],
@@ -73,7 +74,7 @@ def _oci_image_impl(ctx):
         prov_args.add_all(ctx.files.locks, before_each = "--lock")
         prov_args.add("--output", provenance)
         ctx.actions.run(
-            executable = ctx.executable._provenance_tool,
+            executable = oci_tools(ctx).provenance,
             arguments = [prov_args],
             inputs = [digest, layout, ctx.file.pins, ctx.info_file] + ctx.files.locks,
             outputs = [provenance],
@@ -93,7 +94,7 @@ def _oci_image_impl(ctx):
         if ctx.file.debian_lock:
             sbom_args.add("--debian-lock", ctx.file.debian_lock)
         ctx.actions.run(
-            executable = ctx.executable._sbom_tool,
+            executable = oci_tools(ctx).sbom,
             arguments = [sbom_args],
             inputs = [digest] + ctx.files.sbom_debian + ctx.files.sbom_wheels + ctx.files.debian_lock,
             outputs = [sbom],
@@ -121,6 +122,7 @@ oci_image = rule(
     doc = """Base + layers + config -> an OCI image layout. `bazel run` prints its digest and a
 summary; `-- --push REGISTRY/REPO[:TAG]` pushes it, `--output DIR` copies the layout,
 `--archive FILE` writes an OCI archive tarball.""",
+    toolchains = [TOOLCHAIN_TYPE],
     attrs = {
         "base": attr.label(providers = [[OciImageInfo], [OciBaseInfo]],
                            doc = "A shallow pinned base (OciBaseInfo) or another image's layout."),
@@ -147,9 +149,6 @@ summary; `-- --push REGISTRY/REPO[:TAG]` pushes it, `--output DIR` copies the la
         "checkpoint_lock": attr.label(allow_single_file = [".json"],
                                       doc = "Baked at /etc/omni/checkpoint.lock.json; its sha256 must be the pin's."),
         "locks": attr.label_list(allow_files = True, doc = "Lock files whose digests the provenance records."),
-        "_provenance_tool": attr.label(default = "//tools/oci:provenance", executable = True, cfg = "exec"),
-        "_image_tool": attr.label(default = "//tools/oci:image", executable = True, cfg = "exec"),
-        "_sbom_tool": attr.label(default = "//tools/oci:sbom", executable = True, cfg = "exec"),
         "_runner": attr.label(default = "//tools/oci:run", executable = True, cfg = "target"),
     },
 )

@@ -2,6 +2,7 @@
 
 load(":common.bzl", "RUNNER", "display")
 load(":providers.bzl", "OciImageInfo")
+load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
 
 def _oci_image_index_impl(ctx):
     layout = ctx.actions.declare_directory(ctx.label.name + ".layout")
@@ -12,7 +13,7 @@ def _oci_image_index_impl(ctx):
     args.add("--digest-file", digest)
     args.add_all(images, before_each = "--image", expand_directories = False)
     ctx.actions.run(
-        executable = ctx.executable._index_tool,
+        executable = oci_tools(ctx).index,
         arguments = [args],
         inputs = images,
         outputs = [layout, digest],
@@ -37,9 +38,9 @@ oci_image_index = rule(
     doc = """One OCI image index over images of different platforms (each image's platform is read
 from its own config; two of one platform are refused). `bazel run` prints it; `oci_push` pushes
 every image and the index, signed as one digest.""",
+    toolchains = [TOOLCHAIN_TYPE],
     attrs = {
         "images": attr.label_list(mandatory = True, providers = [OciImageInfo]),
-        "_index_tool": attr.label(default = "//tools/oci:index", executable = True, cfg = "exec"),
         "_runner": attr.label(default = "//tools/oci:run", executable = True, cfg = "target"),
     },
 )

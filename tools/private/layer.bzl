@@ -2,6 +2,7 @@
 deterministic layer (the byte work: //tools/oci:layer)."""
 
 load(":providers.bzl", "OciLayerInfo")
+load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
 
 def _dest_path(f, strip_prefix):
     path = f.short_path
@@ -41,7 +42,7 @@ def _oci_layer_impl(ctx):
     descriptor = ctx.actions.declare_file(ctx.label.name + ".layer.json")
     inputs = depset([spec] + ctx.files.tars, transitive = transitive + [f.files for f in ctx.attr.files])
     ctx.actions.run(
-        executable = ctx.executable._layer_tool,
+        executable = oci_tools(ctx).layer,
         arguments = ["--spec", spec.path, "--output", blob.path, "--descriptor", descriptor.path],
         inputs = inputs,
         outputs = [blob, descriptor],
@@ -57,6 +58,7 @@ def _oci_layer_impl(ctx):
 oci_layer = rule(
     implementation = _oci_layer_impl,
     doc = "Files, the transitive files of Python targets and the members of tars -> one deterministic layer.",
+    toolchains = [TOOLCHAIN_TYPE],
     attrs = {
         "srcs": attr.label_list(doc = "Targets whose files (and runfiles) go in the layer."),
         "tars": attr.label_list(allow_files = [".tar", ".tar.gz", ".tgz", ".tar.zst"],
@@ -71,6 +73,5 @@ oci_layer = rule(
         "directories": attr.string_dict(doc = "Extra empty directories: path -> octal mode."),
         "files": attr.label_keyed_string_dict(allow_files = True, doc = "Single files: label -> destination."),
         "source_date_epoch": attr.string(default = "0"),
-        "_layer_tool": attr.label(default = "//tools/oci:layer", executable = True, cfg = "exec"),
     },
 )
