@@ -3,6 +3,7 @@ unpack (files and modes in the rootfs), and crane validate after a push to a loo
 registry; `bazel run`'s summary, archive and push."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import pytest
 
 from tests.fixtures.oci import SKOPEO, UMOCI, blobs_of, crane, run, writable_copy
 from tests.fixtures.registry import LoopbackRegistry
+from tools.oci.layout import read_blob, read_layout
 
 IMAGES = {
     "qwen_mi300x": {"arch": "amd64", "module": "launcher", "machine": "x86_64"},
@@ -216,3 +218,15 @@ def test_the_local_base_index_is_pushed_signed_and_verified_as_one_digest(tmp_pa
         cosign = run(["/usr/bin/cosign", "verify", "--key", str(public), "--allow-http-registry",
                       "--insecure-ignore-tlog=true", reference])
         assert cosign.returncode == 0, cosign.stderr
+
+
+def test_a_generic_oci_image_takes_tars_other_rules_made() -> None:
+    """rules_oci's `tars`: the genrule's tar (owner 1234, a 2023 mtime) becomes one normalised layer."""
+    layout = Path("tests/tar_image.layout")
+    _, manifest, _ = read_layout(layout)
+    with tarfile.open(fileobj=io.BytesIO(read_blob(layout, manifest["layers"][-1]["digest"]))) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert tar.extractfile("etc/hello.txt").read() == b"hello\n"
+    assert {(m.uid, m.mtime) for m in members.values()} == {(0, 0)}
+    config = json.loads(read_blob(layout, manifest["config"]["digest"]))
+    assert config["history"][-1]["created_by"] == "omni: tests/sample.tar"

@@ -2,7 +2,7 @@
 them), each implemented in tools/private/<concern>.bzl, and the test macro."""
 
 load("//tools/private:debian_layer.bzl", _debian_base_layer = "debian_base_layer")
-load("//tools/private:image.bzl", _oci_image = "oci_image")
+load("//tools/private:image.bzl", _oci_image = "oci_image", _omni_image = "omni_image")
 load("//tools/private:index.bzl", _oci_image_index = "oci_image_index")
 load("//tools/private:layer.bzl", _oci_layer = "oci_layer")
 load("//tools/private:load.bzl", _oci_load = "oci_load")
@@ -19,6 +19,7 @@ load("//tools/private:settings.bzl", _string_setting = "string_setting")
 omni_py_test = _omni_py_test
 oci_layer = _oci_layer
 oci_image = _oci_image
+omni_image = _omni_image
 oci_image_index = _oci_image_index
 oci_push = _oci_push
 oci_load = _oci_load

@@ -1,9 +1,37 @@
-"""oci_image: base + layers + config -> an OCI image layout, runnable (summary, copy,
-archive, push), with the pins, provenance and SBOM of Omni's images."""
+"""oci_image: base + layers + config -> an OCI image layout, runnable (summary, copy, archive,
+push), with rules_oci's attribute names; omni_image: the same, plus what Omni's images carry
+(pins baked into labels and /etc/omni/image.json, release checks, provenance, SBOM)."""
 
 load(":common.bzl", "RUNNER", "display")
 load(":providers.bzl", "OciBaseInfo", "OciImageInfo", "OciLayerInfo")
 load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
+
+def _tar_layers(ctx):
+    """rules_oci's `tars`: each tar file another rule made becomes one normalised gzip layer."""
+    layers = []
+    for index, tar in enumerate(ctx.files.tars):
+        spec = ctx.actions.declare_file("{}.tar{}.spec.json".format(ctx.label.name, index))
+        ctx.actions.write(spec, json.encode({"entries": [], "tars": [{"src": tar.path, "prefix": "/"}]}))
+        blob = ctx.actions.declare_file("{}.tar{}.tar.gz".format(ctx.label.name, index))
+        descriptor = ctx.actions.declare_file("{}.tar{}.layer.json".format(ctx.label.name, index))
+        ctx.actions.run(
+            executable = oci_tools(ctx).layer,
+            arguments = ["--spec", spec.path, "--output", blob.path, "--descriptor", descriptor.path],
+            inputs = [spec, tar],
+            outputs = [blob, descriptor],
+            mnemonic = "OciLayer",
+            progress_message = "Normalising the layer tar " + tar.short_path,
+            env = {"SOURCE_DATE_EPOCH": ctx.attr.source_date_epoch},
+        )
+        layers.append(struct(name = tar.short_path, info = OciLayerInfo(blob = blob, descriptor = descriptor)))
+    return layers
+
+def _files(targets):
+    return [f for target in targets for f in target.files.to_list()]
+
+def _omni(ctx, name, default):
+    """An omni_image attribute; oci_image has none of them."""
+    return getattr(ctx.attr, name, default)
 
 def _oci_image_impl(ctx):
     layout = ctx.actions.declare_directory(ctx.label.name + ".layout")
@@ -23,7 +51,9 @@ def _oci_image_impl(ctx):
             spec[key] = getattr(ctx.attr, key)
     if ctx.attr.exposed_ports:
         spec["exposed_ports"] = ctx.attr.exposed_ports
-    spec["layer_names"] = [display(layer.label) for layer in ctx.attr.layers]
+    layers = [struct(name = display(layer.label), info = layer[OciLayerInfo]) for layer in ctx.attr.layers]
+    layers += _tar_layers(ctx)
+    spec["layer_names"] = [layer.name for layer in layers]
     spec_file = ctx.actions.declare_file(ctx.label.name + ".config.json")
     ctx.actions.write(spec_file, json.encode(spec))
     args = ctx.actions.args()
@@ -31,14 +61,18 @@ def _oci_image_impl(ctx):
     args.add("--config-spec", spec_file)
     args.add("--digest-file", digest)
     inputs = [spec_file]
-    if ctx.file.pins:
-        args.add("--pins", ctx.file.pins)
-        inputs.append(ctx.file.pins)
-        if ctx.attr.release:
+    pins = _omni(ctx, "pins", None)
+    pins = pins.files.to_list()[0] if pins else None
+    checkpoint_lock = _omni(ctx, "checkpoint_lock", None)
+    checkpoint_lock = checkpoint_lock.files.to_list()[0] if checkpoint_lock else None
+    if pins:
+        args.add("--pins", pins)
+        inputs.append(pins)
+        if _omni(ctx, "release", False):
             args.add("--release")
-        if ctx.file.checkpoint_lock:
-            args.add("--checkpoint-lock", ctx.file.checkpoint_lock)
-            inputs.append(ctx.file.checkpoint_lock)
+        if checkpoint_lock:
+            args.add("--checkpoint-lock", checkpoint_lock)
+            inputs.append(checkpoint_lock)
     if ctx.attr.base:
         base = ctx.attr.base
         if OciImageInfo in base:
@@ -48,8 +82,8 @@ def _oci_image_impl(ctx):
             marker = base[OciBaseInfo].dir_marker
             args.add("--base", marker.dirname)
             inputs += base[DefaultInfo].files.to_list()
-    for layer in ctx.attr.layers:
-        info = layer[OciLayerInfo]
+    for layer in layers:
+        info = layer.info
         args.add("--layer", info.descriptor.path + "=" + info.blob.path)
         inputs += [info.descriptor, info.blob]
     ctx.actions.run(
@@ -63,40 +97,44 @@ def _oci_image_impl(ctx):
     )
     outputs = [layout, digest]
     extra_args = ""
-    if ctx.file.pins:
+    locks = _files(_omni(ctx, "locks", []))
+    if pins:
         provenance = ctx.actions.declare_file(ctx.label.name + ".provenance.json")
         prov_args = ctx.actions.args()
         prov_args.add("--name", ctx.label.name)
         prov_args.add("--digest-file", digest)
         prov_args.add("--layout", layout.path)
-        prov_args.add("--pins", ctx.file.pins)
+        prov_args.add("--pins", pins)
         prov_args.add("--status", ctx.info_file)
-        prov_args.add_all(ctx.files.locks, before_each = "--lock")
+        prov_args.add_all(locks, before_each = "--lock")
         prov_args.add("--output", provenance)
         ctx.actions.run(
             executable = oci_tools(ctx).provenance,
             arguments = [prov_args],
-            inputs = [digest, layout, ctx.file.pins, ctx.info_file] + ctx.files.locks,
+            inputs = [digest, layout, pins, ctx.info_file] + locks,
             outputs = [provenance],
             mnemonic = "OciProvenance",
             progress_message = "Writing the provenance of %{label}",
         )
         outputs.append(provenance)
         extra_args += " --provenance " + provenance.short_path
-    if ctx.files.sbom_debian or ctx.files.sbom_wheels:
+    sbom_debian = _files(_omni(ctx, "sbom_debian", []))
+    sbom_wheels = _files(_omni(ctx, "sbom_wheels", []))
+    debian_lock = _files([_omni(ctx, "debian_lock", None)] if _omni(ctx, "debian_lock", None) else [])
+    if sbom_debian or sbom_wheels:
         sbom = ctx.actions.declare_file(ctx.label.name + ".spdx.json")
         sbom_args = ctx.actions.args()
         sbom_args.add("--name", ctx.label.name)
         sbom_args.add("--digest-file", digest)
         sbom_args.add("--output", sbom)
-        sbom_args.add_all(ctx.files.sbom_debian, before_each = "--debian")
-        sbom_args.add_all(ctx.files.sbom_wheels, before_each = "--wheels")
-        if ctx.file.debian_lock:
-            sbom_args.add("--debian-lock", ctx.file.debian_lock)
+        sbom_args.add_all(sbom_debian, before_each = "--debian")
+        sbom_args.add_all(sbom_wheels, before_each = "--wheels")
+        if debian_lock:
+            sbom_args.add("--debian-lock", debian_lock[0])
         ctx.actions.run(
             executable = oci_tools(ctx).sbom,
             arguments = [sbom_args],
-            inputs = [digest] + ctx.files.sbom_debian + ctx.files.sbom_wheels + ctx.files.debian_lock,
+            inputs = [digest] + sbom_debian + sbom_wheels + debian_lock,
             outputs = [sbom],
             mnemonic = "OciSbom",
             progress_message = "Writing the SBOM of %{label}",
@@ -116,39 +154,56 @@ def _oci_image_impl(ctx):
         OciImageInfo(layout = layout, digest = digest),
     ]
 
+_GENERIC_ATTRS = {
+    "base": attr.label(providers = [[OciImageInfo], [OciBaseInfo]],
+                       doc = "A shallow pinned base (OciBaseInfo) or another image's layout."),
+    "layers": attr.label_list(providers = [OciLayerInfo], doc = "oci_layer targets, in order."),
+    "tars": attr.label_list(allow_files = [".tar", ".tar.gz", ".tgz", ".tar.zst"],
+                            doc = "rules_oci's name: tar files other rules made, each one more layer after `layers`."),
+    "entrypoint": attr.string_list(),
+    "cmd": attr.string_list(),
+    "env": attr.string_dict(),
+    "workdir": attr.string(),
+    "user": attr.string(doc = "uid:gid (numeric, so Kubernetes runAsNonRoot can check it)."),
+    "volumes": attr.string_list(doc = "Paths the image writes to, declared as Volumes."),
+    "exposed_ports": attr.string_list(),
+    "labels": attr.string_dict(),
+    "annotations": attr.string_dict(doc = "Manifest annotations (org.opencontainers.image.*)."),
+    "os": attr.string(doc = "For images without a base; with one, only its own (else refused)."),
+    "architecture": attr.string(doc = "For images without a base; with one, only its own (else refused)."),
+    "variant": attr.string(),
+    "source_date_epoch": attr.string(default = "0"),
+    "_runner": attr.label(default = "//tools/oci:run", executable = True, cfg = "target"),
+}
+
+_OMNI_ATTRS = {
+    "pins": attr.label(allow_single_file = [".json"], mandatory = True,
+                       doc = "The pin document: labels, /etc/omni/image.json and the provenance."),
+    "release": attr.bool(doc = "Refuse empty pins (set by --config=release)."),
+    "checkpoint_lock": attr.label(allow_single_file = [".json"],
+                                  doc = "Baked at /etc/omni/checkpoint.lock.json; its sha256 must be the pin's."),
+    "locks": attr.label_list(allow_files = True, doc = "Lock files whose digests the provenance records."),
+    "sbom_debian": attr.label_list(allow_files = [".json"], doc = "Debian package lists (SBOM)."),
+    "sbom_wheels": attr.label_list(allow_files = [".json"], doc = "wheels.json of the Python layers (SBOM)."),
+    "debian_lock": attr.label(allow_single_file = True, doc = "Adds download URLs to the SBOM."),
+}
+
+_RUN_DOC = """`bazel run` prints its digest and a summary; `-- --push REGISTRY/REPO[:TAG]` pushes it,
+`--output DIR` copies the layout, `--archive FILE` writes an OCI archive tarball."""
+
 oci_image = rule(
     implementation = _oci_image_impl,
     executable = True,
-    doc = """Base + layers + config -> an OCI image layout. `bazel run` prints its digest and a
-summary; `-- --push REGISTRY/REPO[:TAG]` pushes it, `--output DIR` copies the layout,
-`--archive FILE` writes an OCI archive tarball.""",
+    doc = "Base + layers + config -> an OCI image layout (rules_oci's attribute names). " + _RUN_DOC,
     toolchains = [TOOLCHAIN_TYPE],
-    attrs = {
-        "base": attr.label(providers = [[OciImageInfo], [OciBaseInfo]],
-                           doc = "A shallow pinned base (OciBaseInfo) or another image's layout."),
-        "layers": attr.label_list(providers = [OciLayerInfo]),
-        "entrypoint": attr.string_list(),
-        "cmd": attr.string_list(),
-        "env": attr.string_dict(),
-        "workdir": attr.string(),
-        "user": attr.string(doc = "uid:gid (numeric, so Kubernetes runAsNonRoot can check it)."),
-        "volumes": attr.string_list(doc = "Paths the image writes to, declared as Volumes."),
-        "exposed_ports": attr.string_list(),
-        "labels": attr.string_dict(),
-        "annotations": attr.string_dict(doc = "Manifest annotations (org.opencontainers.image.*)."),
-        "os": attr.string(doc = "For images without a base; with one, only its own (else refused)."),
-        "architecture": attr.string(doc = "For images without a base; with one, only its own (else refused)."),
-        "variant": attr.string(),
-        "source_date_epoch": attr.string(default = "0"),
-        "sbom_debian": attr.label_list(allow_files = [".json"], doc = "Debian package lists (SBOM)."),
-        "sbom_wheels": attr.label_list(allow_files = [".json"], doc = "wheels.json of the deps layer (SBOM)."),
-        "debian_lock": attr.label(allow_single_file = True, doc = "Adds download URLs to the SBOM."),
-        "pins": attr.label(allow_single_file = [".json"],
-                           doc = "The pin document: labels, /etc/omni/image.json and the provenance."),
-        "release": attr.bool(doc = "Refuse empty pins (set by --config=release)."),
-        "checkpoint_lock": attr.label(allow_single_file = [".json"],
-                                      doc = "Baked at /etc/omni/checkpoint.lock.json; its sha256 must be the pin's."),
-        "locks": attr.label_list(allow_files = True, doc = "Lock files whose digests the provenance records."),
-        "_runner": attr.label(default = "//tools/oci:run", executable = True, cfg = "target"),
-    },
+    attrs = _GENERIC_ATTRS,
+)
+
+omni_image = rule(
+    implementation = _oci_image_impl,
+    executable = True,
+    doc = "An oci_image that carries Omni's evidence: the pin document (labels, /etc/omni/image.json, " +
+          "release checks, the runtime contract), its SLSA provenance and its SPDX SBOM. " + _RUN_DOC,
+    toolchains = [TOOLCHAIN_TYPE],
+    attrs = _GENERIC_ATTRS | _OMNI_ATTRS,
 )
