@@ -131,7 +131,7 @@ def test_a_missing_tar_and_an_unknown_compression_are_refused(tmp_path: Path) ->
     with pytest.raises(OciError, match="is unreadable") as refused:
         write_layer([], tmp_path / "out.tar", tars=[{"src": str(tmp_path / "absent.tar"), "prefix": "/x"}])
     assert refused.value.field == str(tmp_path / "absent.tar")
-    with pytest.raises(OciError, match="compression must be one of gzip, none, got 'xz'"):
+    with pytest.raises(OciError, match="compression must be one of gzip, zstd, none, got 'xz'"):
         write_layer([], tmp_path / "out.tar", compression="xz")
 
 
@@ -155,3 +155,19 @@ def test_an_uncompressed_layer_is_a_plain_tar_whose_digest_is_its_diff_id(tmp_pa
                     str(tmp_path / "rootfs")])
     assert unpacked.returncode == 0, unpacked.stderr
     assert (tmp_path / "rootfs/opt/site/pkg/alias.py").read_bytes() == b"A = 1\n"
+
+
+def test_a_zstd_layer_is_deterministic_and_unpacks_like_the_gzip_one(tmp_path: Path) -> None:
+    site = _site_tar(tmp_path / "site.tar")
+    zstd = write_layer([], tmp_path / "layer.tar.zst", tars=[{"src": str(site), "prefix": "/opt"}], compression="zstd")
+    again = write_layer([], tmp_path / "again.tar.zst", tars=[{"src": str(site), "prefix": "/opt"}], compression="zstd")
+    gz = write_layer([], tmp_path / "layer.tar.gz", tars=[{"src": str(site), "prefix": "/opt"}])
+    assert zstd == again and zstd["mediaType"] == "application/vnd.oci.image.layer.v1.tar+zstd"
+    assert zstd["diff_id"] == gz["diff_id"] and zstd["digest"] != gz["digest"]  # same tar, other compression
+    plain = zstandard.ZstdDecompressor().stream_reader(io.BytesIO((tmp_path / "layer.tar.zst").read_bytes())).read()
+    assert "sha256:" + hashlib.sha256(plain).hexdigest() == zstd["diff_id"]
+    # skopeo (containers/image, an independent implementation) reads the zstd layer of an image.
+    make_image(tmp_path / "layout", [(zstd, tmp_path / "layer.tar.zst")], entrypoint=["/bin/true"])
+    copied = run(["skopeo", "copy", "--dest-decompress", f"oci:{tmp_path / 'layout'}:latest",
+                  f"dir:{tmp_path / 'copied'}"])
+    assert copied.returncode == 0, copied.stderr

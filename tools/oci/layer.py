@@ -3,7 +3,7 @@
     python -m tools.oci.layer --spec SPEC.json --output LAYER.tar.gz --descriptor LAYER.json
 
 SPEC is {"entries": [{"src": path, "dest": "/abs/path"}, ...], "tars": [{"src": path,
-"prefix": "/abs/dir"}, ...], "compression": "gzip" | "none"}; an entry's "src" may be a file
+"prefix": "/abs/dir"}, ...], "compression": "gzip" | "zstd" | "none"}; an entry's "src" may be a file
 or omitted with "type": "dir"; entries may set "mode", "uid" and "gid". In Python, an entry
 may carry its bytes as "data" instead of "src", or be a "symlink" with a "target". "tars"
 are tar files other rules made (.tar, .tar.gz, .tar.zst: tools/oci/tar_input.py), their
@@ -30,11 +30,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
 from tools.oci.errors import OciError
-from tools.oci.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR
+from tools.oci.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
 from tools.oci.tar_input import TarReader, tar_entries
 
 COMPRESS_LEVEL = 6
-COMPRESSIONS = ("gzip", "none")
+COMPRESSIONS = ("gzip", "zstd", "none")
+ZSTD_LEVEL = 3
 
 
 class _HashingWriter(io.RawIOBase):
@@ -150,6 +151,14 @@ def write_layer(entries: Iterable[dict[str, Any]], output: Path, *, mtime: int =
                     uncompressed = _HashingWriter(gz)
                     with tarfile.open(fileobj=uncompressed, mode="w", format=tarfile.GNU_FORMAT) as tar:
                         _add_entries(tar, planned, mtime)
+            elif compression == "zstd":
+                import zstandard  # the locked binding; one thread and a fixed level: the same bytes everywhere
+
+                compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=0, write_checksum=True)
+                with compressor.stream_writer(compressed, closefd=False) as zst:
+                    uncompressed = _HashingWriter(zst)
+                    with tarfile.open(fileobj=uncompressed, mode="w", format=tarfile.GNU_FORMAT) as tar:
+                        _add_entries(tar, planned, mtime)
             else:
                 uncompressed = compressed
                 with tarfile.open(fileobj=compressed, mode="w", format=tarfile.GNU_FORMAT) as tar:
@@ -157,7 +166,7 @@ def write_layer(entries: Iterable[dict[str, Any]], output: Path, *, mtime: int =
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {
-        "mediaType": OCI_LAYER_GZIP if compression == "gzip" else OCI_LAYER_TAR,
+        "mediaType": {"gzip": OCI_LAYER_GZIP, "zstd": OCI_LAYER_ZSTD}.get(compression, OCI_LAYER_TAR),
         "digest": "sha256:" + compressed.digest.hexdigest(),
         "size": compressed.size,
         "diff_id": "sha256:" + uncompressed.digest.hexdigest(),

@@ -15,6 +15,7 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 OCI_LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
+OCI_LAYER_ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
@@ -24,7 +25,7 @@ INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 # Docker's layer types carry the same bytes as OCI's; an OCI manifest names the OCI type.
 LAYER_TYPE_TO_OCI = {DOCKER_LAYER_GZIP: OCI_LAYER_GZIP, OCI_LAYER_GZIP: OCI_LAYER_GZIP, OCI_LAYER_TAR: OCI_LAYER_TAR,
                      "application/vnd.docker.image.rootfs.diff.tar": OCI_LAYER_TAR,
-                     "application/vnd.oci.image.layer.v1.tar+zstd": "application/vnd.oci.image.layer.v1.tar+zstd"}
+                     OCI_LAYER_ZSTD: OCI_LAYER_ZSTD}
 BASE_SIDECAR = "omni-base.json"  # where a shallow layout's base layers can be fetched from
 
 
