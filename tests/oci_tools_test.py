@@ -418,3 +418,46 @@ def test_index_refusals(tmp_path: Path, case: str, message: str) -> None:
         (one / BASE_SIDECAR).write_text("{}")
     with pytest.raises(OciError, match=message):
         write_index(tmp_path / "index", images)
+
+
+def test_the_worker_answers_each_request_and_survives_failures(tmp_path: Path) -> None:
+    import io as stdio
+
+    from tools.oci import worker
+
+    def tool(argv: list[str]) -> int:
+        if argv == ["--fail"]:
+            raise SystemExit(2)
+        if argv == ["--bug"]:
+            raise RuntimeError("a bug")
+        print("args:", " ".join(argv))
+        return 0
+
+    (tmp_path / "params").write_text("--spec\nspec.json\n")
+    requests = [{"arguments": [f"@{tmp_path / 'params'}", "--x"], "requestId": 1}, {"arguments": ["--fail"]},
+                {"arguments": ["--bug"], "requestId": 3}, {"arguments": ["again"], "requestId": 4}]
+    out = stdio.StringIO()
+    assert worker.serve(tool, stdio.StringIO("".join(json.dumps(r) + "\n" for r in requests)), out) == 0
+    responses = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["requestId"], r["exitCode"]) for r in responses] == [(1, 0), (0, 2), (3, 1), (4, 0)]
+    assert responses[0]["output"] == "args: --spec spec.json --x\n"
+    assert "RuntimeError: a bug" in responses[2]["output"] and responses[3]["output"] == "args: again\n"
+    assert worker.run(tool, [f"@{tmp_path / 'params'}"]) == 0  # the plain command line reads the param file too
+
+
+def test_the_layer_tool_as_a_worker_writes_what_the_command_line_writes(tmp_path: Path) -> None:
+    import io as stdio
+
+    from tools.oci import layer, worker
+
+    (tmp_path / "a.txt").write_text("a\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"entries": [{"src": str(tmp_path / "a.txt"), "dest": "/a.txt"}]}))
+    assert layer.main(["--spec", str(spec), "--output", str(tmp_path / "cli.tar.gz"), "--descriptor",
+                       str(tmp_path / "cli.json")]) == 0
+    request = {"arguments": ["--spec", str(spec), "--output", str(tmp_path / "w.tar.gz"), "--descriptor",
+                             str(tmp_path / "w.json")], "requestId": 7}
+    out = stdio.StringIO()
+    worker.serve(layer.main, stdio.StringIO(json.dumps(request) + "\n"), out)
+    assert json.loads(out.getvalue())["exitCode"] == 0
+    assert (tmp_path / "w.tar.gz").read_bytes() == (tmp_path / "cli.tar.gz").read_bytes()

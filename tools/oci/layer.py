@@ -200,4 +200,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from tools.oci.worker import run  # a persistent worker under Bazel, a command line otherwise
+
+    raise SystemExit(run(main))

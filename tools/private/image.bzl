@@ -2,7 +2,7 @@
 push), with rules_oci's attribute names; omni_image: the same, plus what Omni's images carry
 (pins baked into labels and /etc/omni/image.json, release checks, provenance, SBOM)."""
 
-load(":common.bzl", "RUNNER", "display")
+load(":common.bzl", "RUNNER", "WORKER", "display", "worker_args")
 load(":providers.bzl", "OciBaseInfo", "OciImageInfo", "OciLayerInfo")
 load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
 
@@ -16,7 +16,9 @@ def _tar_layers(ctx):
         descriptor = ctx.actions.declare_file("{}.tar{}.layer.json".format(ctx.label.name, index))
         ctx.actions.run(
             executable = oci_tools(ctx).layer,
-            arguments = ["--spec", spec.path, "--output", blob.path, "--descriptor", descriptor.path],
+            arguments = [worker_args(ctx, ["--spec", spec.path, "--output", blob.path, "--descriptor",
+                                           descriptor.path])],
+            execution_requirements = WORKER,
             inputs = [spec, tar],
             outputs = [blob, descriptor],
             mnemonic = "OciLayer",
@@ -57,6 +59,8 @@ def _oci_image_impl(ctx):
     spec_file = ctx.actions.declare_file(ctx.label.name + ".config.json")
     ctx.actions.write(spec_file, json.encode(spec))
     args = ctx.actions.args()
+    args.use_param_file("@%s", use_always = True)
+    args.set_param_file_format("multiline")
     args.add("--output", layout.path)
     args.add("--config-spec", spec_file)
     args.add("--digest-file", digest)
@@ -92,6 +96,7 @@ def _oci_image_impl(ctx):
         inputs = inputs,
         outputs = [layout, digest],
         mnemonic = "OciImage",
+        execution_requirements = WORKER,
         progress_message = "Assembling image %{label}",
         env = {"SOURCE_DATE_EPOCH": ctx.attr.source_date_epoch},
     )

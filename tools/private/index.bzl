@@ -1,6 +1,6 @@
 """oci_image_index: one image index over images of different platforms."""
 
-load(":common.bzl", "RUNNER", "display")
+load(":common.bzl", "RUNNER", "WORKER", "display")
 load(":providers.bzl", "OciImageInfo")
 load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
 
@@ -9,6 +9,8 @@ def _oci_image_index_impl(ctx):
     digest = ctx.actions.declare_file(ctx.label.name + ".digest")
     images = [image[OciImageInfo].layout for image in ctx.attr.images]
     args = ctx.actions.args()
+    args.use_param_file("@%s", use_always = True)
+    args.set_param_file_format("multiline")
     args.add("--output", layout.path)
     args.add("--digest-file", digest)
     args.add_all(images, before_each = "--image", expand_directories = False)
@@ -18,6 +20,7 @@ def _oci_image_index_impl(ctx):
         inputs = images,
         outputs = [layout, digest],
         mnemonic = "OciIndex",
+        execution_requirements = WORKER,
         progress_message = "Assembling image index %{label}",
     )
     runner = ctx.actions.declare_file(ctx.label.name + ".run.sh")

@@ -1,6 +1,7 @@
 """oci_layer: files, the transitive files of Python targets and the members of tars -> one
 deterministic layer (the byte work: //tools/oci:layer)."""
 
+load(":common.bzl", "WORKER", "worker_args")
 load(":providers.bzl", "OciLayerInfo")
 load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
 
@@ -43,7 +44,8 @@ def _oci_layer_impl(ctx):
     inputs = depset([spec] + ctx.files.tars, transitive = transitive + [f.files for f in ctx.attr.files])
     ctx.actions.run(
         executable = oci_tools(ctx).layer,
-        arguments = ["--spec", spec.path, "--output", blob.path, "--descriptor", descriptor.path],
+        arguments = [worker_args(ctx, ["--spec", spec.path, "--output", blob.path, "--descriptor", descriptor.path])],
+        execution_requirements = WORKER,
         inputs = inputs,
         outputs = [blob, descriptor],
         mnemonic = "OciLayer",
