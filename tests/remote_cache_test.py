@@ -1,0 +1,127 @@
+"""A real Bazel remote cache: nginx (Debian's, WebDAV PUT) on loopback, and two clean output
+bases building both default images from a copy of this checkout. The first fills the cache; the
+second must take every action that runs a process from it (100% remote cache hits) and build
+the same digests. Needs the real home's Bazel repository cache (no network) and no sandbox:
+it runs Bazel itself."""
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+NGINX = "/usr/sbin/nginx"
+BAZEL = shutil.which("bazel") or "/usr/bin/bazel"
+TARGETS = ["//images:qwen_mi300x", "//images:deepseek_spark"]
+PROCESSES = re.compile(r"INFO: (\d+) processes?: (.*)\.")
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _checkout(target: Path) -> Path:
+    """This checkout's files as git sees them (tracked and new, not ignored), into `target`."""
+    root = Path("README.md").resolve().parent  # a runfile links back into the source tree
+    listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = root / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    return target
+
+
+class DavCache:
+    def __init__(self) -> None:
+        if not Path(NGINX).exists():
+            pytest.fail(f"{NGINX} is missing: run tools/setup (it installs nginx-light)")
+        # Not under the test's private temporary directory: nginx's workers (another user) must reach it.
+        work = Path(tempfile.mkdtemp(prefix="omni-dav-", dir="/tmp"))
+        work.chmod(0o755)
+        self.work = work
+        self.root, self.port = work / "cache", _port()
+        for directory in (self.root, work / "tmp"):
+            directory.mkdir(parents=True)
+            directory.chmod(0o777)  # nginx's workers run as another user
+        config = work / "nginx.conf"
+        config.write_text(f"""daemon off;
+pid {work / 'nginx.pid'};
+error_log {work / 'error.log'} warn;
+events {{}}
+http {{
+  access_log off;
+  client_body_temp_path {work / 'tmp'};
+  proxy_temp_path {work / 'tmp'};
+  fastcgi_temp_path {work / 'tmp'};
+  uwsgi_temp_path {work / 'tmp'};
+  scgi_temp_path {work / 'tmp'};
+  server {{
+    listen 127.0.0.1:{self.port};
+    location / {{
+      root {self.root};
+      dav_methods PUT;
+      create_full_put_path on;
+      client_max_body_size 0;
+    }}
+  }}
+}}
+""")
+        self.process = subprocess.Popen([NGINX, "-c", str(config)], stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"nginx did not listen: {(work / 'error.log').read_text()[-500:]}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=20)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _bazel(workspace: Path, output_base: Path, *args: str) -> subprocess.CompletedProcess:
+    home = pwd.getpwuid(os.getuid()).pw_dir  # its Bazel repository cache: every fetch by sha256, offline
+    env = {"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "USER": pwd.getpwuid(os.getuid()).pw_name}
+    return subprocess.run([BAZEL, f"--output_base={output_base}", *args], cwd=workspace, capture_output=True,
+                          text=True, timeout=1200, env=env)
+
+
+def test_a_clean_output_base_builds_both_images_entirely_from_the_remote_cache(tmp_path: Path) -> None:
+    workspace = _checkout(tmp_path / "checkout")
+    cache = DavCache()
+    bases = [tmp_path / "base-1", tmp_path / "base-2"]
+    try:
+        runs = [_bazel(workspace, base, "build", f"--remote_cache={cache.url}", *TARGETS) for base in bases]
+        for run in runs:
+            assert run.returncode == 0, run.stderr[-3000:]
+        first, second = (PROCESSES.findall(run.stderr)[-1] for run in runs)
+        kinds = dict((kind, int(count)) for count, kind in
+                     (part.strip().split(" ", 1) for part in second[1].split(",")))
+        ran = {kind: count for kind, count in kinds.items() if kind not in ("internal", "remote cache hit")}
+        assert kinds.get("remote cache hit", 0) > 0 and not ran, f"second build: {second}; first: {first}"
+        digests = [[(base / "execroot/_main/bazel-out/k8-fastbuild/bin/images" / f"{name}.digest").read_text()
+                    for name in ("qwen_mi300x", "deepseek_spark")] for base in bases]
+        assert digests[0] == digests[1]
+        stored = [f for f in cache.root.rglob("*") if f.is_file()]
+        assert {f.relative_to(cache.root).parts[0] for f in stored} == {"ac", "cas"}, (cache.work / "error.log")
+    finally:
+        for base in bases:
+            _bazel(workspace, base, "shutdown")
+        cache.stop()
