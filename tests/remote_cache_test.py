@@ -125,3 +125,63 @@ def test_a_clean_output_base_builds_both_images_entirely_from_the_remote_cache(t
         for base in bases:
             _bazel(workspace, base, "shutdown")
         cache.stop()
+
+
+def _synthetic_base(registry: str, repository: str, work: Path, size: int, parts: int) -> tuple[str, set[str]]:
+    """A linux/amd64 'vendor' base of incompressible layers; returns its digest and its layers' hex digests."""
+    import hashlib
+
+    from tools.oci.layout import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST, canonical, descriptor
+    from tools.oci.registry import RegistryClient
+
+    layers = []
+    with RegistryClient(registry, credential=None) as client:
+        for index in range(parts):
+            blob, hasher = work / f"base-layer-{index}", hashlib.sha256()
+            with blob.open("wb") as handle:
+                for _ in range(size // parts // (16 << 20)):
+                    chunk = os.urandom(16 << 20)
+                    hasher.update(chunk)
+                    handle.write(chunk)
+            digest = "sha256:" + hasher.hexdigest()
+            client.upload(repository, digest, blob, blob.stat().st_size)
+            layers.append({"mediaType": OCI_LAYER_GZIP, "digest": digest, "size": blob.stat().st_size})
+            blob.unlink()
+        config = canonical({"architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/usr/bin:/bin"]},
+                            "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]}})
+        client.upload(repository, "sha256:" + hashlib.sha256(config).hexdigest(), config, len(config))
+        manifest = canonical({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descriptor(OCI_CONFIG, config),
+                              "layers": layers})
+        digest = client.put_manifest(repository, "release-base", manifest, OCI_MANIFEST)
+    return digest, {layer["digest"].split(":", 1)[1] for layer in layers}
+
+
+def test_a_release_build_on_a_2_gb_base_puts_no_base_bytes_in_the_cache(tmp_path: Path) -> None:
+    """--config=release builds shallow on the pinned vendor base (here a synthetic 2 GB one, mirrored
+    on loopback): the cache then holds the small layers and metadata, never a base layer."""
+    import json
+
+    from tests.fixtures.registry import LoopbackRegistry
+
+    workspace = _checkout(tmp_path / "checkout")
+    cache = DavCache()
+    base = tmp_path / "release-base"
+    with LoopbackRegistry() as registry:
+        try:
+            digest, base_layers = _synthetic_base(registry.host, "rocm/vllm", tmp_path, 2 << 30, 8)
+            pins_path = workspace / "images" / "qwen_mi300x.pins.json"
+            pins = json.loads(pins_path.read_text())
+            # A test copy only: a release needs every pin, and these are the test's own values.
+            pins["base"]["digest"] = digest
+            pins["engine"]["commit"], pins["model"]["revision"] = "a" * 40, "b" * 40
+            pins["speculator"]["revision"] = "c" * 40
+            pins_path.write_text(json.dumps(pins, indent=2) + "\n")
+            run = _bazel(workspace, base, "build", "--config=release", f"--repo_env=OMNI_BASE_MIRROR={registry.host}",
+                         f"--remote_cache={cache.url}", "//images:qwen_mi300x")
+            assert run.returncode == 0, run.stderr[-3000:]
+            stored = {f.name: f.stat().st_size for f in (cache.root / "cas").rglob("*") if f.is_file()}
+            assert stored and not base_layers & set(stored), "a base layer went into the cache"
+            assert sum(stored.values()) < 200 << 20, f"the cache holds {sum(stored.values())} bytes"
+        finally:
+            _bazel(workspace, base, "shutdown")
+            cache.stop()
