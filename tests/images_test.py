@@ -230,3 +230,22 @@ def test_a_generic_oci_image_takes_tars_other_rules_made() -> None:
     assert {(m.uid, m.mtime) for m in members.values()} == {(0, 0)}
     config = json.loads(read_blob(layout, manifest["config"]["digest"]))
     assert config["history"][-1]["created_by"] == "omni: tests/sample.tar"
+
+
+def test_each_platform_of_an_index_carries_its_own_native_wheels() -> None:
+    """The wheels follow the platform: in the amd64 image pydantic_core's extension is an x86-64
+    ELF, in the arm64 image an AArch64 one (ELF e_machine 62 and 183)."""
+    layout = Path("tests/spark_multiarch.layout")
+    index = json.loads(read_blob(layout, json.loads((layout / "index.json").read_text())["manifests"][0]["digest"]))
+    machines = {}
+    for entry in index["manifests"]:
+        manifest = json.loads(read_blob(layout, entry["digest"]))
+        for layer in manifest["layers"]:
+            with tarfile.open(fileobj=io.BytesIO(read_blob(layout, layer["digest"]))) as tar:
+                for member in tar.getmembers():
+                    if member.name.startswith("opt/omni/site-packages/pydantic_core/_pydantic_core") \
+                            and member.name.endswith(".so"):
+                        header = tar.extractfile(member).read(20)
+                        machines[entry["platform"]["architecture"]] = (member.name, int.from_bytes(header[18:20], "little"))
+    assert {arch: machine for arch, (_, machine) in machines.items()} == {"amd64": 62, "arm64": 183}, machines
+    assert "x86_64" in machines["amd64"][0] and "aarch64" in machines["arm64"][0]
