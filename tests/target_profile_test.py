@@ -261,3 +261,35 @@ def test_the_built_tiny_checkpoint_is_attested_for_its_profile(tmp_path: Path) -
     inspected = inspect_target_checkpoint(root, model_id=TINY_MODEL_ID, revision=revision,
                                           expected_manifest_sha256=pinned, profile=load_target_profile(TINY_PROFILE))
     assert (inspected.native_mtp_head, inspected.shards_hashed, inspected.max_model_len) == (True, 1, 2048)
+
+
+# Every bounded field of a profile, on both sides of its bound: the empty (or zero) value is
+# refused naming the field, the smallest allowed one is accepted.
+BOUNDS = [
+    (("display_name",), "", "Q"), (("family",), "", "Q"), (("model_id",), "", "m"), (("architecture",), "", "A"),
+    (("model_type",), "", "q"), (("text_shape",), {}, {"hidden_size": 5120}),
+    (("mtp", "layers_field"), "", "x"), (("mtp", "layers"), 0, 1), (("mtp", "weight_groups"), [], ["mtp."]),
+    (("mtp", "groups_label"), "", "m"), (("hardware", "profile"), "", "p"), (("hardware", "description"), "", "d"),
+    (("dflash2", "model_id"), "", "d"), (("dflash2", "architecture"), "", "D"), (("dflash2", "shape"), {}, {"a": 1}),
+    (("dflash2", "drafter_config"), {}, {"block_size": 8}), (("dflash2", "weight_file"), "", "w"),
+    (("dflash2", "speculative_tokens"), 0, 1), (("server", "dtypes"), [], ["float16"]),
+    (("modes",), [], ["autoregressive"]),
+]
+
+
+@pytest.mark.parametrize("path, refused, smallest", BOUNDS, ids=[".".join(b[0]) for b in BOUNDS])
+def test_every_bounded_profile_field_on_both_sides_of_its_bound(path: tuple, refused: Any, smallest: Any) -> None:
+    def with_value(value: Any) -> dict[str, Any]:
+        document = copy.deepcopy(_document(DEFAULT_PROFILE))
+        if path == ("modes",) and value:  # one mode: then neither MTP nor the canary may be described
+            document["mtp"], document["dflash2"] = None, None
+        target = document
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return document
+
+    with pytest.raises(AttestError) as caught:
+        parse_document(TargetProfile, with_value(refused), label="target profile")
+    assert caught.value.field == "target profile." + ".".join(path), caught.value
+    assert parse_document(TargetProfile, with_value(smallest), label="target profile")
