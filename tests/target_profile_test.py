@@ -293,3 +293,11 @@ def test_every_bounded_profile_field_on_both_sides_of_its_bound(path: tuple, ref
         parse_document(TargetProfile, with_value(refused), label="target profile")
     assert caught.value.field == "target profile." + ".".join(path), caught.value
     assert parse_document(TargetProfile, with_value(smallest), label="target profile")
+
+
+@pytest.mark.parametrize("name", ["../profiles/qwen3.8-27b-mi300x", "qwen3.8-27b-mi300x/../qwen3.8-27b-mi300x",
+                                  "QWEN3.8-27B-MI300X", "no-such-profile", ""])
+def test_a_profile_name_is_a_plain_shipped_name_never_a_path(name: str) -> None:
+    with pytest.raises(AttestError, match="no target profile named") as refused:
+        load_target_profile(name)
+    assert refused.value.field == "OMNI_TARGET_PROFILE" and "qwen3.8-27b-mi300x" in str(refused.value)
