@@ -433,3 +433,73 @@ def test_corpus_is_fixed() -> None:
 
 
 RECORDED_CORPUS_SHA256 = "e591d809850418065154c3152b55d71bd8c1d8f6f16a7ae088d86da6e3d1969e"
+
+
+def test_preflight_failure_compares_no_benchmark_sample_and_a_spec_model_is_asked_for_by_its_name(
+        tmp_path: Path) -> None:
+    output = tmp_path / "gate.json"
+    base = ["--model", MODEL, "--target-revision", TARGET_REVISION, "--speculator-revision", SPECULATOR_REVISION,
+            "--engine-commit", VLLM_COMMIT, "--output", str(output), "--samples", "1"]
+    with ScriptedOpenAI(Deterministic(), api_key=KEY, served_model=MODEL) as ar, \
+            ScriptedOpenAI(Deterministic(), api_key=KEY, served_model="spec-name") as spec, \
+            mock.patch.dict(os.environ, {"OMNI_GATE_API_KEY": KEY}):
+        assert generate.main(["--ar-url", ar.url, "--spec-url", spec.url, *base]) == 1
+        gate = json.loads(output.read_text())
+        assert gate["parity"]["benchmark_samples_compared"] == 0 and gate["benchmark"]["samples_per_mode"] == 0
+        # With --spec-model the speculative server is asked for its own name: the preflight passes.
+        generate.main(["--ar-url", ar.url, "--spec-url", spec.url, "--spec-model", "spec-name", *base])
+        gate = json.loads(output.read_text())
+        assert not any(reason.startswith("preflight") for reason in gate["parity"]["reasons"]), gate["parity"]
+        assert any(request.get("model") == "spec-name" for request in spec.requests if isinstance(request, dict))
+
+
+@pytest.mark.parametrize("models", [[], {"data": {"id": MODEL}}, {"data": "x"}, "models"])
+def test_a_model_list_of_another_shape_is_refused_naming_the_server(models: Any) -> None:
+    from tools.gate.peer import PeerError
+
+    class Listing:
+        name, model, url = "ar", MODEL, "http://127.0.0.1:9"
+
+        def get_json(self, client: Any, path: str) -> Any:
+            return models if path == "/v1/models" else {}
+
+    with pytest.raises(PeerError, match="ar server: /v1/models is not an OpenAI model list"):
+        generate.describe(Listing(), None)
+
+
+def test_the_deadline_is_named_when_only_it_is_wrong(tmp_path: Path, capsys) -> None:
+    code = generate.main(["--ar-url", "http://127.0.0.1:9", "--spec-url", "http://127.0.0.1:9", "--model", MODEL,
+                          "--target-revision", TARGET_REVISION, "--speculator-revision", SPECULATOR_REVISION,
+                          "--engine-commit", VLLM_COMMIT, "--output", str(tmp_path / "g.json"),
+                          "--request-timeout", "0.5", "--deadline", "0"])
+    assert code == 2 and json.loads(capsys.readouterr().err.strip().splitlines()[-1])["field"] == "--deadline"
+
+
+def test_the_results_table_puts_acceptance_on_the_speculative_rows(tmp_path: Path) -> None:
+    _, gate, _ = _run_gate(tmp_path, Deterministic(), extra=["--samples", "100"])
+    from attest.documents import parse_document
+    from attest.speculation import DFlash2Gate
+
+    table = generate.results_table(parse_document(DFlash2Gate, gate, label="gate")).splitlines()
+    ar_rows = [row for row in table if row.startswith("| AR |")]
+    spec_rows = [row for row in table if row.startswith("| speculative |")]
+    assert ar_rows and spec_rows and all(row.endswith("| - |") for row in ar_rows)
+    assert all("%" in row.rsplit("|", 2)[1] for row in spec_rows)
+
+
+def test_a_parity_failure_fails_the_gate_even_when_the_benchmark_passes(tmp_path: Path, capsys) -> None:
+    code, gate, _ = _run_gate(tmp_path, Deterministic("tool_json"), extra=["--samples", "100"])
+    assert gate["benchmark"]["passed"] is True and gate["parity"]["passed"] is False
+    assert code == 1 and "gate: FAILED; wrote" in capsys.readouterr().err
+
+
+def test_the_module_exits_with_the_generators_code() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "tools.gate.generate", "--ar-url", "http://127.0.0.1:9", "--spec-url",
+                           "http://127.0.0.1:9", "--model", MODEL, "--target-revision", TARGET_REVISION,
+                           "--speculator-revision", SPECULATOR_REVISION, "--engine-commit", VLLM_COMMIT,
+                           "--output", "/tmp/unused-gate.json", "--samples", "0"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 2 and "--samples must be positive" in done.stderr
