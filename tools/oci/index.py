@@ -32,6 +32,11 @@ from tools.oci.layout import (
 )
 
 
+def platform_name(platform: dict[str, str]) -> str:
+    """os/architecture[/variant], as `--platform` flags and messages write a platform."""
+    return "/".join(platform[key] for key in ("os", "architecture", "variant") if platform.get(key))
+
+
 def platform_of(layout: Path, manifest: dict[str, Any]) -> dict[str, str]:
     config = json.loads(read_blob(layout, manifest["config"]["digest"]))
     platform = {key: config[key] for key in ("os", "architecture", "variant") if config.get(key)}
@@ -51,7 +56,7 @@ def write_index(output: Path, images: list[Path]) -> str:
                            "holds complete images", field=str(layout))
         digest, manifest, manifest_bytes = read_layout(layout)
         platform = platform_of(layout, manifest)
-        key = "/".join(platform[k] for k in ("os", "architecture", "variant") if k in platform)
+        key = platform_name(platform)
         if key in seen:
             raise OciError(f"{layout} and {seen[key]} are both {key}: an index holds one image per platform",
                            field="images")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from attest.errors import report_refusal, report_unexpected
 from tools.oci.errors import OciError
-from tools.oci.index import read_index
+from tools.oci.index import platform_name, read_index
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
 from tools.oci.push import expand_tags, push, read_status, read_tags
 from tools.oci.referrers import push_referrer
@@ -48,9 +48,8 @@ def summary(layout: Path, name: str) -> str:
         digest, document, _ = index
         lines = [f"{name}  {digest}", f"image index of {len(document['manifests'])} platforms:"]
         for entry in document["manifests"]:
-            platform = entry.get("platform") or {}
-            lines.append(f"  {'/'.join(platform.get(k, '') for k in ('os', 'architecture', 'variant')).rstrip('/')}"
-                         f"  {entry['digest']}  {_mb(entry['size'])} manifest")
+            lines.append(f"  {platform_name(entry.get('platform') or {})}  {entry['digest']}  {_mb(entry['size'])} "
+                         "manifest")
         return "\n".join(lines)
     digest, manifest, _ = read_layout(layout)
     config = json.loads(read_blob(layout, manifest["config"]["digest"]))
@@ -237,9 +236,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{len(report.mounted)} mounted, {len(report.streamed)} streamed, {len(report.present)} present",
                   file=sys.stderr)
             push_evidence(layout, args, report.digest, key)
+            repository = report.reference.split("@", 1)[0]  # REGISTRY/REPO, as pushed
             for tag in report.tags:
-                print(f"tagged: {Reference.parse(args.push).registry}/{Reference.parse(args.push).repository}:{tag}",
-                      file=sys.stderr)
+                print(f"tagged: {repository}:{tag}", file=sys.stderr)
             if key is None:
                 print(f"UNSIGNED: {report.reference} was pushed without signatures (--unsigned)", file=sys.stderr)
             print(report.reference)

@@ -1,4 +1,7 @@
-"""What several OCI rules share: a label as users type it, and the runner script of a layout."""
+"""What several OCI rules share: a label as users type it, the runner script of a layout, and
+how build actions are handed to persistent workers."""
+
+load(":providers.bzl", "OciImageInfo")
 
 def display(label):
     return "//{}:{}".format(label.package, label.name)
@@ -12,10 +15,25 @@ exec ./{runner} --layout {layout} --name '{label}' "$@"
 # (tools/oci/worker.py): one warm process serves many actions.
 WORKER = {"supports-workers": "1", "requires-worker-protocol": "json"}
 
-def worker_args(ctx, arguments):
-    """An Args of `arguments` passed through a param file, as workers receive them."""
+def worker_args(ctx, arguments = []):
+    """An Args (starting with `arguments`) passed through a param file, as workers receive them."""
     args = ctx.actions.args()
     args.add_all(arguments)
     args.use_param_file("@%s", use_always = True)
     args.set_param_file_format("multiline")
     return args
+
+def runnable_layout(ctx, layout, digest, outputs, extra_args = ""):
+    """The providers of a rule whose `bazel run` is the layout runner (//tools/oci:run, the
+    rule's `_runner`): summary, copy, archive and push of `layout`; `outputs` ride in runfiles."""
+    runner = ctx.actions.declare_file(ctx.label.name + ".run.sh")
+    ctx.actions.write(runner, RUNNER.format(
+        label = display(ctx.label),
+        runner = ctx.executable._runner.short_path,
+        layout = layout.short_path + extra_args,
+    ), is_executable = True)
+    runfiles = ctx.runfiles(files = outputs).merge(ctx.attr._runner[DefaultInfo].default_runfiles)
+    return [
+        DefaultInfo(files = depset(outputs), executable = runner, runfiles = runfiles),
+        OciImageInfo(layout = layout, digest = digest),
+    ]

@@ -2,7 +2,7 @@
 push), with rules_oci's attribute names; omni_image: the same, plus what Omni's images carry
 (pins baked into labels and /etc/omni/image.json, release checks, provenance, SBOM)."""
 
-load(":common.bzl", "RUNNER", "WORKER", "display", "worker_args")
+load(":common.bzl", "WORKER", "display", "runnable_layout", "worker_args")
 load(":providers.bzl", "OciBaseInfo", "OciImageInfo", "OciLayerInfo")
 load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
 
@@ -58,9 +58,7 @@ def _oci_image_impl(ctx):
     spec["layer_names"] = [layer.name for layer in layers]
     spec_file = ctx.actions.declare_file(ctx.label.name + ".config.json")
     ctx.actions.write(spec_file, json.encode(spec))
-    args = ctx.actions.args()
-    args.use_param_file("@%s", use_always = True)
-    args.set_param_file_format("multiline")
+    args = worker_args(ctx)
     args.add("--output", layout.path)
     args.add("--config-spec", spec_file)
     args.add("--digest-file", digest)
@@ -147,17 +145,7 @@ def _oci_image_impl(ctx):
         )
         outputs.append(sbom)
         extra_args += " --sbom " + sbom.short_path
-    runner = ctx.actions.declare_file(ctx.label.name + ".run.sh")
-    ctx.actions.write(runner, RUNNER.format(
-        label = display(ctx.label),
-        runner = ctx.executable._runner.short_path,
-        layout = layout.short_path + extra_args,
-    ), is_executable = True)
-    runfiles = ctx.runfiles(files = outputs).merge(ctx.attr._runner[DefaultInfo].default_runfiles)
-    return [
-        DefaultInfo(files = depset(outputs), executable = runner, runfiles = runfiles),
-        OciImageInfo(layout = layout, digest = digest),
-    ]
+    return runnable_layout(ctx, layout, digest, outputs, extra_args)
 
 _GENERIC_ATTRS = {
     "base": attr.label(providers = [[OciImageInfo], [OciBaseInfo]],
