@@ -461,3 +461,36 @@ def test_the_layer_tool_as_a_worker_writes_what_the_command_line_writes(tmp_path
     worker.serve(layer.main, stdio.StringIO(json.dumps(request) + "\n"), out)
     assert json.loads(out.getvalue())["exitCode"] == 0
     assert (tmp_path / "w.tar.gz").read_bytes() == (tmp_path / "cli.tar.gz").read_bytes()
+
+
+def test_index_refuses_an_image_without_a_platform_or_with_a_missing_blob(tmp_path: Path) -> None:
+    from tools.oci.index import write_index
+    from tools.oci.layout import blob_path, read_blob, read_layout
+
+    image = _platform_image(tmp_path, "img", os="linux", architecture="amd64")
+    _, manifest, _ = read_layout(image)
+    layer = blob_path(image, manifest["layers"][0]["digest"])
+    layer.unlink()
+    with pytest.raises(OciError, match=f"lacks blob {manifest['layers'][0]['digest']}"):
+        write_index(tmp_path / "index", [image])
+    # A layout whose config (digests intact) names no architecture: only a hostile layout has one.
+    from tools.oci.layout import OCI_CONFIG, descriptor, write_blob, write_layout
+
+    bare = _platform_image(tmp_path, "bare", os="linux", architecture="amd64")
+    _, bare_manifest, _ = read_layout(bare)
+    config = json.loads(read_blob(bare, bare_manifest["config"]["digest"]))
+    config.pop("architecture")
+    config_bytes = canonical(config)
+    write_blob(bare, config_bytes)
+    write_layout(bare, canonical({**bare_manifest, "config": descriptor(OCI_CONFIG, config_bytes)}))
+    with pytest.raises(OciError, match="its config names no os/architecture"):
+        write_index(tmp_path / "index2", [bare])
+
+
+def test_a_debian_layer_takes_passwd_and_group_together_or_neither(tmp_path: Path, capsys) -> None:
+    from tools.debian import rootfs
+
+    with pytest.raises(SystemExit) as exited:
+        rootfs.main(["--lock", "l", "--debs", "d", "--output", "o", "--descriptor", "x", "--packages", "p",
+                     "--arch", "amd64", "--passwd", "passwd"])
+    assert exited.value.code == 2 and "--passwd and --group go together" in capsys.readouterr().err
