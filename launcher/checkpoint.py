@@ -128,7 +128,7 @@ def build_checkpoint_attestation(
     _, shards = _indexed_shards(root, index_path, index)
     shard_digests = None
     if hash_shards:
-        digests = hash_files_parallel(shards.values(), label="hashing shards", workers=workers or None)
+        digests = hash_files_parallel(shards.values(), label="hashing shards", workers=workers)
         shard_digests = [
             ShardDigest(path=name, size=path.stat().st_size, sha256=digests[path]) for name, path in shards.items()
         ]
@@ -160,7 +160,7 @@ def _verify_shard_digests(attested: list[ShardDigest], shards: dict[str, Path], 
                 f"target weight shard {name} has {actual} bytes, its attestation says {listed[name].size}",
                 field=name,
             )
-    digests = hash_files_parallel(shards.values(), label="verifying shards", workers=workers or None)
+    digests = hash_files_parallel(shards.values(), label="verifying shards", workers=workers)
     for name, path in shards.items():
         if digests[path] != listed[name].sha256:
             raise LauncherError(

@@ -179,6 +179,9 @@ FATAL: list[Row] = [
     ("hidden size", _text("hidden_size", 4096), "config.json:text_config.hidden_size", "hidden_size is not the Qwen3.8-27B value 5120"),
     ("layers", _text("num_hidden_layers", 48), "config.json:text_config.num_hidden_layers", "num_hidden_layers is not the Qwen3.8-27B value 64"),
     ("vocab", _text("vocab_size", 151936), "config.json:text_config.vocab_size", "vocab_size is not the Qwen3.8-27B value 248320"),
+    # Equal in Python but not the same JSON type: 5120.0 is not 5120.
+    ("hidden size a float", _text("hidden_size", 5120.0), "config.json:text_config.hidden_size", "hidden_size is not the Qwen3.8-27B value 5120"),
+    ("vocab a float", _text("vocab_size", 248320.0), "config.json:text_config.vocab_size", "vocab_size is not the Qwen3.8-27B value 248320"),
     ("max positions missing", _config(lambda c: c["text_config"].pop("max_position_embeddings")),
      "config.json:text_config.max_position_embeddings", "max_position_embeddings is invalid"),
     ("max positions zero", _text("max_position_embeddings", 0),

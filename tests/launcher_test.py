@@ -406,6 +406,35 @@ def test_a_checkpoint_without_a_shard_list_hashes_no_shard_and_the_attestation_d
     assert inspected.shards_hashed == 0 and inspected.shard_count == 2
 
 
+def test_the_builder_without_a_profile_describes_the_default_target(tmp_path: Path) -> None:
+    from launcher.checkpoint import build_checkpoint_attestation
+    from tests.fixtures.qwen import make_checkpoint, sha256
+
+    make_checkpoint(tmp_path / "model", shards=3)
+    attestation = build_checkpoint_attestation(tmp_path / "model", model_id="Qwen/Qwen3.8-27B",
+                                               revision=TARGET_REVISION, hash_shards=True)
+    assert attestation.model_id == "Qwen/Qwen3.8-27B" and attestation.expected_shard_count == 3
+    assert attestation.config_sha256 == sha256(tmp_path / "model" / "config.json")
+    assert [(shard.path, shard.sha256) for shard in attestation.shards] == [
+        (name, sha256(tmp_path / "model" / name)) for name in sorted(p.name for p in (tmp_path / "model").glob("*.safetensors"))]
+
+
+def test_a_shard_list_mismatch_names_the_first_three_of_each_side(tmp_path: Path) -> None:
+    from attest.documents import ShardDigest
+    from launcher.checkpoint import _verify_shard_digests
+    from launcher.errors import LauncherError
+
+    listed = [ShardDigest(path=f"listed-{n}.safetensors", size=1, sha256="0" * 64) for n in range(5)]
+    indexed = {f"indexed-{n}.safetensors": tmp_path / f"indexed-{n}" for n in range(4)}
+    with pytest.raises(LauncherError) as refusal:
+        _verify_shard_digests(listed, indexed, 0)
+    assert refusal.value.field == "checkpoint attestation.shards"
+    assert str(refusal.value).endswith(
+        "must list each indexed shard once (unlisted: ['indexed-0.safetensors', 'indexed-1.safetensors', "
+        "'indexed-2.safetensors'], not indexed: ['listed-0.safetensors', 'listed-1.safetensors', "
+        "'listed-2.safetensors'])")
+
+
 @pytest.mark.parametrize("argument", [True, False], ids=["argument", "variable"])
 def test_attestation_builder_names_the_argument_or_model_path(tmp_path: Path, capsys, argument: bool) -> None:
     from launcher import build_attestation

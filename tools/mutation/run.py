@@ -39,8 +39,8 @@ TIMEOUT_FACTOR = 3  # a mutant's run may take this many times the unmutated run 
 # Policy module -> the tests that cover it (they must pass unmutated outside Bazel).
 LAUNCHER_TESTS = ["tests/launcher_refusals_test.py", "tests/launcher_test.py", "tests/launcher_hostile_test.py"]
 BOOT_TESTS = ["tests/boot_verify_test.py", "tests/boot_prepare_test.py"]
-GATE_TESTS = ["tests/gate_judge_test.py", "tests/gate_parity_test.py", "tests/gate_peer_test.py", "tests/gate_test.py",
-              "tests/contract_fuzz_test.py"]
+GATE_TESTS = ["tests/gate_judge_test.py", "tests/gate_parity_test.py", "tests/gate_peer_test.py",
+              "tests/gate_benchmark_test.py", "tests/gate_test.py", "tests/contract_fuzz_test.py"]
 TARGETS: dict[str, list[str]] = {
     "launcher/selection.py": LAUNCHER_TESTS,
     "launcher/checkpoint.py": [*LAUNCHER_TESTS, "tests/target_profile_test.py"],
