@@ -48,6 +48,10 @@ SETTINGS: tuple[Setting, ...] = (
             "mutation driver: set by it for its pytest plugin, the file of unmutated test durations"),
     Setting("OMNI_MUTATION_RECORD", "mutation_record", "", text,
             "mutation driver: set by it to 1 for the unmutated run, which records the durations"),
+    Setting("OMNI_MUTATION_KILLERS", "mutation_killers", "", text,
+            "mutation driver: set by it for its pytest plugin, the file of tests that killed earlier mutants (run first)"),
+    Setting("OMNI_MUTATION_FAILED", "mutation_failed", "", text,
+            "mutation driver: set by it for its pytest plugin, where the plugin writes the test that failed"),
 )
 
 SIGNING = tuple(s for s in SETTINGS if s.variable.startswith("OMNI_SIGNING_"))

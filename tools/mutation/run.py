@@ -7,7 +7,8 @@ site: comparisons flipped or loosened (< to <=, == to !=, in to not in), `and`/`
 and operands dropped, `not` removed, `if` conditions negated, `raise` replaced by `pass`,
 integer constants moved by one, `return True/False` inverted. Each mutant is written into a
 private copy of the checkout and the module's covering tests run against it (pytest -x, in
-parallel, one copy per job); a failing run kills the mutant. Mutants listed in
+parallel, one copy per job); a failing run kills the mutant. Tests that killed earlier mutants
+of the module run first, then the rest fastest first (tools/mutation/fastfirst.py). Mutants listed in
 tools/mutation/equivalent.txt (with a reason each) are not scored. The report gives, per
 module: generated, killed, survived, equivalent and the score killed / (generated -
 equivalent), and every survivor with its line.
@@ -27,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -216,12 +218,13 @@ def load_equivalents(root: Path) -> dict[str, str]:
 
 
 def _pytest(copy_root: Path, tests: list[str], python_path: str, timeout: float, durations: Path,
-            record: bool = False) -> int:
+            record: bool = False, killers: Path | None = None, failed: Path | None = None) -> int:
     deselect = DESELECT if (copy_root / BUILT_IMAGE[0]).exists() else [*DESELECT, *NEEDS_BUILT_IMAGE]
     argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "tools.mutation.fastfirst",
             "--no-header", *[f"--deselect={item}" for item in deselect], *tests]
     env = {**os.environ, "PYTHONPATH": python_path, "PYTHONDONTWRITEBYTECODE": "1",
-           "OMNI_MUTATION_DURATIONS": str(durations), "OMNI_MUTATION_RECORD": "1" if record else "0"}
+           "OMNI_MUTATION_DURATIONS": str(durations), "OMNI_MUTATION_RECORD": "1" if record else "0",
+           "OMNI_MUTATION_KILLERS": str(killers or ""), "OMNI_MUTATION_FAILED": str(failed or "")}
     try:
         return subprocess.run(argv, cwd=copy_root, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, timeout=timeout).returncode
@@ -321,14 +324,25 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.jobs} jobs ...", file=sys.stderr, flush=True)
             free = list(range(args.jobs))
             survivors: list[Mutant] = []
+            kills: dict[str, int] = {}  # test id -> mutants of this module it killed: those tests run first
+            kills_lock = threading.Lock()
 
             def run_one(mutant: Mutant) -> bool:
                 job = free.pop()
                 try:
                     target = work / f"job{job}" / module
+                    killers, failed = work / f"killers{job}.json", work / f"failed{job}"
+                    with kills_lock:
+                        killers.write_text(json.dumps(kills), encoding="utf-8")
+                    failed.unlink(missing_ok=True)
                     target.write_text(apply(source, mutant), encoding="utf-8")
-                    killed = _pytest(work / f"job{job}", tests, python_path.format(job), timeout, durations) != 0
+                    killed = _pytest(work / f"job{job}", tests, python_path.format(job), timeout, durations,
+                                     killers=killers, failed=failed) != 0
                     target.write_text(source, encoding="utf-8")
+                    if failed.is_file():
+                        killer = failed.read_text(encoding="utf-8")
+                        with kills_lock:
+                            kills[killer] = kills.get(killer, 0) + 1
                     return killed
                 finally:
                     free.append(job)
