@@ -222,7 +222,11 @@ def _pytest(copy_root: Path, tests: list[str], python_path: str, timeout: float,
     deselect = DESELECT if (copy_root / BUILT_IMAGE[0]).exists() else [*DESELECT, *NEEDS_BUILT_IMAGE]
     argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "tools.mutation.fastfirst",
             "--no-header", *[f"--deselect={item}" for item in deselect], *tests]
+    # No plugin autoloading: the environment's plugins (hypothesis's, anyio's) are not used by
+    # the covering tests (hypothesis tests run without its plugin), and importing them was most
+    # of each run's start-up, paid once per mutant.
     env = {**os.environ, "PYTHONPATH": python_path, "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
            "OMNI_MUTATION_DURATIONS": str(durations), "OMNI_MUTATION_RECORD": "1" if record else "0",
            "OMNI_MUTATION_KILLERS": str(killers or ""), "OMNI_MUTATION_FAILED": str(failed or "")}
     try:
