@@ -306,6 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         for module in modules:
             source = (root / module).read_text(encoding="utf-8")
             found = mutants(module, source)
+            # An entry is a line and column: after an edit it may name no mutant any more, and
+            # the mutant it meant is scored again (a survivor until the entry is moved).
+            stale = sorted(set(i for i in equivalents if i.startswith(module + ":")) - {m.ident for m in found})
+            for ident in stale:
+                print(f"mutation: {EQUIVALENT}: {ident} names no mutant of {module} (moved by an edit?)",
+                      file=sys.stderr, flush=True)
             if args.list:
                 for mutant in found:
                     print(f"{mutant.ident}  {mutant.description}")
@@ -362,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                 "generated": len(found), "equivalent": len(found) - len(scored), "killed": killed,
                 "survived": len(survivors), "score": round(killed / len(scored), 4) if scored else 1.0,
                 "seconds": round(time.monotonic() - started, 1), "tests": tests,
-                "survivors": [f"{m.ident}  {m.description}" for m in survivors],
+                "survivors": [f"{m.ident}  {m.description}" for m in survivors], "stale_equivalents": stale,
             }
             print(f"mutation: {module}: {killed}/{len(scored)} killed ({results[module]['score']:.1%}), "
                   f"{results[module]['seconds']:.0f} s", file=sys.stderr, flush=True)
