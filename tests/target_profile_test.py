@@ -301,3 +301,26 @@ def test_a_profile_name_is_a_plain_shipped_name_never_a_path(name: str) -> None:
     with pytest.raises(AttestError, match="no target profile named") as refused:
         load_target_profile(name)
     assert refused.value.field == "OMNI_TARGET_PROFILE" and "qwen3.8-27b-mi300x" in str(refused.value)
+
+
+@pytest.mark.parametrize("requested, served", [("", "float32"), ("bfloat16", "bfloat16")])
+def test_a_profile_of_several_dtypes_serves_its_first_unless_one_is_asked_for(tmp_path: Path, requested: str,
+                                                                             served: str) -> None:
+    import dataclasses
+
+    from launcher.checkpoint import CheckpointInspection
+    from launcher.engine_probe import VllmCapabilities
+    from launcher.selection import Decision
+    from launcher.server import build_server_command
+    from launcher.settings import LauncherSettings
+
+    tiny = load_target_profile(TINY_PROFILE)
+    profile = tiny.model_copy(update={"server": tiny.server.model_copy(update={"dtypes": ["float32", "bfloat16"]})})
+    target = CheckpointInspection(root=tmp_path, model_id=TINY_MODEL_ID, revision="0" * 40, config_sha256="1" * 64,
+                                  weight_index_sha256="2" * 64, shard_count=1, tensor_count=1, native_mtp_head=False,
+                                  mtp_reason="", max_model_len=1024, shards_hashed=0, profile=profile)
+    settings = dataclasses.replace(LauncherSettings.from_env({"QWEN_API_KEY": "sk-test-key-123456"}),
+                                   dtype=requested, max_model_len=1024)
+    command = build_server_command(settings, target, Decision("autoregressive"),
+                                   VllmCapabilities(installed=True, serve_entry="cli"), base_env={})
+    assert command.argv[command.argv.index("--dtype") + 1] == served
