@@ -124,6 +124,9 @@ def test_timeouts_and_transport_failures_are_reasons() -> None:
         endpoint.get_json(client, "/v1/models")
     with _client(endpoint, slow) as client, pytest.raises(PeerError, match="streamed request did not answer within"):
         endpoint.stream_first_chunk(client, {})
+    with _client(endpoint, refused) as client, \
+            pytest.raises(PeerError, match="streamed request failed: ConnectError: refused"):
+        endpoint.stream_first_chunk(client, {})
 
 
 def test_the_deadline_bounds_every_request() -> None:
