@@ -189,7 +189,9 @@ def test_verify_refuses_hostile_images_in_bounded_memory(tmp_path: Path, registr
             push_image_signature(client, repository, digest, load_private_key(private))
     result = _verify_in_subprocess(f"{registry.host}/{repository}@{digest}", public)
     assert result["code"] == 2 and message in result["refusal"]["error"], result
-    assert result["rss_kb"] < 100 * 1024, f"peak memory {result['rss_kb'] / 1024:.0f} MB"
+    # The interpreter with its imports peaks near 100 MB alone (more where PYTHONPATH is long);
+    # decompressing the 512 MB bomb would need at least 512 MB.
+    assert result["rss_kb"] < 200 * 1024, f"peak memory {result['rss_kb'] / 1024:.0f} MB"
 
 
 class _ServesMore:

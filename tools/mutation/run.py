@@ -218,7 +218,8 @@ def load_equivalents(root: Path) -> dict[str, str]:
 
 
 def _pytest(copy_root: Path, tests: list[str], python_path: str, timeout: float, durations: Path,
-            record: bool = False, killers: Path | None = None, failed: Path | None = None) -> int:
+            record: bool = False, killers: Path | None = None, failed: Path | None = None,
+            log: Path | None = None) -> int:
     deselect = DESELECT if (copy_root / BUILT_IMAGE[0]).exists() else [*DESELECT, *NEEDS_BUILT_IMAGE]
     argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "tools.mutation.fastfirst",
             "--no-header", *[f"--deselect={item}" for item in deselect], *tests]
@@ -230,8 +231,9 @@ def _pytest(copy_root: Path, tests: list[str], python_path: str, timeout: float,
            "OMNI_MUTATION_DURATIONS": str(durations), "OMNI_MUTATION_RECORD": "1" if record else "0",
            "OMNI_MUTATION_KILLERS": str(killers or ""), "OMNI_MUTATION_FAILED": str(failed or "")}
     try:
-        return subprocess.run(argv, cwd=copy_root, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=timeout).returncode
+        with open(log or os.devnull, "wb") as output:
+            return subprocess.run(argv, cwd=copy_root, env=env, stdin=subprocess.DEVNULL, stdout=output,
+                                  stderr=subprocess.STDOUT, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
         return -1  # a mutant that hangs the tests is caught
     finally:
@@ -325,8 +327,12 @@ def main(argv: list[str] | None = None) -> int:
                 tests = [test for test in tests if test in args.tests]
             started = time.monotonic()
             durations = work / f"durations-{module.replace('/', '_')}.json"
-            if _pytest(work / "job0", tests, python_path.format(0), 1800, durations, record=True) != 0:
-                print(f"mutation: {module}: its tests fail without any mutant; fix them first", file=sys.stderr)
+            baseline_log = work / f"baseline-{module.replace('/', '_')}.log"
+            if _pytest(work / "job0", tests, python_path.format(0), 1800, durations, record=True,
+                       log=baseline_log) != 0:
+                tail = baseline_log.read_text(encoding="utf-8", errors="replace")[-4000:]
+                print(f"mutation: {module}: its tests fail without any mutant; fix them first. The end of their "
+                      f"output:\n{tail}", file=sys.stderr)
                 return 2
             timeout = TIMEOUT_FACTOR * (time.monotonic() - started) + 10
             scored = [m for m in found if m.ident not in equivalents]
