@@ -174,16 +174,19 @@ CLI_MAIN_ASKS = "parser.add_argument('-v', version=importlib.metadata.version(\"
 API_SERVER_MAIN = "if __name__ == \"__main__\":\n    main()\n"
 
 
-# (distribution, cli/main.py, openai/api_server.py) -> the entry the probe proves ("" none)
 @pytest.mark.parametrize("api_server, entry", [(API_SERVER_MAIN, "api_server"), (None, "")])
 def test_a_cli_without_the_serve_subcommand_is_no_entry_point(tmp_path: Path, api_server, entry: str) -> None:
     site = _site(tmp_path)
     (site / "vllm" / "entrypoints" / "cli" / "serve.py").write_text("class BenchSubcommand: name = 'bench'\n")
     server = site / "vllm" / "entrypoints" / "openai" / "api_server.py"
-    server.write_text(api_server) if api_server else server.unlink()
+    if api_server:
+        server.write_text(api_server)
+    else:
+        server.unlink()
     assert _probe(site).serve_entry == entry
 
 
+# (distribution, cli/main.py, openai/api_server.py) -> the entry the probe proves ("" none)
 @pytest.mark.parametrize("distribution, cli_main, api_server, entry", [
     ("vllm", CLI_MAIN_ASKS, API_SERVER_MAIN, "cli"),
     ("vllm", CLI_MAIN_ASKS, None, "cli"),

@@ -76,10 +76,20 @@ def test_judge_level_counts_failures_past_three_and_flags_dishonest_answers() ->
                          "exceeds max_tokens 128") and len(parity) == 5
 
 
-def test_exactly_three_failures_are_listed_without_a_count() -> None:
-    ar = [Sample(index, error="down") for index in range(3)]
-    _, _, reasons = judge_level(1, ar, _samples(3, 10.0))
-    assert len(reasons) == 3
+@pytest.mark.parametrize("failed, counted", [(3, False), (4, True)])
+def test_failures_are_listed_up_to_three_and_counted_past_them(failed: int, counted: bool) -> None:
+    ar = [Sample(index, error="down") for index in range(failed)]
+    _, _, reasons = judge_level(2, ar, _samples(failed, 10.0))
+    assert reasons[:3] == [f"benchmark sample c2-{index}: AR request failed: down" for index in range(3)]
+    assert reasons[3:] == ([f"concurrency 2: {failed} requests failed"] if counted else [])
+
+
+def test_one_differing_sample_is_named_without_a_count() -> None:
+    spec = _samples(3, 5.0)
+    spec[1] = Sample(1, latency_ms=6.0, answer=_answer(text="abd"))
+    _, parity, reasons = judge_level(1, _samples(3, 10.0), spec)
+    assert parity == ["benchmark sample c1-1: speculative output differs from AR: text differs at character 2 "
+                      "(AR 3 chars, speculative 3): AR 'c' vs speculative 'd'"] and reasons == []
 
 
 def test_a_sample_without_tokens_has_no_time_per_token() -> None:

@@ -410,13 +410,15 @@ def test_the_builder_without_a_profile_describes_the_default_target(tmp_path: Pa
     from launcher.checkpoint import build_checkpoint_attestation
     from tests.fixtures.qwen import make_checkpoint, sha256
 
-    make_checkpoint(tmp_path / "model", shards=3)
-    attestation = build_checkpoint_attestation(tmp_path / "model", model_id="Qwen/Qwen3.8-27B",
-                                               revision=TARGET_REVISION, hash_shards=True)
+    model = tmp_path / "model"
+    make_checkpoint(model, shards=3)
+    attestation = build_checkpoint_attestation(model, model_id="Qwen/Qwen3.8-27B", revision=TARGET_REVISION,
+                                               hash_shards=True)
     assert attestation.model_id == "Qwen/Qwen3.8-27B" and attestation.expected_shard_count == 3
-    assert attestation.config_sha256 == sha256(tmp_path / "model" / "config.json")
-    assert [(shard.path, shard.sha256) for shard in attestation.shards] == [
-        (name, sha256(tmp_path / "model" / name)) for name in sorted(p.name for p in (tmp_path / "model").glob("*.safetensors"))]
+    assert attestation.config_sha256 == sha256(model / "config.json")
+    shards = sorted(path.name for path in model.glob("*.safetensors"))
+    assert [(shard.path, shard.sha256) for shard in attestation.shards] == [(name, sha256(model / name))
+                                                                             for name in shards]
 
 
 def test_a_shard_list_mismatch_names_the_first_three_of_each_side(tmp_path: Path) -> None:

@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             found = mutants(module, source)
             # An entry is a line and column: after an edit it may name no mutant any more, and
             # the mutant it meant is scored again (a survivor until the entry is moved).
-            stale = sorted(set(i for i in equivalents if i.startswith(module + ":")) - {m.ident for m in found})
+            stale = sorted({i for i in equivalents if i.startswith(module + ":")} - {m.ident for m in found})
             for ident in stale:
                 print(f"mutation: {EQUIVALENT}: {ident} names no mutant of {module} (moved by an edit?)",
                       file=sys.stderr, flush=True)
@@ -326,8 +326,8 @@ def main(argv: list[str] | None = None) -> int:
                     return 2
                 tests = [test for test in tests if test in args.tests]
             started = time.monotonic()
-            durations = work / f"durations-{module.replace('/', '_')}.json"
-            baseline_log = work / f"baseline-{module.replace('/', '_')}.log"
+            slug = module.replace("/", "_")
+            durations, baseline_log = work / f"durations-{slug}.json", work / f"baseline-{slug}.log"
             if _pytest(work / "job0", tests, python_path.format(0), 1800, durations, record=True,
                        log=baseline_log) != 0:
                 tail = baseline_log.read_text(encoding="utf-8", errors="replace")[-4000:]
