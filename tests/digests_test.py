@@ -14,6 +14,7 @@ from attest.record import parse_record, verify_installed
 from tests.fixtures.oci import make_image, make_layer
 from tools.oci.digests import check, diff, manifest_of
 from tools.oci.layout import blob_path
+from tools.oci.tar_members import extract_all
 
 RECORDED = Path("images/digests.json")
 IMAGES = {name: Path("images") / f"{name}.layout" for name in ("qwen_mi300x", "deepseek_spark")}
@@ -68,7 +69,7 @@ def _deps_layer(tmp_path: Path) -> Path:
         if any(name.lstrip("./").startswith(SITE + "/") for name in names):
             root = tmp_path / "rootfs"
             with tarfile.open(blob_path(layout, layer["digest"]), "r:gz") as archive:
-                archive.extractall(root, filter="data")
+                extract_all(archive, root, source=blob_path(layout, layer["digest"]))
             return root / SITE
     raise AssertionError(f"no layer of {layout} holds {SITE}")
 

@@ -49,7 +49,7 @@ def ar_members(data: bytes, where: str) -> dict[str, bytes]:
 
 def _zstd_decompress(payload: bytes) -> bytes:
     try:
-        from compression import zstd  # Python 3.14+
+        from compression import zstd  # Python 3.14+  # novermin (guarded: 3.11 takes the except)
         return zstd.decompress(payload)
     except ImportError:
         import zstandard  # a stream reader: Debian's frames need not record their size

@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
 from tools.oci.errors import OciError
+from tools.oci.tar_members import member_path
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -53,12 +54,7 @@ def _plain_copy(source: Path, scratch: Path) -> Path:
 
 
 def _member_path(source: Path, name: str) -> PurePosixPath:
-    path = PurePosixPath(name)
-    parts = [part for part in path.parts if part not in ("", ".")]
-    if name.startswith("/") or ".." in parts or "\x00" in name:
-        raise OciError(f"layer tar {source}: member {name!r} is absolute or leaves the tar's root",
-                       field=f"{source}:{name}")
-    return PurePosixPath(*parts) if parts else PurePosixPath(".")
+    return member_path(source, name, kind="layer tar")
 
 
 def tar_entries(source: Path, prefix: str, scratch: Path) -> Iterator[dict[str, Any]]:
