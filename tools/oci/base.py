@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,48 @@ def _pick(index: dict[str, Any], platform: dict[str, str], where: str) -> str:
 MAX_CONFIG_BYTES = 8 << 20
 
 
+@dataclass(frozen=True)
+class ResolvedImage:
+    """One platform's image: the manifest digest (computed here from the bytes), the manifest
+    and config as received, and the config's parsed form."""
+
+    digest: str
+    manifest_bytes: bytes
+    manifest: dict[str, Any]
+    config_bytes: bytes
+    config: dict[str, Any]
+
+    @property
+    def layers(self) -> list[dict[str, Any]]:
+        layers = self.manifest.get("layers")
+        return [layer for layer in layers if isinstance(layer, dict)] if isinstance(layers, list) else []
+
+
+def resolve_image(client: RegistryClient, repository: str, reference: str, platform: str,
+                  label: str) -> ResolvedImage:
+    """The manifest of `platform` that `reference` (a tag or digest) names, an index resolved to
+    that platform; both manifests are checked against their digests, the config against its
+    descriptor, and the config must declare the platform."""
+    wanted = _platform(platform)
+    data, media_type = client.manifest(repository, reference)
+    document = json_object(data, f"{label} manifest")
+    media_type = document.get("mediaType") or media_type
+    if media_type in INDEX_TYPES or "manifests" in document:
+        data, media_type = client.manifest(repository, _pick(document, wanted, label))
+        document = json_object(data, f"{label} manifest")
+    descriptor = document.get("config")
+    if not isinstance(descriptor, dict) or not isinstance(descriptor.get("digest"), str) \
+            or not isinstance(descriptor.get("size"), int):
+        raise OciError(f"{label}: the manifest has no config descriptor", field="config")
+    # Never read past the descriptor's size, and never a "config" larger than configs are.
+    config_bytes = client.blob(repository, descriptor["digest"], size=descriptor["size"], max_bytes=MAX_CONFIG_BYTES)
+    config = json_object(config_bytes, f"{label} config")
+    if config.get("os") != wanted["os"] or config.get("architecture") != wanted["architecture"]:
+        raise OciError(f"{label} is {config.get('os')}/{config.get('architecture')}, not the pinned {platform}",
+                       field="platform")
+    return ResolvedImage(sha256_digest(data), data, document, config_bytes, config)
+
+
 def fetch_base(image: str, digest: str, platform: str, output: Path, *, registry: str = "",
                client: RegistryClient | None = None) -> dict[str, Any]:
     if not digest:
@@ -52,36 +95,18 @@ def fetch_base(image: str, digest: str, platform: str, output: Path, *, registry
     ref = Reference.parse(f"{image}@{digest}", require_digest=True)
     if ref.tag:
         raise OciError(f"base {image} names a tag; pin it by digest only", field="image")
-    wanted = _platform(platform)
     owned = client is None
     client = client or RegistryClient(registry or ref.registry)
     try:
-        data, media_type = client.manifest(ref.repository, ref.digest)
-        document = json_object(data, f"base {ref} manifest")
-        media_type = document.get("mediaType") or media_type
-        if media_type in INDEX_TYPES or "manifests" in document:
-            manifest_digest = _pick(document, wanted, str(ref))
-            data, media_type = client.manifest(ref.repository, manifest_digest)
-            document = json_object(data, f"base {ref} manifest")
-        descriptor = document.get("config")
-        if not isinstance(descriptor, dict) or not isinstance(descriptor.get("digest"), str) \
-                or not isinstance(descriptor.get("size"), int):
-            raise OciError(f"base {ref}: the manifest has no config descriptor", field="config")
-        # Never read past the descriptor's size, and never a "config" larger than configs are.
-        config = client.blob(ref.repository, descriptor["digest"], size=descriptor["size"],
-                             max_bytes=MAX_CONFIG_BYTES)
+        resolved = resolve_image(client, ref.repository, ref.digest, platform, f"base {ref}")
     finally:
         if owned:
             client.close()
-    config_platform = json_object(config, f"base {ref} config")
-    if config_platform.get("os") != wanted["os"] or config_platform.get("architecture") != wanted["architecture"]:
-        raise OciError(f"base {ref} is {config_platform.get('os')}/{config_platform.get('architecture')}, "
-                       f"not the pinned {platform}", field="platform")
     output.mkdir(parents=True, exist_ok=True)
-    (output / "manifest.json").write_bytes(data)
-    (output / "config.json").write_bytes(config)
+    (output / "manifest.json").write_bytes(resolved.manifest_bytes)
+    (output / "config.json").write_bytes(resolved.config_bytes)
     source = {"image": image, "registry": client.registry, "repository": ref.repository, "digest": ref.digest,
-              "manifest_digest": sha256_digest(data), "platform": platform}
+              "manifest_digest": resolved.digest, "platform": platform}
     (output / "base.json").write_bytes(canonical(source))
     return source
 

@@ -1,0 +1,116 @@
+"""tools/oci/layer_files.py in memory: layers apply as a runtime applies them (a later layer
+wins, whiteouts, opaque directories, a file replacing a directory, hard links), each layer is
+bounded by its descriptor and checked against its digest, and only wanted members are kept."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+from pathlib import PurePosixPath
+
+import pytest
+import zstandard
+
+from tests.fixtures.vendor_base import layer
+from tools.oci.errors import OciError
+from tools.oci.layer_files import read_layer_files
+
+
+class MemoryRegistry:
+    """stream_blob over blobs held in memory; `served` may give other bytes than the digest."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+        self.served: dict[str, bytes] = {}
+        self.closed: list[str] = []
+
+    def add(self, blob: bytes) -> dict[str, object]:
+        digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+        self.blobs[digest] = blob
+        return {"digest": digest, "size": len(blob)}
+
+    def stream_blob(self, repository: str, digest: str, size: int):
+        data = self.served.get(digest, self.blobs[digest])
+        try:
+            for offset in range(0, len(data), 7):
+                yield data[offset:offset + 7]
+        finally:
+            self.closed.append(digest)
+
+
+def _everything(path: PurePosixPath) -> bool:
+    return path.name.endswith(".txt")
+
+
+def _read(registry: MemoryRegistry, *layers: bytes) -> dict[str, object]:
+    descriptors = [registry.add(blob) for blob in layers]
+    files = read_layer_files(registry, "repo", descriptors, wanted=_everything, max_file_bytes=1024, label="test",
+                             progress=False)
+    return {path: (found.data if found.data is not None else found.kind) for path, found in files.items()}
+
+
+@pytest.mark.parametrize("layers, expected", [
+    ([[("a/one.txt", b"1")], [("a/one.txt", b"2")]], {"a/one.txt": b"2"}),  # a later layer wins
+    ([[("a/one.txt", b"1"), ("a/two.txt", b"2")], [("a/.wh.one.txt", b"")]], {"a/two.txt": b"2"}),
+    ([[("a/b/one.txt", b"1"), ("c.txt", b"3")], [("a/.wh.b", b"")]], {"c.txt": b"3"}),  # a whited-out directory
+    ([[("a/one.txt", b"1"), ("a/b/two.txt", b"2"), ("x.txt", b"x")], [("a/.wh..wh..opq", b""), ("a/new.txt", b"n")]],
+     {"a/new.txt": b"n", "x.txt": b"x"}),  # opaque: the lower layers' a/ is gone, this layer's stays
+    ([[("a/one.txt", b"1")], [("a", b"file now")]], {}),  # a file replacing a directory
+    ([[("a/one.txt", b"1")], [("a", "->elsewhere")]], {}),  # a link replacing a directory
+    ([[("one.txt", b"1")], [("one.txt", "->two.txt")]], {"one.txt": "symbolic link"}),
+    ([[("one.txt", b"1"), ("two.txt", "=>one.txt")]], {"one.txt": b"1", "two.txt": b"1"}),
+    ([[("one.txt", b"1")], [("two.txt", "=>one.txt")]], {"one.txt": b"1", "two.txt": "hard link"}),
+    ([[("./a/one.txt", b"1"), ("skip.bin", b"s")]], {"a/one.txt": b"1"}),  # only wanted members kept
+    ([[(".wh.one.txt", b""), ("one.txt", b"1")]], {"one.txt": b"1"}),  # a whiteout hides lower layers only
+])
+def test_layers_apply_in_order(layers, expected) -> None:
+    assert _read(MemoryRegistry(), *[layer(members) for members in layers]) == expected
+
+
+def test_plain_and_zstd_layers_are_read_by_their_first_bytes() -> None:
+    plain = gzip.decompress(layer([("a.txt", b"plain")]))
+    zstd = zstandard.ZstdCompressor().compress(gzip.decompress(layer([("b.txt", b"zstd")])))
+    assert _read(MemoryRegistry(), plain, zstd) == {"a.txt": b"plain", "b.txt": b"zstd"}
+
+
+@pytest.mark.parametrize("tamper, message", [
+    (lambda blob: blob + b"extra", "sends more than the"),
+    (lambda blob: blob[:-1] + bytes([blob[-1] ^ 1]), "is corrupt"),
+    (lambda blob: blob[:-4], "is corrupt"),
+])
+def test_a_layer_that_differs_from_its_descriptor_is_refused(tamper, message) -> None:
+    registry = MemoryRegistry()
+    blob = layer([("a.txt", b"x" * 100)])
+    descriptor = registry.add(blob)
+    registry.served[descriptor["digest"]] = tamper(blob)
+    with pytest.raises(OciError, match=message) as refused:
+        read_layer_files(registry, "repo", [descriptor], wanted=_everything, max_file_bytes=1024, label="base",
+                         progress=False)
+    assert refused.value.field == descriptor["digest"]
+    assert registry.closed == [descriptor["digest"]]  # the stream is closed, not left to the collector
+
+
+@pytest.mark.parametrize("blob, descriptor, message", [
+    (layer([("/abs.txt", b"1")]), None, "member '/abs.txt' is absolute"),
+    (layer([("a/../../up.txt", b"1")]), None, "leaves the tar's root"),
+    (layer([("a/.wh.", b"")]), None, "whiteout 'a/.wh.' names nothing"),
+    (layer([("big.txt", b"x" * 2000)]), None, "big.txt is 2000 bytes; at most 1024"),
+    (b"not a tar at all" * 64, None, "is not a readable tar layer"),
+    (b"\x28\xb5\x2f\xfd" + b"\xff" * 64, None, "is not a valid zstd stream"),
+    (layer([("a.txt", b"1")]), {"digest": "sha256:" + "0" * 64, "size": -1}, "no valid digest and size"),
+    (layer([("a.txt", b"1")]), {"digest": 5, "size": 10}, "no valid digest and size"),
+])
+def test_hostile_layers_are_refused(blob, descriptor, message) -> None:
+    registry = MemoryRegistry()
+    added = registry.add(blob)
+    with pytest.raises(OciError, match=message):
+        read_layer_files(registry, "repo", [descriptor or added], wanted=_everything, max_file_bytes=1024,
+                         label="base", progress=False)
+
+
+def test_progress_names_each_layer(capsys) -> None:
+    registry = MemoryRegistry()
+    descriptors = [registry.add(layer([("a.txt", b"1")])), registry.add(layer([("b.txt", b"2")]))]
+    read_layer_files(registry, "repo", descriptors, wanted=_everything, max_file_bytes=16, label="base")
+    err = capsys.readouterr().err
+    assert "base layer 1/2" in err and "base layer 2/2" in err and "members" in err
+

@@ -1,0 +1,209 @@
+"""A few files of a remote image, read from its layers as they stream: nothing is unpacked.
+
+Each layer is fetched once, bounded by its descriptor's size and hashed while it is read; a
+layer whose bytes do not match its descriptor fails the whole read, so nothing read from it
+is ever used. Layers apply in order as a container runtime applies them: a later layer's file
+wins, a whiteout (`.wh.NAME`) removes NAME and everything under it from the layers below,
+an opaque marker (`.wh..wh..opq`) empties its directory of the layers below, and a file or
+link that replaces a directory removes what was under it.
+
+Only the members a caller asks for (`wanted`) are kept in memory, each capped; everything
+else is skipped as the tar streams past. gzip, zstd and plain tar layers are told apart by
+their first bytes, not by the media type a registry claims.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Callable, Iterator
+
+from tools.oci.errors import OciError
+from tools.oci.tar_members import member_path
+
+WHITEOUT_PREFIX = ".wh."
+OPAQUE_MARKER = ".wh..wh..opq"
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+READ_BYTES = 1 << 20
+MAX_LAYER_BYTES = 1 << 40
+
+
+@dataclass(frozen=True)
+class LayerFile:
+    """A kept member: its bytes when it is a regular file, else None and what it is."""
+
+    path: str
+    layer: str
+    data: bytes | None
+    kind: str = "file"
+
+
+class _VerifiedStream(io.RawIOBase):
+    """The blob's bytes from a chunk iterator; past `size` or at a digest mismatch it refuses."""
+
+    def __init__(self, chunks: Iterator[bytes], digest: str, size: int, where: str) -> None:
+        self._chunks, self._digest, self._size, self._where = chunks, digest, size, where
+        self._hasher = hashlib.sha256()
+        self._pending = b""
+        self.count = 0
+        self.finished = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _next(self) -> bytes:
+        try:
+            chunk = next(self._chunks)
+        except StopIteration:
+            self._finish()
+            return b""
+        self.count += len(chunk)
+        if self.count > self._size:
+            raise OciError(f"{self._where} sends more than the {self._size} bytes its descriptor declares",
+                           field=self._digest)
+        self._hasher.update(chunk)
+        return chunk
+
+    def _finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        actual = "sha256:" + self._hasher.hexdigest()
+        if self.count != self._size or actual != self._digest:
+            raise OciError(f"{self._where} is corrupt: {self.count} bytes hashing to {actual}, its descriptor says "
+                           f"{self._size} bytes, {self._digest}", field=self._digest)
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            if self.finished:
+                return 0
+            self._pending = self._next()
+        count = min(len(buffer), len(self._pending))
+        buffer[:count] = self._pending[:count]
+        self._pending = self._pending[count:]
+        return count
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()  # a generator's own finally (the HTTP response) runs now, not at collection
+        super().close()
+
+    def drain(self) -> None:
+        """Reads to the end so the digest is checked (trailing padding and all)."""
+        self._pending = b""
+        while not self.finished:
+            self._next()
+
+
+def _decompressed(raw: io.BufferedReader, where: str) -> io.BufferedIOBase:
+    magic = raw.peek(4)[:4]
+    if magic[:2] == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if magic == ZSTD_MAGIC:
+        import zstandard  # the locked zstd binding: Python 3.11's standard library has none
+
+        return zstandard.ZstdDecompressor().stream_reader(raw, read_size=READ_BYTES)
+    return raw  # a plain tar (its own header checks follow)
+
+
+class _Overlay:
+    """The kept files of the layers applied so far."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, LayerFile] = {}
+
+    def remove_under(self, directory: str, *, itself: bool) -> None:
+        prefix = directory + "/" if directory else ""
+        for path in [path for path in self.files if path.startswith(prefix) or (itself and path == directory)]:
+            del self.files[path]
+
+
+def _apply_layer(archive: tarfile.TarFile, overlay: _Overlay, layer: str, where: str,
+                 wanted: Callable[[PurePosixPath], bool], max_file_bytes: int) -> int:
+    """Applies one layer's members to `overlay`; returns the number of members."""
+    kept: dict[str, LayerFile] = {}
+    removed: list[tuple[str, bool]] = []  # (path, the path itself too) applied to the layers below
+    members = 0
+    for member in archive:
+        members += 1
+        relative = member_path(where, member.name, kind="base layer")
+        path = str(relative)
+        if path == ".":
+            continue
+        name = relative.name
+        if name == OPAQUE_MARKER:
+            parent = str(relative.parent)
+            removed.append(("" if parent == "." else parent, False))
+            continue
+        if name.startswith(WHITEOUT_PREFIX):
+            hidden = name[len(WHITEOUT_PREFIX):]
+            if not hidden:
+                raise OciError(f"{where}: whiteout {member.name!r} names nothing", field=member.name)
+            removed.append((str(relative.parent / hidden), True))
+            continue
+        if not member.isdir():
+            removed.append((path, False))  # a file or link replacing a directory hides what was under it
+        if not wanted(relative):
+            kept.pop(path, None)
+            continue
+        if member.isfile():
+            if member.size > max_file_bytes:
+                raise OciError(f"{where}: {path} is {member.size} bytes; at most {max_file_bytes} are read for it",
+                               field=path)
+            handle = archive.extractfile(member)
+            data = handle.read(max_file_bytes + 1) if handle else b""
+            kept[path] = LayerFile(path, layer, data)
+        elif member.islnk():
+            target = kept.get(str(member_path(where, member.linkname, kind="base layer")))
+            kept[path] = LayerFile(path, layer, target.data if target else None,
+                                   "file" if target and target.data is not None else "hard link")
+        else:
+            kind = "symbolic link" if member.issym() else "directory" if member.isdir() else "special file"
+            kept[path] = LayerFile(path, layer, None, kind)
+    for path, itself in removed:
+        overlay.remove_under(path, itself=itself)
+    overlay.files.update(kept)
+    return members
+
+
+def read_layer_files(client: Any, repository: str, layers: list[dict[str, Any]], *,
+                     wanted: Callable[[PurePosixPath], bool], max_file_bytes: int,
+                     label: str, progress: bool = True) -> dict[str, LayerFile]:
+    """The wanted files of the image whose layer descriptors are `layers`, as the last layer
+    leaves them. `client` is a RegistryClient of the registry holding `repository`."""
+    overlay = _Overlay()
+    for number, descriptor in enumerate(layers, 1):
+        digest, size = descriptor.get("digest"), descriptor.get("size")
+        if not isinstance(digest, str) or not isinstance(size, int) or isinstance(size, bool) \
+                or not 0 <= size <= MAX_LAYER_BYTES:
+            raise OciError(f"{label}: layer {number} has no valid digest and size", field=f"layers[{number - 1}]")
+        where = f"{label} layer {number}/{len(layers)} ({digest})"
+        started = time.monotonic()
+        stream = _VerifiedStream(client.stream_blob(repository, digest, size), digest, size, where)
+        raw = io.BufferedReader(stream, READ_BYTES)
+        try:
+            decompressed = _decompressed(raw, where)
+            with tarfile.open(fileobj=decompressed, mode="r|") as archive:
+                members = _apply_layer(archive, overlay, digest, where, wanted, max_file_bytes)
+            stream.drain()
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise OciError(f"{where} is not a readable tar layer: {exc}", field=digest) from None
+        except Exception as exc:
+            zstandard = sys.modules.get("zstandard")
+            if zstandard is not None and isinstance(exc, zstandard.ZstdError):
+                raise OciError(f"{where} is not a valid zstd stream: {exc}", field=digest) from None
+            raise
+        finally:
+            raw.close()
+        if progress:
+            seconds = max(time.monotonic() - started, 1e-6)
+            print(f"pin: {where}: {size / 1e6:.1f} MB, {members} members, {size / 1e6 / seconds:.1f} MB/s",
+                  file=sys.stderr, flush=True)
+    return overlay.files
