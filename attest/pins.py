@@ -34,8 +34,15 @@ OptionalRevision = Annotated[str, _optional(REVISION_RE, "a full 40-hex commit")
 OptionalDigest = Annotated[str, _optional(DIGEST_RE, "sha256:<64 hex>")]
 
 
+# A tag or hub ref `tools/pin` follows: printable ASCII without spaces, as registries and the
+# hub spell them (refs/pr/1 has slashes).
+OptionalRef = Annotated[str, Field(max_length=128, pattern=r"^[A-Za-z0-9_.\-/]*$")]
+
+
 class BasePin(Document):
     image: str = Field(min_length=1)
+    # The tag `tools/pin` resolved the digest from ("" : only by `--base-tag`).
+    tag: OptionalRef = ""
     digest: OptionalDigest
     platform: Literal["linux/amd64", "linux/arm64"]
 
@@ -57,6 +64,8 @@ class EnginePin(Document):
 
 class ModelPin(Document):
     id: str = Field(min_length=1)
+    # The hub branch or tag `tools/pin` resolved the revision from ("": main).
+    ref: OptionalRef = ""
     revision: OptionalRevision
     # The checkpoint lock's sha256 (images whose start-up downloads the checkpoint, boot);
     # None where the image verifies an attestation instead (the launcher).

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -24,6 +25,7 @@ from attest.documents import parse_document
 from attest.errors import AttestError
 from attest.hashing import new_digest
 from attest.lock import CheckpointLock, LockedFile
+from attest.primitives import REVISION_RE
 from attest.reader import loads_object
 from attest.tree import place, stat_regular
 from boot.errors import BootError
@@ -80,10 +82,11 @@ def _headers() -> dict[str, str]:
     return build_hf_headers()
 
 
-def fetch_listing(repo: str, revision: str, *, stall_s: float, endpoint: str = "") -> list[LockedFile]:
-    """The hub's file listing at exactly `revision`, read bounded and checked strictly."""
-    url = f"{_endpoint(endpoint)}/api/models/{repo}/revision/{revision}"
-    where = f"hub metadata of {repo}@{revision} ({url})"
+def fetch_model_info(repo: str, ref: str, *, stall_s: float, endpoint: str = "") -> tuple[str, list[LockedFile]]:
+    """The 40-hex commit the hub names for `ref` (a revision, branch or tag) and its file
+    listing there, read bounded and checked strictly."""
+    url = f"{_endpoint(endpoint)}/api/models/{repo}/revision/{quote(ref, safe='')}"
+    where = f"hub metadata of {repo}@{ref} ({url})"
     try:
         with _session().stream("GET", url, params={"blobs": "true"}, headers=_headers(),
                                timeout=httpx.Timeout(stall_s), follow_redirects=True) as response:
@@ -106,8 +109,8 @@ def fetch_listing(repo: str, revision: str, *, stall_s: float, endpoint: str = "
         first = exc.errors()[0]
         raise BootError(f"{where} is malformed at {'.'.join(map(str, first['loc']))}: {first['msg']}",
                         field="HF_ENDPOINT") from None
-    if info.sha != revision:
-        raise BootError(f"hub metadata is for commit {info.sha}, not the pinned revision {revision}", field="revision")
+    if not REVISION_RE.fullmatch(info.sha):
+        raise BootError(f"{where} names commit {info.sha[:80]!r}; expected 40 hex digits", field="HF_ENDPOINT")
     files = []
     for sibling in info.siblings:
         if sibling.lfs and sibling.size is not None and sibling.size != sibling.lfs.size:
@@ -122,6 +125,14 @@ def fetch_listing(repo: str, revision: str, *, stall_s: float, endpoint: str = "
             files.append(parse_document(LockedFile, entry, label=f"hub metadata file {sibling.rfilename!r}"))
         except AttestError as exc:
             raise BootError(str(exc), field=sibling.rfilename) from None
+    return info.sha.lower(), files
+
+
+def fetch_listing(repo: str, revision: str, *, stall_s: float, endpoint: str = "") -> list[LockedFile]:
+    """The hub's file listing at exactly `revision`, read bounded and checked strictly."""
+    sha, files = fetch_model_info(repo, revision, stall_s=stall_s, endpoint=endpoint)
+    if sha != revision:
+        raise BootError(f"hub metadata is for commit {sha}, not the pinned revision {revision}", field="revision")
     return files
 
 

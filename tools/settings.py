@@ -43,7 +43,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("OMNI_PYTHON", "python", "", text,
             "Bazel `--repo_env`: the interpreter @pypi installs for (default: python3 on PATH)"),
     Setting("OMNI_BASE_MIRROR", "base_mirror", "", text,
-            "Bazel `--repo_env`: a registry mirroring the pinned vendor bases (`--config=release`)"),
+            "Bazel `--repo_env` and `tools/pin`: a registry mirroring the vendor bases (`--config=release`)"),
+    Setting("HF_ENDPOINT", "hf_endpoint", "", text,
+            "pin: the hub or mirror the model refs are resolved on (huggingface_hub; HF_TOKEN authenticates)"),
     Setting("OMNI_MUTATION_DURATIONS", "mutation_durations", "", text,
             "mutation driver: set by it for its pytest plugin, the file of unmutated test durations"),
     Setting("OMNI_MUTATION_RECORD", "mutation_record", "", text,
@@ -56,6 +58,8 @@ SETTINGS: tuple[Setting, ...] = (
 
 SIGNING = tuple(s for s in SETTINGS if s.variable.startswith("OMNI_SIGNING_"))
 GATE = tuple(s for s in SETTINGS if s.variable == GATE_API_KEY)
+PIN = tuple(s for s in SETTINGS if s.variable in ("OMNI_BASE_MIRROR", "HF_ENDPOINT")
+            or s.variable.startswith(("OMNI_REGISTRY_", "REGISTRY_AUTH", "DOCKER_CONFIG", "XDG_RUNTIME")))
 
 
 def tools_help(declarations: tuple[Setting, ...]) -> str:

@@ -1,0 +1,127 @@
+"""What upstream says now for each pin of an image: the base's manifest digest for its tag, the
+engine's identity inside that base, and the hub's revision (and checkpoint lock) for each ref.
+
+Every value is computed here from bytes checked against something local (a digest computed
+from the manifest bytes received, layers hashed against their descriptors, the hub's listing
+at the commit it names); none is copied from what a peer claims about itself.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from attest.engine import ABBREVIATED, FULL, InstalledDistribution
+from attest.errors import AttestError
+from attest.files import canonical_json
+from attest.lock import REVIEWED, CheckpointLock
+from attest.pins import ImagePins, ModelPin
+from boot import hub
+from tools.oci.base import resolve_image
+from tools.oci.errors import OciError
+from tools.oci.layer_files import read_layer_files
+from tools.oci.registry import Reference, RegistryClient
+from tools.pin.engine_files import engine_identity, wanted_files
+
+DEFAULT_MODEL_REF = "main"
+HUB_STALL_S = 120.0
+MAX_ENGINE_FILE_BYTES = 32 * 1024 * 1024  # attest.engine's RECORD cap
+
+
+@dataclass(frozen=True)
+class BaseUpstream:
+    tag: str
+    digest: str
+    source: str  # where it was read, for the table
+    engine: InstalledDistribution
+
+
+@dataclass(frozen=True)
+class ModelUpstream:
+    ref: str
+    revision: str
+    lock: CheckpointLock | None = None
+    lock_bytes: bytes = b""
+
+    @property
+    def lock_sha256(self) -> str:
+        return hashlib.sha256(self.lock_bytes).hexdigest() if self.lock_bytes else ""
+
+
+@dataclass
+class Upstream:
+    base: BaseUpstream
+    model: ModelUpstream
+    speculator: ModelUpstream | None
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_base(pins: ImagePins, tag: str, mirror: str, *, client: RegistryClient | None = None) -> BaseUpstream:
+    """The manifest digest of the pinned platform for `tag`, and the engine read from its layers."""
+    if not tag:
+        raise OciError(f"base.tag of {pins.image} is empty and no --base-tag was given: name the tag whose digest "
+                       "to pin (Omni never guesses one, not even `latest`)", field="base.tag")
+    ref = Reference.parse(f"{pins.base.image}:{tag}")
+    registry = mirror or ref.registry
+    label = f"base {ref}" + (f" (from the mirror {mirror})" if mirror else "")
+    owned = client is None
+    client = client or RegistryClient(registry)
+    try:
+        resolved = resolve_image(client, ref.repository, tag, pins.base.platform, label)
+        sizes = [layer.get("size") for layer in resolved.layers]
+        total = sum(size for size in sizes if isinstance(size, int))
+        print(f"pin: {label}: {pins.base.platform} is {resolved.digest}; reading {pins.engine.name}'s identity "
+              f"from its {len(resolved.layers)} layers ({total / 1e9:.2f} GB)", file=sys.stderr, flush=True)
+        files = read_layer_files(client, ref.repository, resolved.layers, wanted=wanted_files(pins.engine.name),
+                                 max_file_bytes=MAX_ENGINE_FILE_BYTES, label=f"{label}@{resolved.digest}")
+    finally:
+        if owned:
+            client.close()
+    try:
+        installed = engine_identity(files, pins.engine.name, f"{label}@{resolved.digest}")
+    except AttestError as exc:
+        raise OciError(str(exc), field=exc.field) from None
+    if not installed.record_sha256 and installed.commit_kind != FULL:
+        raise OciError(f"{label}: {installed.dist_info} has no RECORD and no full commit: the engine's identity "
+                       "cannot be pinned", field="engine")
+    return BaseUpstream(tag, resolved.digest, f"{registry}/{ref.repository}:{tag}", installed)
+
+
+def resolve_model(pin: ModelPin, ref: str, endpoint: str, what: str) -> ModelUpstream:
+    """The hub's 40-hex revision for `ref`; with a lock pin, the checkpoint lock at that revision."""
+    ref = ref or pin.ref or DEFAULT_MODEL_REF
+    try:
+        revision, listing = hub.fetch_model_info(pin.id, ref, stall_s=HUB_STALL_S, endpoint=endpoint)
+    except AttestError as exc:
+        raise OciError(f"{what} {pin.id}@{ref}: {exc}", field=f"{what}.revision") from None
+    if pin.lock_sha256 is None:
+        return ModelUpstream(ref, revision)
+    try:
+        lock = hub.lock_from_listing(pin.id, revision, listing, REVIEWED)
+    except AttestError as exc:
+        raise OciError(f"{what} {pin.id}@{revision}: {exc}", field=f"{what}.lock_sha256") from None
+    data = canonical_json(lock.model_dump(mode="json", exclude_none=True))
+    return ModelUpstream(ref, revision, lock, data)
+
+
+def engine_pins(installed: InstalledDistribution) -> tuple[dict[str, Any], str]:
+    """(engine.commit and engine.record_sha256 to pin, a note on how the commit was judged)."""
+    if installed.commit_kind == FULL:
+        note = f"engine: full commit {installed.commit} from {installed.commit_source}"
+        return {"commit": installed.commit, "record_sha256": installed.record_sha256}, note
+    if installed.commit_kind == ABBREVIATED:
+        note = (f"engine: the base records only the abbreviated commit {installed.commit} "
+                f"({installed.commit_source}): engine.commit stays empty, engine.record_sha256 pins the exact files")
+    else:
+        note = "engine: the base records no commit: engine.record_sha256 pins the exact files"
+    return {"commit": "", "record_sha256": installed.record_sha256}, note
+
+
+def lock_summary(lock: CheckpointLock) -> str:
+    lfs = [item for item in lock.files if item.sha256]
+    total = sum(item.size for item in lock.files)
+    lfs_bytes = sum(item.size for item in lfs)
+    share = lfs_bytes / total * 100 if total else 0.0
+    return (f"{lock.repo}@{lock.revision}: {len(lock.files)} files, {total} bytes ({total / 1e9:.2f} GB); "
+            f"{len(lfs)} LFS files hold {share:.1f}% of the bytes")
