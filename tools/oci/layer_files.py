@@ -1,8 +1,8 @@
 """A few files of a remote image, read from its layers as they stream: nothing is unpacked.
 
-Each layer is fetched once, bounded by its descriptor's size and hashed while it is read; a
-layer whose bytes do not match its descriptor fails the whole read, so nothing read from it
-is ever used. Layers apply in order as a container runtime applies them: a later layer's file
+Each layer is fetched once through RegistryClient.stream_blob, which never reads past the
+descriptor's size and checks the digest at the end; a layer whose bytes do not match its
+descriptor fails the whole read, so nothing read from it is ever used. Layers apply in order as a container runtime applies them: a later layer's file
 wins, a whiteout (`.wh.NAME`) removes NAME and everything under it from the layers below,
 an opaque marker (`.wh..wh..opq`) empties its directory of the layers below, and a file or
 link that replaces a directory removes what was under it.
@@ -13,17 +13,17 @@ their first bytes, not by the media type a registry claims.
 """
 from __future__ import annotations
 
-import gzip
-import hashlib
 import io
 import sys
 import tarfile
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Callable, Iterator
 
 from tools.oci.errors import OciError
+from tools.oci.registry import RegistryClient
 from tools.oci.tar_members import member_path
 
 WHITEOUT_PREFIX = ".wh."
@@ -44,14 +44,13 @@ class LayerFile:
     kind: str = "file"
 
 
-class _VerifiedStream(io.RawIOBase):
-    """The blob's bytes from a chunk iterator; past `size` or at a digest mismatch it refuses."""
+class _BlobStream(io.RawIOBase):
+    """A blob's chunks (RegistryClient.stream_blob: bounded by the descriptor's size while read,
+    hashed against its digest at the end) as a file to read from."""
 
-    def __init__(self, chunks: Iterator[bytes], digest: str, size: int, where: str) -> None:
-        self._chunks, self._digest, self._size, self._where = chunks, digest, size, where
-        self._hasher = hashlib.sha256()
-        self._pending = b""
-        self.count = 0
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._pending = memoryview(b"")
         self.finished = False
 
     def readable(self) -> bool:
@@ -59,31 +58,16 @@ class _VerifiedStream(io.RawIOBase):
 
     def _next(self) -> bytes:
         try:
-            chunk = next(self._chunks)
+            return next(self._chunks)
         except StopIteration:
-            self._finish()
+            self.finished = True  # stream_blob has checked the size and the digest
             return b""
-        self.count += len(chunk)
-        if self.count > self._size:
-            raise OciError(f"{self._where} sends more than the {self._size} bytes its descriptor declares",
-                           field=self._digest)
-        self._hasher.update(chunk)
-        return chunk
-
-    def _finish(self) -> None:
-        if self.finished:
-            return
-        self.finished = True
-        actual = "sha256:" + self._hasher.hexdigest()
-        if self.count != self._size or actual != self._digest:
-            raise OciError(f"{self._where} is corrupt: {self.count} bytes hashing to {actual}, its descriptor says "
-                           f"{self._size} bytes, {self._digest}", field=self._digest)
 
     def readinto(self, buffer: Any) -> int:
         while not self._pending:
             if self.finished:
                 return 0
-            self._pending = self._next()
+            self._pending = memoryview(self._next())
         count = min(len(buffer), len(self._pending))
         buffer[:count] = self._pending[:count]
         self._pending = self._pending[count:]
@@ -97,15 +81,48 @@ class _VerifiedStream(io.RawIOBase):
 
     def drain(self) -> None:
         """Reads to the end so the digest is checked (trailing padding and all)."""
-        self._pending = b""
+        self._pending = memoryview(b"")
         while not self.finished:
             self._next()
+
+
+class _Gunzip(io.RawIOBase):
+    """gzip members decompressed in large pieces. gzip.GzipFile reads its buffer 8 kB at a time,
+    which made the Python loop, not zlib, the cost of a multi-GB layer."""
+
+    def __init__(self, raw: io.BufferedReader) -> None:
+        self._raw = raw
+        self._inflate = zlib.decompressobj(wbits=31)
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            if self._inflate.eof:  # a member ended: another may follow
+                compressed = self._inflate.unused_data or self._raw.read(READ_BYTES)
+                if not compressed:
+                    return 0
+                self._inflate = zlib.decompressobj(wbits=31)
+            else:
+                compressed = self._inflate.unconsumed_tail or self._raw.read(READ_BYTES)
+                if not compressed:
+                    raise EOFError("the gzip stream ends inside a member")
+            try:
+                self._pending = memoryview(self._inflate.decompress(compressed, READ_BYTES))
+            except zlib.error as exc:
+                raise OSError(f"not a valid gzip stream: {exc}") from None
+        count = min(len(buffer), len(self._pending))
+        buffer[:count] = self._pending[:count]
+        self._pending = self._pending[count:]
+        return count
 
 
 def _decompressed(raw: io.BufferedReader, where: str) -> io.BufferedIOBase:
     magic = raw.peek(4)[:4]
     if magic[:2] == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=raw, mode="rb")
+        return io.BufferedReader(_Gunzip(raw), READ_BYTES)
     if magic == ZSTD_MAGIC:
         import zstandard  # the locked zstd binding: Python 3.11's standard library has none
 
@@ -173,11 +190,11 @@ def _apply_layer(archive: tarfile.TarFile, overlay: _Overlay, layer: str, where:
     return members
 
 
-def read_layer_files(client: Any, repository: str, layers: list[dict[str, Any]], *,
+def read_layer_files(client: RegistryClient, repository: str, layers: list[dict[str, Any]], *,
                      wanted: Callable[[PurePosixPath], bool], max_file_bytes: int,
                      label: str, progress: bool = True) -> dict[str, LayerFile]:
     """The wanted files of the image whose layer descriptors are `layers`, as the last layer
-    leaves them. `client` is a RegistryClient of the registry holding `repository`."""
+    leaves them. `client` is the RegistryClient of the registry holding `repository`."""
     overlay = _Overlay()
     for number, descriptor in enumerate(layers, 1):
         digest, size = descriptor.get("digest"), descriptor.get("size")
@@ -186,11 +203,12 @@ def read_layer_files(client: Any, repository: str, layers: list[dict[str, Any]],
             raise OciError(f"{label}: layer {number} has no valid digest and size", field=f"layers[{number - 1}]")
         where = f"{label} layer {number}/{len(layers)} ({digest})"
         started = time.monotonic()
-        stream = _VerifiedStream(client.stream_blob(repository, digest, size), digest, size, where)
+        stream = _BlobStream(client.stream_blob(repository, digest, size))
         raw = io.BufferedReader(stream, READ_BYTES)
         try:
             decompressed = _decompressed(raw, where)
-            with tarfile.open(fileobj=decompressed, mode="r|") as archive:
+            # Large reads: stream mode skips unwanted members by reading through them.
+            with tarfile.open(fileobj=decompressed, mode="r|", bufsize=READ_BYTES) as archive:
                 members = _apply_layer(archive, overlay, digest, where, wanted, max_file_bytes)
             stream.drain()
         except (tarfile.TarError, EOFError, OSError) as exc:

@@ -289,14 +289,17 @@ class RegistryClient:
         return response.status_code == 200
 
     def stream_blob(self, repository: str, digest: str, size: int) -> Iterator[bytes]:
-        """The blob's bytes in chunks, verified against `digest` and `size` at the end."""
+        """The blob's bytes in chunks, never past `size`, verified against `digest` at the end."""
         response = self.request("GET", f"/v2/{repository}/blobs/{digest}", repository=repository, stream=True)
         try:
             self._expect(response, (200,), f"blob {digest}")
             hasher, count = hashlib.sha256(), 0
             for chunk in response.iter_bytes(CHUNK):
-                hasher.update(chunk)
                 count += len(chunk)
+                if count > size:
+                    raise OciError(f"{self.registry}/{repository}: blob {digest} sends more than the {size} bytes "
+                                   "its descriptor declares", field=digest)
+                hasher.update(chunk)
                 yield chunk
             if "sha256:" + hasher.hexdigest() != digest or count != size:
                 raise OciError(f"{self.registry}/{repository}: streamed blob {digest} is corrupt", field=digest)
