@@ -91,6 +91,12 @@ class CheckpointLock(Document):
     def total_bytes(self) -> int:
         return sum(item.size for item in self.files)
 
+    def document_bytes(self) -> bytes:
+        """The lock file's bytes, the one form whose sha256 an image pins as model.lock_sha256."""
+        from attest.files import canonical_json
+
+        return canonical_json(self.model_dump(mode="json", exclude_none=True))
+
 
 def load_lock(path: Path, *, label: str = "checkpoint lock") -> tuple[CheckpointLock, UntrustedBytes]:
     """The lock and exactly the bytes (with their sha256) it was parsed from."""

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from attest.errors import AttestError, report_refusal, report_unexpected
-from attest.files import canonical_json, require_replaceable, write_atomic
+from attest.files import require_replaceable, write_atomic
 from attest.lock import REVIEWED
 from attest.primitives import require_revision
 from boot import hub
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         return report_refusal(exc)
     except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
         return report_unexpected(exc)
-    data = canonical_json(lock.model_dump(mode="json", exclude_none=True))
+    data = lock.document_bytes()
     write_atomic(output, data)
     digest = hashlib.sha256(data).hexdigest()
     print(f"boot-lock: wrote {output}: {len(lock.files)} files, {lock.total_bytes / 1e9:.2f} GB at {revision}; "

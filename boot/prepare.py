@@ -125,7 +125,7 @@ def resolve_lock(settings: BootSettings, baked: BakedImage | None, *, derive: bo
         return None
     listing = hub.fetch_listing(REPO, REVISION, stall_s=settings.download_stall_s, endpoint=settings.hf_endpoint)
     lock = hub.lock_from_listing(REPO, REVISION, listing, TRUST_ON_FIRST_USE)
-    data = canonical_json(lock.model_dump(mode="json", exclude_none=True))
+    data = lock.document_bytes()
     write_atomic(kept, data)
     return _checked(lock, data, TRUST_ON_FIRST_USE, str(kept))
 

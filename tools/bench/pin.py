@@ -25,10 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from attest.hashing import sha256_file
 from tests.fixtures.oci import CRANE
 from tests.fixtures.registry import LoopbackRegistry
-from tests.fixtures.vendor_base import installed_engine
-from tools.oci.layout import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST, canonical, sha256_digest
+from tests.fixtures.vendor_base import installed_engine, put_image
+from tools.oci.layout import OCI_LAYER_GZIP
 from tools.oci.registry import RegistryClient
 
 FILE_BYTES = 4 << 20
@@ -67,15 +68,7 @@ def _write_layer(path: Path, index: int, size: int, extra: dict[str, bytes]) -> 
                 info = tarfile.TarInfo(name)
                 info.size, info.mode = len(data), 0o644
                 tar.addfile(info, io.BytesIO(data))
-    return "sha256:" + _file_sha256(path), path.stat().st_size, "sha256:" + raw_hash.hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    hasher = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(8 << 20):
-            hasher.update(block)
-    return hasher.hexdigest()
+    return "sha256:" + sha256_file(path), path.stat().st_size, "sha256:" + raw_hash.hexdigest()
 
 
 def make_base(work: Path, registry: str, size: int, layers: int) -> None:
@@ -96,12 +89,7 @@ def make_base(work: Path, registry: str, size: int, layers: int) -> None:
             diff_ids.append(diff_id)
             print(f"pin bench: layer {index + 1}/{layers} pushed ({blob_size / 1e6:.0f} MB)", file=sys.stderr,
                   flush=True)
-        config = canonical({"os": "linux", "architecture": "amd64", "config": {},
-                            "rootfs": {"type": "layers", "diff_ids": diff_ids}})
-        client.upload("bench/base", sha256_digest(config), config, len(config))
-        manifest = canonical({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "layers": descriptors, "config": {
-            "mediaType": OCI_CONFIG, "digest": sha256_digest(config), "size": len(config)}})
-        client.put_manifest("bench/base", "bench", manifest, OCI_MANIFEST)
+        put_image(client, "bench/base", "bench", "linux/amd64", descriptors, diff_ids)
 
 
 def _run(argv: list[str], **kwargs) -> tuple[float, int, str]:

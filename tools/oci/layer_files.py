@@ -44,34 +44,48 @@ class LayerFile:
     kind: str = "file"
 
 
-class _BlobStream(io.RawIOBase):
-    """A blob's chunks (RegistryClient.stream_blob: bounded by the descriptor's size while read,
-    hashed against its digest at the end) as a file to read from."""
+class _PieceReader(io.RawIOBase):
+    """A readable file over pieces of bytes that `_piece` produces (None at the end); each
+    piece is handed out without copying it again."""
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
+    def __init__(self) -> None:
         self._pending = memoryview(b"")
-        self.finished = False
 
     def readable(self) -> bool:
         return True
 
-    def _next(self) -> bytes:
-        try:
-            return next(self._chunks)
-        except StopIteration:
-            self.finished = True  # stream_blob has checked the size and the digest
-            return b""
+    def _piece(self) -> bytes | None:
+        raise NotImplementedError
 
     def readinto(self, buffer: Any) -> int:
         while not self._pending:
-            if self.finished:
+            piece = self._piece()
+            if piece is None:
                 return 0
-            self._pending = memoryview(self._next())
+            self._pending = memoryview(piece)
         count = min(len(buffer), len(self._pending))
         buffer[:count] = self._pending[:count]
         self._pending = self._pending[count:]
         return count
+
+
+class _BlobStream(_PieceReader):
+    """A blob's chunks (RegistryClient.stream_blob: bounded by the descriptor's size while read,
+    hashed against its digest at the end) as a file to read from."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        super().__init__()
+        self._chunks = chunks
+        self.finished = False
+
+    def _piece(self) -> bytes | None:
+        if self.finished:
+            return None
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            self.finished = True  # stream_blob has checked the size and the digest
+            return None
 
     def close(self) -> None:
         close = getattr(self._chunks, "close", None)
@@ -82,44 +96,36 @@ class _BlobStream(io.RawIOBase):
     def drain(self) -> None:
         """Reads to the end so the digest is checked (trailing padding and all)."""
         self._pending = memoryview(b"")
-        while not self.finished:
-            self._next()
+        while self._piece() is not None:
+            pass
 
 
-class _Gunzip(io.RawIOBase):
+class _Gunzip(_PieceReader):
     """gzip members decompressed in large pieces. gzip.GzipFile reads its buffer 8 kB at a time,
     which made the Python loop, not zlib, the cost of a multi-GB layer."""
 
     def __init__(self, raw: io.BufferedReader) -> None:
+        super().__init__()
         self._raw = raw
         self._inflate = zlib.decompressobj(wbits=31)
-        self._pending = memoryview(b"")
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._pending:
-            if self._inflate.eof:  # a member ended: another may follow
-                compressed = self._inflate.unused_data or self._raw.read(READ_BYTES)
-                if not compressed:
-                    return 0
-                self._inflate = zlib.decompressobj(wbits=31)
-            else:
-                compressed = self._inflate.unconsumed_tail or self._raw.read(READ_BYTES)
-                if not compressed:
-                    raise EOFError("the gzip stream ends inside a member")
-            try:
-                self._pending = memoryview(self._inflate.decompress(compressed, READ_BYTES))
-            except zlib.error as exc:
-                raise OSError(f"not a valid gzip stream: {exc}") from None
-        count = min(len(buffer), len(self._pending))
-        buffer[:count] = self._pending[:count]
-        self._pending = self._pending[count:]
-        return count
+    def _piece(self) -> bytes | None:
+        if self._inflate.eof:  # a member ended: another may follow
+            compressed = self._inflate.unused_data or self._raw.read(READ_BYTES)
+            if not compressed:
+                return None
+            self._inflate = zlib.decompressobj(wbits=31)
+        else:
+            compressed = self._inflate.unconsumed_tail or self._raw.read(READ_BYTES)
+            if not compressed:
+                raise EOFError("the gzip stream ends inside a member")
+        try:
+            return self._inflate.decompress(compressed, READ_BYTES)
+        except zlib.error as exc:
+            raise OSError(f"not a valid gzip stream: {exc}") from None
 
 
-def _decompressed(raw: io.BufferedReader, where: str) -> io.BufferedIOBase:
+def _decompressed(raw: io.BufferedReader) -> io.BufferedIOBase:
     magic = raw.peek(4)[:4]
     if magic[:2] == GZIP_MAGIC:
         return io.BufferedReader(_Gunzip(raw), READ_BYTES)
@@ -206,7 +212,7 @@ def read_layer_files(client: RegistryClient, repository: str, layers: list[dict[
         stream = _BlobStream(client.stream_blob(repository, digest, size))
         raw = io.BufferedReader(stream, READ_BYTES)
         try:
-            decompressed = _decompressed(raw, where)
+            decompressed = _decompressed(raw)
             # Large reads: stream mode skips unwanted members by reading through them.
             with tarfile.open(fileobj=decompressed, mode="r|", bufsize=READ_BYTES) as archive:
                 members = _apply_layer(archive, overlay, digest, where, wanted, max_file_bytes)

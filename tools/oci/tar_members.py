@@ -56,6 +56,14 @@ def _no_link_on_the_way(source: str | Path, root: Path, relative: PurePosixPath,
                            f"{current.relative_to(root)}", field=f"{source}:{name}")
 
 
+def _make_room(path: Path) -> None:
+    """Creates `path`'s parents and removes a file or link already there (a later member
+    replaces an earlier one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.exists():
+        path.unlink()
+
+
 def extract_all(archive: tarfile.TarFile, dest: Path, *, source: str | Path) -> list[str]:
     """Writes every member of `archive` under `dest` (created); returns the relative paths written.
 
@@ -80,9 +88,7 @@ def extract_all(archive: tarfile.TarFile, dest: Path, *, source: str | Path) -> 
             path.mkdir(parents=True, exist_ok=True)
             path.chmod(mode | 0o700)  # the owner must be able to write what follows into it
         elif member.isfile():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.is_symlink() or path.exists():
-                path.unlink()
+            _make_room(path)
             handle = archive.extractfile(member)
             with handle, open(path, "xb") as out:
                 shutil.copyfileobj(handle, out, COPY_CHUNK)
@@ -90,9 +96,7 @@ def extract_all(archive: tarfile.TarFile, dest: Path, *, source: str | Path) -> 
             regular_files.add(str(relative))
         elif member.issym():
             _link_stays_inside(source, member, relative)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.is_symlink() or path.exists():
-                path.unlink()
+            _make_room(path)
             os.symlink(member.linkname, path)
             regular_files.discard(str(relative))
         elif member.islnk():
@@ -100,9 +104,7 @@ def extract_all(archive: tarfile.TarFile, dest: Path, *, source: str | Path) -> 
             if str(target) not in regular_files or (dest / target).is_symlink():
                 raise OciError(f"tar {source}: hard link {member.name!r} points to {member.linkname!r}, "
                                "which is not a regular file written before it", field=f"{source}:{member.name}")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.is_symlink() or path.exists():
-                path.unlink()
+            _make_room(path)
             os.link(dest / target, path)
             regular_files.add(str(relative))
         else:

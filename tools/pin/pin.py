@@ -31,9 +31,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from attest.documents import parse_document
 from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.files import write_atomic
-from attest.documents import parse_document
 from attest.pins import ImagePins
 from attest.reader import MAX_JSON_BYTES, loads_object, read_file
 from boot.settings import url_or_empty
@@ -51,49 +51,52 @@ def _pins_text(document: dict[str, Any]) -> bytes:
     return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def _proposed(current: dict[str, Any], upstream: Upstream) -> dict[str, Any]:
+def _leading(entry: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """`entry` with `values` set, those keys first (the document reads id/image, ref/tag, pin)."""
+    return {**values, **{key: value for key, value in entry.items() if key not in values}}
+
+
+def _proposed(current: dict[str, Any], upstream: Upstream) -> tuple[dict[str, Any], list[str]]:
+    """(the pin document with upstream's values, notes on how they were found)."""
     document = copy.deepcopy(current)
     base = document["base"]
-    rebuilt = {"image": base["image"], "tag": upstream.base.tag, "digest": upstream.base.digest}
-    document["base"] = {**rebuilt, **{k: v for k, v in base.items() if k not in rebuilt}}
+    document["base"] = _leading(base, {"image": base["image"], "tag": upstream.base.tag,
+                                       "digest": upstream.base.digest})
     engine, note = engine_pins(upstream.base.engine)
-    upstream.notes.append(note)
+    notes = [note]
     document["engine"].update(engine)
     for key, found in (("model", upstream.model), ("speculator", upstream.speculator)):
         if found is None:
             continue
-        entry = document[key]
-        rebuilt = {"id": entry["id"], "ref": found.ref, "revision": found.revision}
+        values = {"id": document[key]["id"], "ref": found.ref, "revision": found.revision}
         if found.lock is not None:
-            rebuilt["lock_sha256"] = found.lock_sha256
-            upstream.notes.append(f"{key} checkpoint lock: {lock_summary(found.lock)}")
-        document[key] = {**rebuilt, **{k: v for k, v in entry.items() if k not in rebuilt}}
+            values["lock_sha256"] = found.lock_sha256
+            notes.append(f"{key} checkpoint lock: {lock_summary(found.lock)}")
+        document[key] = _leading(document[key], values)
     parse_document(ImagePins, document, label="the proposed pins")  # what is written must load as pins
-    return document
+    return document, notes
 
 
-PIN_ROWS = (("base.tag", ("base", "tag")), ("base.digest", ("base", "digest")),
-            ("engine.commit", ("engine", "commit")), ("engine.record_sha256", ("engine", "record_sha256")),
-            ("model.ref", ("model", "ref")), ("model.revision", ("model", "revision")),
-            ("model.lock_sha256", ("model", "lock_sha256")), ("speculator.ref", ("speculator", "ref")),
-            ("speculator.revision", ("speculator", "revision")))
+PIN_ROWS = ("base.tag", "base.digest", "engine.commit", "engine.record_sha256", "model.ref", "model.revision",
+            "model.lock_sha256", "speculator.ref", "speculator.revision")
 
 
-def _value(document: dict[str, Any], path: tuple[str, str]) -> str | None:
+def _value(document: dict[str, Any], name: str) -> str | None:
     """The pin's value ("" when absent); None where the document has no such pin (no
     speculator, no checkpoint lock)."""
-    section = document.get(path[0])
+    section_name, key = name.split(".")
+    section = document.get(section_name)
     if not isinstance(section, dict):
         return None
-    value = section.get(path[1], "")
+    value = section.get(key, "")
     return None if value is None else str(value)
 
 
 def _table(current: dict[str, Any], proposed: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(table lines, names of pins whose upstream differs)."""
     rows, moved = [("pin", "current", "upstream", "")], []
-    for name, path in PIN_ROWS:
-        ours, theirs = _value(current, path), _value(proposed, path)
+    for name in PIN_ROWS:
+        ours, theirs = _value(current, name), _value(proposed, name)
         if theirs is None:
             continue
         differs = (ours or "") != theirs
@@ -133,11 +136,10 @@ def run(args: argparse.Namespace) -> int:
     model = resolve_model(pins.model, args.model_ref, endpoint, "model")
     speculator = resolve_model(pins.speculator, args.speculator_ref, endpoint, "speculator") \
         if pins.speculator is not None else None
-    upstream = Upstream(base, model, speculator)
-    proposed = _proposed(current, upstream)
+    proposed, notes = _proposed(current, Upstream(base, model, speculator))
     lines, moved = _table(current, proposed)
     print("\n".join(lines))
-    for note in upstream.notes:
+    for note in notes:
         print(f"note: {note}")
     before, after = _pins_text(current), _pins_text(proposed)
     diff = list(difflib.unified_diff(before.decode().splitlines(), after.decode().splitlines(),

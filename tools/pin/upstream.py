@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from attest.engine import ABBREVIATED, FULL, InstalledDistribution
 from attest.errors import AttestError
-from attest.files import canonical_json
 from attest.lock import REVIEWED, CheckpointLock
 from attest.pins import ImagePins, ModelPin
 from boot import hub
@@ -33,7 +32,6 @@ MAX_ENGINE_FILE_BYTES = 32 * 1024 * 1024  # attest.engine's RECORD cap
 class BaseUpstream:
     tag: str
     digest: str
-    source: str  # where it was read, for the table
     engine: InstalledDistribution
 
 
@@ -54,7 +52,6 @@ class Upstream:
     base: BaseUpstream
     model: ModelUpstream
     speculator: ModelUpstream | None
-    notes: list[str] = field(default_factory=list)
 
 
 def resolve_base(pins: ImagePins, tag: str, mirror: str, *, client: RegistryClient | None = None) -> BaseUpstream:
@@ -85,7 +82,7 @@ def resolve_base(pins: ImagePins, tag: str, mirror: str, *, client: RegistryClie
     if not installed.record_sha256 and installed.commit_kind != FULL:
         raise OciError(f"{label}: {installed.dist_info} has no RECORD and no full commit: the engine's identity "
                        "cannot be pinned", field="engine")
-    return BaseUpstream(tag, resolved.digest, f"{registry}/{ref.repository}:{tag}", installed)
+    return BaseUpstream(tag, resolved.digest, installed)
 
 
 def resolve_model(pin: ModelPin, ref: str, endpoint: str, what: str) -> ModelUpstream:
@@ -101,8 +98,7 @@ def resolve_model(pin: ModelPin, ref: str, endpoint: str, what: str) -> ModelUps
         lock = hub.lock_from_listing(pin.id, revision, listing, REVIEWED)
     except AttestError as exc:
         raise OciError(f"{what} {pin.id}@{revision}: {exc}", field=f"{what}.lock_sha256") from None
-    data = canonical_json(lock.model_dump(mode="json", exclude_none=True))
-    return ModelUpstream(ref, revision, lock, data)
+    return ModelUpstream(ref, revision, lock, lock.document_bytes())
 
 
 def engine_pins(installed: InstalledDistribution) -> tuple[dict[str, Any], str]:
