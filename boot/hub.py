@@ -8,6 +8,7 @@ downloaders verify nothing against a local lock.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
@@ -82,9 +83,11 @@ def _headers() -> dict[str, str]:
     return build_hf_headers()
 
 
-def fetch_model_info(repo: str, ref: str, *, stall_s: float, endpoint: str = "") -> tuple[str, list[LockedFile]]:
+def fetch_model_info(repo: str, ref: str, *, stall_s: float, endpoint: str = "",
+                     deadline: float = math.inf) -> tuple[str, list[LockedFile]]:
     """The 40-hex commit the hub names for `ref` (a revision, branch or tag) and its file
-    listing there, read bounded and checked strictly."""
+    listing there, read bounded and checked strictly; `deadline` (time.monotonic()) bounds the
+    whole read, each wait at most `stall_s`."""
     url = f"{_endpoint(endpoint)}/api/models/{repo}/revision/{quote(ref, safe='')}"
     where = f"hub metadata of {repo}@{ref} ({url})"
     try:
@@ -95,6 +98,8 @@ def fetch_model_info(repo: str, ref: str, *, stall_s: float, endpoint: str = "")
                 body += chunk
                 if len(body) > MAX_METADATA_BYTES:
                     raise BootError(f"{where} is larger than {MAX_METADATA_BYTES} bytes", field="HF_ENDPOINT")
+                if time.monotonic() > deadline:
+                    raise BootError(f"reading {where} passed its deadline", field="deadline")
             status = response.status_code
     except httpx.HTTPError as exc:
         raise BootError(f"cannot read {where}: {type(exc).__name__}: {exc} (check HF_ENDPOINT and the network)",

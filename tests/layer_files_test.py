@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import time
 from pathlib import PurePosixPath
 
 import httpx
@@ -21,14 +22,23 @@ class MemoryRegistry:
     """Omni's own RegistryClient over a transport that serves blobs held in memory; `served`
     may give other bytes than the digest names."""
 
-    def __init__(self) -> None:
+    def __init__(self, pause_s: float = 0.0) -> None:
         self.blobs: dict[str, bytes] = {}
         self.served: dict[str, bytes] = {}
+        self.pause_s = pause_s  # between pieces of 64 bytes: a trickling registry
         self.client = RegistryClient("127.0.0.1:1", credential=None, transport=httpx.MockTransport(self._serve))
 
     def _serve(self, request: httpx.Request) -> httpx.Response:
         digest = request.url.path.rsplit("/", 1)[-1]
-        return httpx.Response(200, content=self.served.get(digest, self.blobs[digest]))
+        data = self.served.get(digest, self.blobs[digest])
+        if not self.pause_s:
+            return httpx.Response(200, content=data)
+
+        def trickle():
+            for offset in range(0, len(data), 64):
+                time.sleep(self.pause_s)
+                yield data[offset:offset + 64]
+        return httpx.Response(200, content=trickle())
 
     def add(self, blob: bytes) -> dict[str, object]:
         digest = "sha256:" + hashlib.sha256(blob).hexdigest()
@@ -117,3 +127,13 @@ def test_progress_names_each_layer(capsys) -> None:
     err = capsys.readouterr().err
     assert "base layer 1/2" in err and "base layer 2/2" in err and "members" in err
 
+
+
+def test_the_whole_read_is_bounded_by_its_deadline() -> None:
+    registry = MemoryRegistry(pause_s=0.05)
+    descriptor = registry.add(layer([("a.txt", bytes(range(256)) * 40)]))  # about 40 pieces: 2 s
+    started = time.monotonic()
+    with pytest.raises(OciError, match="reading the layers passed their deadline") as refused:
+        read_layer_files(registry.client, "repo", [descriptor], wanted=_everything, max_file_bytes=1 << 20,
+                         label="base", progress=False, deadline=started + 0.3)
+    assert refused.value.field == "deadline" and time.monotonic() - started < 1.5

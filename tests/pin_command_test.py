@@ -6,12 +6,15 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 from attest.engine import find_installed
 from attest.pins import load_pins
+from boot.errors import BootError
+from boot.hub import fetch_model_info
 from tests.fixtures.hub import HubRepo, LoopbackHub
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import installed_engine, layer, push_vendor_base
@@ -224,6 +227,23 @@ def test_a_hub_naming_no_commit_is_refused(workspace, registry, hub, monkeypatch
     assert _pin(workspace, "qwen_mi300x", "--base-tag", "t") == 2
     refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert refusal["field"] == "model.revision" and "names commit 'main'; expected 40 hex digits" in refusal["error"]
+
+
+def test_the_deadline_bounds_the_whole_resolution(workspace, registry, hub, monkeypatch, capsys) -> None:
+    _env(monkeypatch, registry, hub)
+    push_vendor_base(registry.host, "rocm/vllm", "t", {"linux/amd64": _base_layers(_engine())})
+    assert _pin(workspace, "qwen_mi300x", "--base-tag", "t", "--deadline", "0.001") == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == "--deadline" and "passed their deadline (--deadline 0.001 s)" in refusal["error"]
+    with pytest.raises(BootError, match="passed its deadline") as refused:
+        fetch_model_info("Qwen/Qwen3.8-27B", "main", stall_s=5, endpoint=hub.url, deadline=time.monotonic() - 1)
+    assert refused.value.field == "deadline"
+
+
+@pytest.mark.parametrize("deadline", ["0", "-1", "1e3", "\u0663", " 5", "5s"])
+def test_a_deadline_that_is_not_positive_ascii_seconds_is_refused(workspace, deadline, capsys) -> None:
+    assert _pin(workspace, "qwen_mi300x", "--deadline", deadline) == 2
+    assert "--deadline: expected a positive number of seconds" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, field", [

@@ -14,6 +14,7 @@ their first bytes, not by the media type a registry claims.
 from __future__ import annotations
 
 import io
+import math
 import sys
 import tarfile
 import time
@@ -73,14 +74,16 @@ class _BlobStream(_PieceReader):
     """A blob's chunks (RegistryClient.stream_blob: bounded by the descriptor's size while read,
     hashed against its digest at the end) as a file to read from."""
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
+    def __init__(self, chunks: Iterator[bytes], deadline: float, passed: str) -> None:
         super().__init__()
-        self._chunks = chunks
+        self._chunks, self._deadline, self._passed = chunks, deadline, passed
         self.finished = False
 
     def _piece(self) -> bytes | None:
         if self.finished:
             return None
+        if time.monotonic() > self._deadline:
+            raise OciError(self._passed, field="deadline")
         try:
             return next(self._chunks)
         except StopIteration:
@@ -198,9 +201,11 @@ def _apply_layer(archive: tarfile.TarFile, overlay: _Overlay, layer: str, where:
 
 def read_layer_files(client: RegistryClient, repository: str, layers: list[dict[str, Any]], *,
                      wanted: Callable[[PurePosixPath], bool], max_file_bytes: int,
-                     label: str, progress: bool = True) -> dict[str, LayerFile]:
+                     label: str, progress: bool = True, deadline: float = math.inf) -> dict[str, LayerFile]:
     """The wanted files of the image whose layer descriptors are `layers`, as the last layer
-    leaves them. `client` is the RegistryClient of the registry holding `repository`."""
+    leaves them. `client` is the RegistryClient of the registry holding `repository`.
+    `deadline` (time.monotonic()) bounds the whole read: it is checked before every piece,
+    and each piece waits at most the client's read timeout."""
     overlay = _Overlay()
     for number, descriptor in enumerate(layers, 1):
         digest, size = descriptor.get("digest"), descriptor.get("size")
@@ -209,7 +214,8 @@ def read_layer_files(client: RegistryClient, repository: str, layers: list[dict[
             raise OciError(f"{label}: layer {number} has no valid digest and size", field=f"layers[{number - 1}]")
         where = f"{label} layer {number}/{len(layers)} ({digest})"
         started = time.monotonic()
-        stream = _BlobStream(client.stream_blob(repository, digest, size))
+        stream = _BlobStream(client.stream_blob(repository, digest, size), deadline,
+                             f"{where}: reading the layers passed their deadline")
         raw = io.BufferedReader(stream, READ_BYTES)
         try:
             decompressed = _decompressed(raw)

@@ -1,7 +1,7 @@
 """Fill an image's pins from the registry and the hub, or check that upstream has not moved.
 
     bazel run //tools/pin -- IMAGE [--base-tag TAG] [--model-ref REF] [--speculator-ref REF]
-                                   [--write | --check]
+                                   [--deadline S] [--write | --check]
 
 IMAGE names images/IMAGE.pins.json. What is resolved, each value computed here:
   base.digest          the manifest digest of base.platform for the tag (an index is resolved
@@ -28,6 +28,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from tools.settings import PIN, tools_help
 IMAGE_NAME = re.compile(r"^[a-z0-9_]{1,64}$")
 PINS_SUFFIX = ".pins.json"
 LOCK_SUFFIX = ".checkpoint.lock.json"
+DEFAULT_DEADLINE_S = 3600.0
 
 
 def _pins_text(document: dict[str, Any]) -> bytes:
@@ -132,10 +134,16 @@ def run(args: argparse.Namespace) -> int:
     endpoint = url_or_empty(os.environ.get("HF_ENDPOINT", ""), "HF_ENDPOINT")
     if args.speculator_ref and pins.speculator is None:
         raise AttestError(f"--speculator-ref: {pins_path.name} pins no speculator", field="--speculator-ref")
-    base = resolve_base(pins, args.base_tag or pins.base.tag, mirror)
-    model = resolve_model(pins.model, args.model_ref, endpoint, "model")
-    speculator = resolve_model(pins.speculator, args.speculator_ref, endpoint, "speculator") \
-        if pins.speculator is not None else None
+    deadline = time.monotonic() + args.deadline
+    try:
+        base = resolve_base(pins, args.base_tag or pins.base.tag, mirror, deadline=deadline)
+        model = resolve_model(pins.model, args.model_ref, endpoint, "model", deadline=deadline)
+        speculator = resolve_model(pins.speculator, args.speculator_ref, endpoint, "speculator",
+                                   deadline=deadline) if pins.speculator is not None else None
+    except OciError as exc:
+        if exc.field == "deadline":
+            raise OciError(f"{exc} (--deadline {args.deadline:g} s)", field="--deadline") from None
+        raise
     proposed, notes = _proposed(current, Upstream(base, model, speculator))
     lines, moved = _table(current, proposed)
     print("\n".join(lines))
@@ -160,6 +168,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seconds(text: str) -> float:
+    if not re.fullmatch(r"[0-9]{1,7}(\.[0-9]{1,3})?", text) or float(text) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds (ASCII digits), got {text!r}")
+    return float(text)
+
+
 def parser() -> argparse.ArgumentParser:
     result = argparse.ArgumentParser(prog="pin", description=__doc__, epilog=tools_help(PIN),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -168,6 +182,9 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument("--model-ref", default="", help="the model's hub branch or tag (default: model.ref, or main)")
     result.add_argument("--speculator-ref", default="", help="the speculator's hub branch or tag (default: "
                         "speculator.ref, or main)")
+    result.add_argument("--deadline", type=_seconds, default=DEFAULT_DEADLINE_S,
+                        help=f"seconds the whole resolution may take (default {DEFAULT_DEADLINE_S:g}); each wait "
+                        "for a peer is also bounded by its read timeout")
     mode = result.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="write the pins (and checkpoint lock) atomically")
     mode.add_argument("--check", action="store_true", help="exit 1 when any pin differs from upstream")

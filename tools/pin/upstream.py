@@ -8,6 +8,7 @@ at the commit it names); none is copied from what a peer claims about itself.
 from __future__ import annotations
 
 import hashlib
+import math
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +55,8 @@ class Upstream:
     speculator: ModelUpstream | None
 
 
-def resolve_base(pins: ImagePins, tag: str, mirror: str, *, client: RegistryClient | None = None) -> BaseUpstream:
+def resolve_base(pins: ImagePins, tag: str, mirror: str, *, client: RegistryClient | None = None,
+                 deadline: float = math.inf) -> BaseUpstream:
     """The manifest digest of the pinned platform for `tag`, and the engine read from its layers."""
     if not tag:
         raise OciError(f"base.tag of {pins.image} is empty and no --base-tag was given: name the tag whose digest "
@@ -71,7 +73,8 @@ def resolve_base(pins: ImagePins, tag: str, mirror: str, *, client: RegistryClie
         print(f"pin: {label}: {pins.base.platform} is {resolved.digest}; reading {pins.engine.name}'s identity "
               f"from its {len(resolved.layers)} layers ({total / 1e9:.2f} GB)", file=sys.stderr, flush=True)
         files = read_layer_files(client, ref.repository, resolved.layers, wanted=wanted_files(pins.engine.name),
-                                 max_file_bytes=MAX_ENGINE_FILE_BYTES, label=f"{label}@{resolved.digest}")
+                                 max_file_bytes=MAX_ENGINE_FILE_BYTES, label=f"{label}@{resolved.digest}",
+                                 deadline=deadline)
     finally:
         if owned:
             client.close()
@@ -85,13 +88,15 @@ def resolve_base(pins: ImagePins, tag: str, mirror: str, *, client: RegistryClie
     return BaseUpstream(tag, resolved.digest, installed)
 
 
-def resolve_model(pin: ModelPin, ref: str, endpoint: str, what: str) -> ModelUpstream:
+def resolve_model(pin: ModelPin, ref: str, endpoint: str, what: str, *, deadline: float = math.inf) -> ModelUpstream:
     """The hub's 40-hex revision for `ref`; with a lock pin, the checkpoint lock at that revision."""
     ref = ref or pin.ref or DEFAULT_MODEL_REF
     try:
-        revision, listing = hub.fetch_model_info(pin.id, ref, stall_s=HUB_STALL_S, endpoint=endpoint)
+        revision, listing = hub.fetch_model_info(pin.id, ref, stall_s=HUB_STALL_S, endpoint=endpoint,
+                                                 deadline=deadline)
     except AttestError as exc:
-        raise OciError(f"{what} {pin.id}@{ref}: {exc}", field=f"{what}.revision") from None
+        field = exc.field if exc.field == "deadline" else f"{what}.revision"
+        raise OciError(f"{what} {pin.id}@{ref}: {exc}", field=field) from None
     if pin.lock_sha256 is None:
         return ModelUpstream(ref, revision)
     try:
