@@ -2,6 +2,7 @@
 local roots, safe child files and bounded JSON reading."""
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -86,6 +87,12 @@ def safe_relative_name(name: str, label: str) -> str:
     return name
 
 
+def _symlink_loop(exc: BaseException) -> bool:
+    """Whether Path.resolve(strict=True) failed on a symlink loop: Python 3.11 raises
+    RuntimeError, 3.13 OSError with ELOOP."""
+    return isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
+
+
 def local_root(path: Path, *, label: str) -> Path:
     """An existing absolute local directory (never a URL), resolved."""
     raw = refuse_nul(path, label)
@@ -95,9 +102,9 @@ def local_root(path: Path, *, label: str) -> Path:
         raise AttestError(f"{label} must be an absolute local path", field=label)
     try:
         resolved = path.resolve(strict=True)
-    except RuntimeError:  # Python 3.11 reports a symlink loop this way
-        raise AttestError(f"{label} is a symlink loop: {path}", field=label) from None
-    except OSError as exc:
+    except (RuntimeError, OSError) as exc:
+        if _symlink_loop(exc):
+            raise AttestError(f"{label} is a symlink loop: {path}", field=label) from None
         raise AttestError(f"{label} does not exist: {path}", field=label) from exc
     if not resolved.is_dir():
         raise AttestError(f"{label} is not a directory: {resolved}", field=label)
@@ -111,9 +118,9 @@ def child_file(root: Path, relative: str, *, label: str) -> Path:
         raise AttestError(f"{label} must be a safe path relative to the checkpoint", field=label)
     try:
         candidate = (root / relative_path).resolve(strict=True)
-    except RuntimeError:  # Python 3.11 reports a symlink loop this way
-        raise AttestError(f"{label} is a symlink loop: {relative}", field=label) from None
-    except OSError as exc:
+    except (RuntimeError, OSError) as exc:
+        if _symlink_loop(exc):
+            raise AttestError(f"{label} is a symlink loop: {relative}", field=label) from None
         raise AttestError(f"{label} is missing: {relative} (looked in {root})", field=label) from exc
     try:
         candidate.relative_to(root)
