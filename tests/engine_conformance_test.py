@@ -10,7 +10,11 @@ tests/engines/*.lock) and installed as pip installs them:
 - our fixtures load with the libraries vLLM loads them with (safetensors, transformers).
 
 The probe only reads the trees; the parsers run in a child interpreter whose path holds the
-engine and what its parser imports (tests/engines/parsers.in), never in this process.
+engine and what its parser imports (tests/engines/parsers.in), never in this process. That
+interpreter is the CPython 3.11 the sites are unpacked for: Debian's python3 of
+//images:engine_parser_root, unpacked with umoci and entered with chroot, the sites mounted
+read-only, so these checks are the same on every host Python (Debian 13's 3.13 has no CPU torch).
+Needs real root (umoci unpack, mounts, chroot): no sandbox.
 """
 from __future__ import annotations
 
@@ -18,7 +22,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -30,9 +33,13 @@ from attest.errors import AttestError
 from attest.record import wheel_canonical_sha256
 from launcher.engine_probe import probe_installed_vllm
 from tests.fixtures.deepseek import boot_env
+from tests.fixtures.oci import UMOCI, confined, run, writable_copy
 from tests.fixtures.qwen import LauncherWorld
 
 HERE = Path(__file__).resolve().parent
+PARSER_ROOT = Path("images/engine_parser_root.layout")
+# Where the sites and helpers appear inside the parser root.
+MOUNTED = {"engine": "/opt/omni-engine", "parsers": "/opt/omni-parsers", "helpers": "/opt/omni-helpers"}
 
 
 def _site(variable: str) -> dict[str, Any]:
@@ -126,21 +133,59 @@ def _replace(path: Path, suffix: bytes) -> None:
 
 # --- the engines' own parsers ------------------------------------------------------------
 
-def _parse(helper: str, engine_site: str, argvs: list[list[str]], tmp_path: Path) -> list[dict[str, Any]]:
+@pytest.fixture(scope="module")
+def parser_root(tmp_path_factory) -> Path:
+    """The parser root's filesystem, unpacked as a runtime unpacks an image."""
+    if os.geteuid() != 0:
+        pytest.fail("the engines' parsers run chrooted in //images:engine_parser_root: needs real root, "
+                    f"runs as uid {os.geteuid()}")
+    work = tmp_path_factory.mktemp("parser-root")
+    layout = writable_copy(PARSER_ROOT, work / "layout")
+    unpacked = run([UMOCI, "unpack", "--image", f"{layout}:latest", str(work / "bundle")])
+    assert unpacked.returncode == 0, unpacked.stderr
+    rootfs = work / "bundle" / "rootfs"
+    for point in ("proc", "sys", "dev", *(path.lstrip("/") for path in MOUNTED.values())):
+        (rootfs / point).mkdir(parents=True, exist_ok=True)
+    return rootfs
+
+
+def _run_in_root(rootfs: Path, argv: list[str], engine_site: str | None, tmp_path: Path, env: dict[str, str],
+                 timeout: int, stdin: str = "") -> subprocess.CompletedProcess:
+    """`argv` in the parser root, as uid 1000, with the parser site, the engine's site and our
+    helpers mounted read-only and `tmp_path` mounted writable at its own path (the command lines
+    name files under it; it is the child's TMPDIR too)."""
+    (rootfs / str(tmp_path).lstrip("/")).mkdir(parents=True, exist_ok=True)
+    tmp_path.chmod(0o777)
+    mounts: dict[str, Any] = {MOUNTED["parsers"]: ("ro", PARSERS["site"]), MOUNTED["helpers"]: ("ro", HERE / "engines"),
+                              str(tmp_path): ("rw", tmp_path)}
+    if engine_site:
+        mounts[MOUNTED["engine"]] = ("ro", engine_site)
+    path = [MOUNTED["engine"]] * bool(engine_site) + [MOUNTED["parsers"]]
+    env = {**env, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": os.pathsep.join(path), "PYTHONNOUSERSITE": "1",
+           "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
+    return subprocess.run(confined(rootfs, argv, mounts, system=True), input=stdin, capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=timeout)
+
+
+def test_the_parser_root_runs_the_python_the_sites_are_unpacked_for(parser_root: Path, tmp_path: Path) -> None:
+    completed = _run_in_root(parser_root, ["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2])"],
+                             None, tmp_path, {}, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    major, minor = (int(part) for part in PARSERS["python_version"].split("."))
+    assert completed.stdout.strip() == str((major, minor))
+    assert {site["python_version"] for site in (VLLM_CPU, VLLM_CUDA, SGLANG, PARSERS)} == {PARSERS["python_version"]}
+
+
+def _parse(rootfs: Path, helper: str, engine_site: str, argvs: list[list[str]], tmp_path: Path) -> list[dict[str, Any]]:
     env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": os.pathsep.join([engine_site, PARSERS["site"]]),
-        "PYTHONNOUSERSITE": "1",
-        "HOME": str(tmp_path),
-        "XDG_CACHE_HOME": str(tmp_path / "cache"),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "VLLM_TARGET_DEVICE": "cpu",
     }
-    completed = subprocess.run([sys.executable, "-s", str(HERE / "engines" / helper)], input=json.dumps(argvs),
-                               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    completed = _run_in_root(rootfs, ["/usr/bin/python3", "-s", f"{MOUNTED['helpers']}/{helper}"], engine_site,
+                             tmp_path, env, timeout=600, stdin=json.dumps(argvs))
     lines = [line for line in completed.stdout.splitlines() if line.startswith("OMNI-RESULT ")]
     assert completed.returncode == 0 and lines, completed.stdout[-3000:] + completed.stderr[-6000:]
     return json.loads(lines[-1].removeprefix("OMNI-RESULT "))
@@ -153,7 +198,7 @@ LAUNCHER_MODES = {
 }
 
 
-def test_vllm_parses_the_launcher_command_line_of_every_mode(tmp_path: Path) -> None:
+def test_vllm_parses_the_launcher_command_line_of_every_mode(parser_root: Path, tmp_path: Path) -> None:
     argvs, decisions = [], []
     for mode in LAUNCHER_MODES:
         world = LauncherWorld(tmp_path / mode)
@@ -165,7 +210,7 @@ def test_vllm_parses_the_launcher_command_line_of_every_mode(tmp_path: Path) -> 
         assert argv[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]
         argvs.append(argv[3:])
         decisions.append((world, result.report))
-    parsed = _parse("parse_vllm.py", VLLM_CPU["site"], argvs, tmp_path)
+    parsed = _parse(parser_root, "parse_vllm.py", VLLM_CPU["site"], argvs, tmp_path)
     for (world, report), result, mode in zip(decisions, parsed, LAUNCHER_MODES):
         assert "refused" not in result, (mode, result)
         assert result["not_full_option_names"] == [], mode
@@ -185,7 +230,7 @@ def test_vllm_parses_the_launcher_command_line_of_every_mode(tmp_path: Path) -> 
             assert result["speculative_config"]["method"] == expected
 
 
-def test_the_launcher_on_the_real_vllm_cpu_sends_the_key_in_the_environment(tmp_path: Path) -> None:
+def test_the_launcher_on_the_real_vllm_cpu_sends_the_key_in_the_environment(parser_root: Path, tmp_path: Path) -> None:
     world = LauncherWorld(tmp_path)
     world.site = Path(VLLM_CPU["site"])  # the real tree instead of the fake one
     result = world.run("--inspect-only")
@@ -202,14 +247,14 @@ def test_the_launcher_on_the_real_vllm_cpu_sends_the_key_in_the_environment(tmp_
     argv = report["server_argv"]
     assert report["vllm"]["serve_entry"] == "api_server"
     assert argv[1:4] == ["-m", "vllm.entrypoints.openai.api_server", "--model"]
-    [parsed] = _parse("parse_vllm.py", VLLM_CPU["site"], [argv[3:]], tmp_path)
+    [parsed] = _parse(parser_root, "parse_vllm.py", VLLM_CPU["site"], [argv[3:]], tmp_path)
     assert "refused" not in parsed and parsed["not_full_option_names"] == [], parsed
     assert parsed["model"] == str(world.model.resolve()) and parsed["api_key"] is None
     assert parsed["speculative_config"] == report["decision"]["speculative_config"]
     assert (parsed["enable_prefix_caching"], parsed["enable_chunked_prefill"]) == (True, True)
 
 
-def test_the_real_vllm_cpu_parses_the_tiny_cpu_profile_command_line(tmp_path: Path) -> None:
+def test_the_real_vllm_cpu_parses_the_tiny_cpu_profile_command_line(parser_root: Path, tmp_path: Path) -> None:
     from tests.fixtures.qwen import use_tiny_target
 
     world = LauncherWorld(tmp_path)
@@ -218,7 +263,7 @@ def test_the_real_vllm_cpu_parses_the_tiny_cpu_profile_command_line(tmp_path: Pa
     result = world.run("--inspect-only")
     assert result.code == 0, result.stderr
     argv = result.report["server_argv"]
-    [parsed] = _parse("parse_vllm.py", VLLM_CPU["site"], [argv[3:]], tmp_path)
+    [parsed] = _parse(parser_root, "parse_vllm.py", VLLM_CPU["site"], [argv[3:]], tmp_path)
     assert "refused" not in parsed and parsed["not_full_option_names"] == [], parsed
     assert (parsed["dtype"], parsed["max_model_len"], parsed["enable_prefix_caching"]) == ("bfloat16", 1024, False)
     assert (parsed["enable_auto_tool_choice"], parsed["tool_call_parser"]) == (True, "hermes")
@@ -236,7 +281,7 @@ def _boot_argv(base: Path, **extra: str) -> list[str]:
     return argv[3:]
 
 
-def test_sglang_parses_boot_command_lines(tmp_path: Path) -> None:
+def test_sglang_parses_boot_command_lines(parser_root: Path, tmp_path: Path) -> None:
     sps, sts = tmp_path / "sps.json", tmp_path / "sts.json"
     sps.write_text("{}")
     sts.write_text("{}")
@@ -248,7 +293,7 @@ def test_sglang_parses_boot_command_lines(tmp_path: Path) -> None:
         "api key": {"API_KEY": "sk-conformance-1"},
     }
     argvs = [_boot_argv(tmp_path / name.replace(" ", "-"), **extra) for name, extra in cases.items()]
-    parsed = _parse("parse_sglang.py", SGLANG["site"], argvs, tmp_path)
+    parsed = _parse(parser_root, "parse_sglang.py", SGLANG["site"], argvs, tmp_path)
     for (name, extra), argv, result in zip(cases.items(), argvs, parsed):
         assert "refused" not in result, (name, result)
         assert result["not_full_option_names"] == [], name
@@ -265,7 +310,7 @@ def test_sglang_parses_boot_command_lines(tmp_path: Path) -> None:
 
 # --- fixtures as the engines load them ---------------------------------------------------
 
-def test_our_fixture_checkpoints_load_with_safetensors_and_transformers(tmp_path: Path) -> None:
+def test_our_fixture_checkpoints_load_with_safetensors_and_transformers(parser_root: Path, tmp_path: Path) -> None:
     world = LauncherWorld(tmp_path / "world")
     script = f"""
 import json, sys
@@ -283,9 +328,7 @@ with safe_open(str(speculator / "model.safetensors"), framework="pt") as tensors
 draft = AutoConfig.from_pretrained(str(speculator))
 print("OMNI-RESULT", json.dumps({{"draft_model_type": draft.model_type}}))
 """
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PARSERS["site"], "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "PYTHONNOUSERSITE": "1"}
-    completed = subprocess.run([sys.executable, "-s", "-c", script], capture_output=True, text=True, env=env,
-                               cwd=tmp_path, timeout=300)
+    completed = _run_in_root(parser_root, ["/usr/bin/python3", "-s", "-c", script], None, tmp_path,
+                             {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, timeout=300)
     assert completed.returncode == 0, completed.stderr[-4000:]
     assert '"draft_model_type": "qwen3"' in completed.stdout

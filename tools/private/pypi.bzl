@@ -3,8 +3,9 @@
 `pypi.lock(name, lock)` creates a repository holding one `py_library` per locked
 distribution (`@pypi//:pydantic`, `@pypi//:huggingface_hub`, ...), installed for the Python
 interpreter found on the machine, and `@pypi//:python_toolchain` bound to that interpreter.
-`pypi.site(name, lock, packages)` installs (some of) a lock's wheels into one directory that
-tests read in place (`site.json`): the real engines and what their parsers import.
+`pypi.site(name, lock, python_version, platform, packages)` unpacks (some of) a lock's wheels,
+chosen for that CPython and platform (not the host's), into one directory that tests read in
+place (`site.json`): the real engines and what their parsers import.
 """
 
 _HELPER = Label("//tools/private:pypi_repo.py")
@@ -79,11 +80,14 @@ pypi_image_site = repository_rule(
 def _pypi_site_impl(rctx):
     helper = rctx.path(_HELPER)
     lock = rctx.path(rctx.attr.lock)
+    rctx.path(_UNPACK)  # refetch when the unpacker changes
     python = rctx.read(rctx.path(Label("@pypi//:python.txt"))).strip()
-    plan = json.decode(_run(rctx, [python, helper, "plan", lock] + rctx.attr.packages, "choosing wheels from " + str(lock)))
+    target = [rctx.attr.python_version, rctx.attr.platform]
+    plan = json.decode(_run(rctx, [python, helper, "image-plan", lock] + target + rctx.attr.packages,
+                            "choosing wheels from " + str(lock)))
     for wheel in plan["wheels"]:
         rctx.download(url = [wheel["url"]], output = "wheels/" + wheel["filename"], sha256 = wheel["sha256"])
-    _run(rctx, [python, helper, "site", "wheels", "site"], "installing wheels")
+    _run(rctx, [python, helper, "site", "wheels", "site"] + target, "unpacking wheels")
 
     # Too many files for runfiles (torch alone has ~15,000): tests read the site where it lies,
     # through site.json, which changes whenever a wheel does.
@@ -91,6 +95,8 @@ def _pypi_site_impl(rctx):
         "site": str(rctx.path("site")),
         "wheels_dir": str(rctx.path("wheels")),
         "wheels": plan["wheels"],
+        "python_version": rctx.attr.python_version,
+        "platform": rctx.attr.platform,
     }, indent = "  ") + "\n")
     rctx.file("BUILD.bazel", 'exports_files(["site.json"])\n')
 
@@ -98,6 +104,8 @@ pypi_site = repository_rule(
     implementation = _pypi_site_impl,
     attrs = {
         "lock": attr.label(mandatory = True, allow_single_file = True),
+        "python_version": attr.string(mandatory = True),
+        "platform": attr.string(mandatory = True),
         "packages": attr.string_list(doc = "Only these distributions of the lock; all when empty."),
     },
 )
@@ -105,7 +113,9 @@ pypi_site = repository_rule(
 _site_tag = tag_class(attrs = {
     "name": attr.string(mandatory = True),
     "lock": attr.label(mandatory = True, doc = "A lock made by `tools/lock_python --exact`: the whole set."),
-    "packages": attr.string_list(doc = "Only these distributions of the lock; all when empty."),
+    "python_version": attr.string(mandatory = True, doc = "The CPython that runs the site, e.g. 3.11."),
+    "platform": attr.string(mandatory = True, doc = "linux/amd64 or linux/arm64."),
+    "packages": attr.string_list(doc = "Only these distributions of the lock (no closure); all when empty."),
 })
 
 _image_site_tag = tag_class(attrs = {
@@ -127,7 +137,8 @@ def _pypi_impl(module_ctx):
         for tag in mod.tags.lock:
             pypi_repo(name = tag.name, lock = tag.lock)
         for tag in mod.tags.site:
-            pypi_site(name = tag.name, lock = tag.lock, packages = tag.packages)
+            pypi_site(name = tag.name, lock = tag.lock, python_version = tag.python_version,
+                      platform = tag.platform, packages = tag.packages)
         for tag in mod.tags.image_site:
             pypi_image_site(name = tag.name, lock = tag.lock, python_version = tag.python_version,
                             platform = tag.platform, packages = tag.packages, as_tar = tag.as_tar)

@@ -1,7 +1,8 @@
 """Fetch-time helper of the `pypi` module extension (run by the repository rule).
 
     pypi_repo.py plan LOCK [NAME...]       -> JSON: interpreter path and chosen wheels (of NAMEs)
-    pypi_repo.py site WHEELS SITE          -> installs the wheels into SITE (no BUILD file)
+    pypi_repo.py site WHEELS SITE PYVER PLATFORM -> unpacks them into SITE for that target, as
+                                              image-install does, without a BUILD file
     pypi_repo.py install WHEELS SITE PYTHON -> installs wheels into SITE, writes BUILD.bazel
     pypi_repo.py image-plan LOCK PYVER PLATFORM [ROOT...] -> JSON: wheels of ROOT's closure (all: none)
                                               for an image's Python (e.g. 3.11, linux/arm64)
@@ -123,6 +124,17 @@ def closure(lock: Path, roots: list[str]) -> set[str]:
                 needed.add(name)
                 changed = True
     return needed
+
+
+def site_install(wheels: Path, site: Path, python_version: str, platform: str) -> None:
+    """Unpack a test site's wheels for the target Python, not this host's: the sites are read
+    in place and run by the target's interpreter, whatever Python the host has."""
+    from wheel_unpack import WheelError, unpack_all  # beside this file: sys.path[0]
+
+    try:
+        unpack_all(wheels, site)
+    except WheelError as error:
+        sys.exit(f"site wheels for CPython {python_version} on {platform}: {error}")
 
 
 def image_install(wheels: Path, site: Path, python_version: str, platform: str) -> None:
@@ -289,8 +301,8 @@ def main(argv: list[str]) -> int:
         only = {canonicalize_name(name) for name in argv[2:]} or None
         print(json.dumps(plan(Path(argv[1]), only=only)))
         return 0
-    if argv[:1] == ["site"] and len(argv) == 3:
-        _pip_install(sys.executable, Path(argv[1]), Path(argv[2]), [])
+    if argv[:1] == ["site"] and len(argv) == 5:
+        site_install(Path(argv[1]), Path(argv[2]), argv[3], argv[4])
         return 0
     if argv[:1] == ["install"] and len(argv) == 4:
         install(Path(argv[1]), Path(argv[2]), argv[3])
