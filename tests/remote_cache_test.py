@@ -6,7 +6,6 @@ it runs Bazel itself."""
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import shutil
 import socket
@@ -17,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.nested_bazel import bazel, checkout
+
 NGINX = "/usr/sbin/nginx"
-BAZEL = shutil.which("bazel") or "/usr/bin/bazel"
 TARGETS = ["//images:qwen_mi300x", "//images:deepseek_spark"]
 PROCESSES = re.compile(r"INFO: (\d+) processes?: (.*)\.")
 
@@ -27,19 +27,6 @@ def _port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _checkout(target: Path) -> Path:
-    """This checkout's files as git sees them (tracked and new, not ignored), into `target`."""
-    root = Path("README.md").resolve().parent  # a runfile links back into the source tree
-    listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        source = root / name
-        if source.is_file():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / name)
-    return target
 
 
 class DavCache:
@@ -96,19 +83,12 @@ http {{
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def _bazel(workspace: Path, output_base: Path, *args: str) -> subprocess.CompletedProcess:
-    home = pwd.getpwuid(os.getuid()).pw_dir  # its Bazel repository cache: every fetch by sha256, offline
-    env = {"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "USER": pwd.getpwuid(os.getuid()).pw_name}
-    return subprocess.run([BAZEL, f"--output_base={output_base}", *args], cwd=workspace, capture_output=True,
-                          text=True, timeout=1200, env=env)
-
-
 def test_a_clean_output_base_builds_both_images_entirely_from_the_remote_cache(tmp_path: Path) -> None:
-    workspace = _checkout(tmp_path / "checkout")
+    workspace = checkout(tmp_path / "checkout")
     cache = DavCache()
     bases = [tmp_path / "base-1", tmp_path / "base-2"]
     try:
-        runs = [_bazel(workspace, base, "build", f"--remote_cache={cache.url}", *TARGETS) for base in bases]
+        runs = [bazel(workspace, base, "build", f"--remote_cache={cache.url}", *TARGETS) for base in bases]
         for run in runs:
             assert run.returncode == 0, run.stderr[-3000:]
         first, second = (PROCESSES.findall(run.stderr)[-1] for run in runs)
@@ -123,7 +103,7 @@ def test_a_clean_output_base_builds_both_images_entirely_from_the_remote_cache(t
         assert {f.relative_to(cache.root).parts[0] for f in stored} == {"ac", "cas"}, (cache.work / "error.log")
     finally:
         for base in bases:
-            _bazel(workspace, base, "shutdown")
+            bazel(workspace, base, "shutdown")
         cache.stop()
 
 
@@ -163,7 +143,7 @@ def test_a_release_build_on_a_2_gb_base_puts_no_base_bytes_in_the_cache(tmp_path
 
     from tests.fixtures.registry import LoopbackRegistry
 
-    workspace = _checkout(tmp_path / "checkout")
+    workspace = checkout(tmp_path / "checkout")
     cache = DavCache()
     base = tmp_path / "release-base"
     with LoopbackRegistry() as registry:
@@ -176,12 +156,12 @@ def test_a_release_build_on_a_2_gb_base_puts_no_base_bytes_in_the_cache(tmp_path
             pins["engine"]["commit"], pins["model"]["revision"] = "a" * 40, "b" * 40
             pins["speculator"]["revision"] = "c" * 40
             pins_path.write_text(json.dumps(pins, indent=2) + "\n")
-            run = _bazel(workspace, base, "build", "--config=release", f"--repo_env=OMNI_BASE_MIRROR={registry.host}",
+            run = bazel(workspace, base, "build", "--config=release", f"--repo_env=OMNI_BASE_MIRROR={registry.host}",
                          f"--remote_cache={cache.url}", "//images:qwen_mi300x")
             assert run.returncode == 0, run.stderr[-3000:]
             stored = {f.name: f.stat().st_size for f in (cache.root / "cas").rglob("*") if f.is_file()}
             assert stored and not base_layers & set(stored), "a base layer went into the cache"
             assert sum(stored.values()) < 200 << 20, f"the cache holds {sum(stored.values())} bytes"
         finally:
-            _bazel(workspace, base, "shutdown")
+            bazel(workspace, base, "shutdown")
             cache.stop()

@@ -10,6 +10,11 @@ link that replaces a directory removes what was under it.
 Only the members a caller asks for (`wanted`) are kept in memory, each capped; everything
 else is skipped as the tar streams past. gzip, zstd and plain tar layers are told apart by
 their first bytes, not by the media type a registry claims.
+
+Up to PARALLEL_LAYERS layers stream at once (hashing, inflating and the socket reads release
+the GIL, so a multi-GB base costs about its largest layers, not their sum); what each layer
+keeps and removes is applied in layer order afterwards, so the result is the serial one. The
+first failure stops the other layers' reads at their next piece.
 """
 from __future__ import annotations
 
@@ -17,9 +22,11 @@ import io
 import math
 import sys
 import tarfile
+import threading
 import time
 import zlib
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Callable, Iterator
 
@@ -33,6 +40,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 READ_BYTES = 1 << 20
 MAX_LAYER_BYTES = 1 << 40
+PARALLEL_LAYERS = 3
 
 
 @dataclass(frozen=True)
@@ -74,9 +82,9 @@ class _BlobStream(_PieceReader):
     """A blob's chunks (RegistryClient.stream_blob: bounded by the descriptor's size while read,
     hashed against its digest at the end) as a file to read from."""
 
-    def __init__(self, chunks: Iterator[bytes], deadline: float, passed: str) -> None:
+    def __init__(self, chunks: Iterator[bytes], deadline: float, passed: str, stopped: threading.Event) -> None:
         super().__init__()
-        self._chunks, self._deadline, self._passed = chunks, deadline, passed
+        self._chunks, self._deadline, self._passed, self._stopped = chunks, deadline, passed, stopped
         self.finished = False
 
     def _piece(self) -> bytes | None:
@@ -84,6 +92,8 @@ class _BlobStream(_PieceReader):
             return None
         if time.monotonic() > self._deadline:
             raise OciError(self._passed, field="deadline")
+        if self._stopped.is_set():
+            raise _Stopped()
         try:
             return next(self._chunks)
         except StopIteration:
@@ -139,6 +149,19 @@ def _decompressed(raw: io.BufferedReader) -> io.BufferedIOBase:
     return raw  # a plain tar (its own header checks follow)
 
 
+class _Stopped(Exception):
+    """Another layer failed: this one stops reading (its own result is never used)."""
+
+
+@dataclass
+class _LayerChanges:
+    """What one layer does to the layers below it."""
+
+    kept: dict[str, LayerFile] = field(default_factory=dict)
+    removed: list[tuple[str, bool]] = field(default_factory=list)  # (path, the path itself too)
+    members: int = 0
+
+
 class _Overlay:
     """The kept files of the layers applied so far."""
 
@@ -151,14 +174,13 @@ class _Overlay:
             del self.files[path]
 
 
-def _apply_layer(archive: tarfile.TarFile, overlay: _Overlay, layer: str, where: str,
-                 wanted: Callable[[PurePosixPath], bool], max_file_bytes: int) -> int:
-    """Applies one layer's members to `overlay`; returns the number of members."""
-    kept: dict[str, LayerFile] = {}
-    removed: list[tuple[str, bool]] = []  # (path, the path itself too) applied to the layers below
-    members = 0
+def _layer_changes(archive: tarfile.TarFile, layer: str, where: str, wanted: Callable[[PurePosixPath], bool],
+                   max_file_bytes: int) -> _LayerChanges:
+    """One layer's kept members and removals, in the order its tar lists them."""
+    changes = _LayerChanges()
+    kept, removed = changes.kept, changes.removed
     for member in archive:
-        members += 1
+        changes.members += 1
         relative = member_path(where, member.name, kind="base layer")
         path = str(relative)
         if path == ".":
@@ -193,10 +215,37 @@ def _apply_layer(archive: tarfile.TarFile, overlay: _Overlay, layer: str, where:
         else:
             kind = "symbolic link" if member.issym() else "directory" if member.isdir() else "special file"
             kept[path] = LayerFile(path, layer, None, kind)
-    for path, itself in removed:
-        overlay.remove_under(path, itself=itself)
-    overlay.files.update(kept)
-    return members
+    return changes
+
+
+def _read_layer(client: RegistryClient, repository: str, digest: str, size: int, where: str,
+                wanted: Callable[[PurePosixPath], bool], max_file_bytes: int, deadline: float,
+                stopped: threading.Event, progress: bool) -> _LayerChanges:
+    """One layer streamed once: bounded, decompressed, walked, and its digest checked."""
+    started = time.monotonic()
+    stream = _BlobStream(client.stream_blob(repository, digest, size), deadline,
+                         f"{where}: reading the layers passed their deadline", stopped)
+    raw = io.BufferedReader(stream, READ_BYTES)
+    try:
+        decompressed = _decompressed(raw)
+        # Large reads: stream mode skips unwanted members by reading through them.
+        with tarfile.open(fileobj=decompressed, mode="r|", bufsize=READ_BYTES) as archive:
+            changes = _layer_changes(archive, digest, where, wanted, max_file_bytes)
+        stream.drain()
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise OciError(f"{where} is not a readable tar layer: {exc}", field=digest) from None
+    except Exception as exc:
+        zstandard = sys.modules.get("zstandard")
+        if zstandard is not None and isinstance(exc, zstandard.ZstdError):
+            raise OciError(f"{where} is not a valid zstd stream: {exc}", field=digest) from None
+        raise
+    finally:
+        raw.close()
+    if progress:
+        seconds = max(time.monotonic() - started, 1e-6)
+        print(f"pin: {where}: {size / 1e6:.1f} MB, {changes.members} members, {size / 1e6 / seconds:.1f} MB/s",
+              file=sys.stderr, flush=True)
+    return changes
 
 
 def read_layer_files(client: RegistryClient, repository: str, layers: list[dict[str, Any]], *,
@@ -206,34 +255,29 @@ def read_layer_files(client: RegistryClient, repository: str, layers: list[dict[
     leaves them. `client` is the RegistryClient of the registry holding `repository`.
     `deadline` (time.monotonic()) bounds the whole read: it is checked before every piece,
     and each piece waits at most the client's read timeout."""
-    overlay = _Overlay()
+    reads = []
     for number, descriptor in enumerate(layers, 1):
         digest, size = descriptor.get("digest"), descriptor.get("size")
         if not isinstance(digest, str) or not isinstance(size, int) or isinstance(size, bool) \
                 or not 0 <= size <= MAX_LAYER_BYTES:
             raise OciError(f"{label}: layer {number} has no valid digest and size", field=f"layers[{number - 1}]")
-        where = f"{label} layer {number}/{len(layers)} ({digest})"
-        started = time.monotonic()
-        stream = _BlobStream(client.stream_blob(repository, digest, size), deadline,
-                             f"{where}: reading the layers passed their deadline")
-        raw = io.BufferedReader(stream, READ_BYTES)
+        reads.append((digest, size, f"{label} layer {number}/{len(layers)} ({digest})"))
+    stopped = threading.Event()
+    changes: dict[int, _LayerChanges] = {}
+    with ThreadPoolExecutor(max_workers=PARALLEL_LAYERS, thread_name_prefix="layer") as pool:
+        futures = {pool.submit(_read_layer, client, repository, digest, size, where, wanted, max_file_bytes,
+                               deadline, stopped, progress): index for index, (digest, size, where) in enumerate(reads)}
         try:
-            decompressed = _decompressed(raw)
-            # Large reads: stream mode skips unwanted members by reading through them.
-            with tarfile.open(fileobj=decompressed, mode="r|", bufsize=READ_BYTES) as archive:
-                members = _apply_layer(archive, overlay, digest, where, wanted, max_file_bytes)
-            stream.drain()
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            raise OciError(f"{where} is not a readable tar layer: {exc}", field=digest) from None
-        except Exception as exc:
-            zstandard = sys.modules.get("zstandard")
-            if zstandard is not None and isinstance(exc, zstandard.ZstdError):
-                raise OciError(f"{where} is not a valid zstd stream: {exc}", field=digest) from None
+            for future in as_completed(futures):
+                changes[futures[future]] = future.result()
+        except BaseException:
+            stopped.set()  # the first failure is the answer: the other reads stop at their next piece
+            for future in futures:
+                future.cancel()
             raise
-        finally:
-            raw.close()
-        if progress:
-            seconds = max(time.monotonic() - started, 1e-6)
-            print(f"pin: {where}: {size / 1e6:.1f} MB, {members} members, {size / 1e6 / seconds:.1f} MB/s",
-                  file=sys.stderr, flush=True)
+    overlay = _Overlay()
+    for index in range(len(reads)):  # in layer order: a later layer's changes apply over earlier ones
+        for path, itself in changes[index].removed:
+            overlay.remove_under(path, itself=itself)
+        overlay.files.update(changes[index].kept)
     return overlay.files

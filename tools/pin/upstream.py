@@ -108,14 +108,15 @@ def resolve_model(pin: ModelPin, ref: str, endpoint: str, what: str, *, deadline
 
 def engine_pins(installed: InstalledDistribution) -> tuple[dict[str, Any], str]:
     """(engine.commit and engine.record_sha256 to pin, a note on how the commit was judged)."""
+    engine = f"engine {installed.name} {installed.version}"
     if installed.commit_kind == FULL:
-        note = f"engine: full commit {installed.commit} from {installed.commit_source}"
+        note = f"{engine}: full commit {installed.commit} from {installed.commit_source}"
         return {"commit": installed.commit, "record_sha256": installed.record_sha256}, note
     if installed.commit_kind == ABBREVIATED:
-        note = (f"engine: the base records only the abbreviated commit {installed.commit} "
+        note = (f"{engine}: the base records only the abbreviated commit {installed.commit} "
                 f"({installed.commit_source}): engine.commit stays empty, engine.record_sha256 pins the exact files")
     else:
-        note = "engine: the base records no commit: engine.record_sha256 pins the exact files"
+        note = f"{engine}: the base records no commit: engine.record_sha256 pins the exact files"
     return {"commit": "", "record_sha256": installed.record_sha256}, note
 
 
