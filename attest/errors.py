@@ -21,10 +21,11 @@ def report_refusal(exc: Exception, secrets: tuple[str, ...] = ()) -> int:
     """Print `{"ok": false, "error": ..., "field": ...}` on stderr; the exit code is 2.
 
     Any error carrying a `field` (AttestError and its subclasses, the OCI tools' OciError).
-    Secrets from the environment (and `secrets`) are redacted in every escaped form."""
-    from attest.redact import environment_secrets, redactor
+    Secrets from the environment, those the process learned (attest.redact.learn) and
+    `secrets` are redacted in every escaped form."""
+    from attest.redact import known_secrets, redactor
 
-    redact = redactor([*environment_secrets(), *secrets])
+    redact = redactor([*known_secrets(), *secrets])
     # Before encoding (the message may hold an escaped form) and after (encoding escapes again).
     line = json.dumps({"ok": False, "error": redact(str(exc)), "field": redact(str(getattr(exc, "field", "")))},
                       ensure_ascii=False)

@@ -25,13 +25,23 @@ REVIEWED = "reviewed"
 TRUST_ON_FIRST_USE = "trust-on-first-use"
 MAX_LOCK_BYTES = 32 * 1024 * 1024
 GIT_SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
+# boot's own working names inside the model root (boot/verify.py uses these): partial
+# downloads, rank 0's published verdict and lock. A lock may not name them, or anything under
+# them: a hub could otherwise make boot overwrite, or trust, its own state.
+PARTIAL_DIR = ".omni-partial"
+VERIFIED_MARKER = ".omni-verified.json"
+PUBLISHED_LOCK = ".omni-checkpoint.lock.json"
+WORKING_NAMES = frozenset({PARTIAL_DIR, VERIFIED_MARKER, PUBLISHED_LOCK})
 
 
 def _name(value: str) -> str:
     try:
-        return safe_relative_name(value, "checkpoint lock.files.path")
+        name = safe_relative_name(value, "checkpoint lock.files.path")
     except AttestError as exc:
         raise ValueError(str(exc)) from None
+    if name.split("/", 1)[0] in WORKING_NAMES:
+        raise ValueError(f"file name {name!r} is one of boot's own working names ({', '.join(sorted(WORKING_NAMES))})")
+    return name
 
 
 def _git_sha1(value: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
@@ -63,18 +64,25 @@ def read_json_object(path: Path, *, label: str, max_bytes: int = MAX_JSON_BYTES)
 MAX_NAME_BYTES = 1024
 
 
+# Characters a name may not hold: controls, format characters (bidi overrides, zero-width
+# joiners) and line/paragraph separators.
+UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
 def safe_relative_name(name: str, label: str) -> str:
     """A file name relative to a root that can only ever land inside it: POSIX separators,
-    no absolute path, no `.` / `..` / empty component, no backslash, NUL or control
-    character. Untrusted names (a hub's listing, a lock, an index) pass here before any
-    filesystem call."""
+    no absolute path, no `.` / `..` / empty component, no backslash, and no control or format
+    character (Unicode Cc, Cf, Zl, Zp: NUL, C1 controls such as U+0085, bidi overrides such
+    as U+202E that make a printed name read otherwise). Untrusted names (a hub's listing, a
+    lock, an index) pass here before any filesystem call."""
     problem = ""
     if not isinstance(name, str) or not name:
         problem = "is empty"
     elif len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         problem = f"is longer than {MAX_NAME_BYTES} bytes"
-    elif any(ord(char) < 0x20 or ord(char) == 0x7F for char in name):
-        problem = "contains a NUL or control character"
+    elif any(unicodedata.category(char) in UNPRINTABLE_CATEGORIES for char in name):
+        bad = next(char for char in name if unicodedata.category(char) in UNPRINTABLE_CATEGORIES)
+        problem = f"contains a NUL or control character (U+{ord(bad):04X}: Unicode Cc, Cf, Zl or Zp)"
     elif "\\" in name:
         problem = "contains a backslash"
     elif name.startswith("/"):

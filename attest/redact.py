@@ -1,12 +1,24 @@
 """Secrets out of everything we print: the raw value and the forms it takes once escaped
 (JSON, Python repr, shell quoting, URL encoding), so a key with a quote or backslash in it
-cannot slip through in its escaped spelling."""
+cannot slip through in its escaped spelling.
+
+The secrets are those of the environment (SECRET_VARIABLES) and every one the process learned
+while it ran (`learn`: registry passwords from files and credential helpers, identity and
+bearer tokens, the base64 `user:password` of a Basic header). `redacting_output()` makes every
+line a command prints on stdout and stderr pass through `redact_known`, retries and progress
+included.
+"""
 from __future__ import annotations
 
+import base64
+import functools
+import io
 import json
 import os
 import shlex
-from typing import Callable, Iterable
+import sys
+import threading
+from typing import Callable, Iterable, TextIO
 from urllib.parse import quote
 
 REDACTED = "[REDACTED]"
@@ -41,3 +53,67 @@ def redactor(secrets: Iterable[str]) -> Callable[[str], str]:
 
 def environment_secrets() -> list[str]:
     return [os.environ[name] for name in SECRET_VARIABLES if os.environ.get(name)]
+
+
+_learned: set[str] = set()
+_learned_lock = threading.Lock()
+
+
+def learn(*secrets: str) -> None:
+    """Secrets found while running (files, helpers, tokens): redacted from now on."""
+    with _learned_lock:
+        _learned.update(secret for secret in secrets if secret)
+
+
+def learn_basic(username: str, password: str) -> None:
+    """A username/password pair: the password, `user:password` and its base64 (a Basic header)."""
+    pair = f"{username}:{password}"
+    learn(password, pair, base64.b64encode(pair.encode()).decode("ascii"))
+
+
+def known_secrets() -> tuple[str, ...]:
+    with _learned_lock:
+        learned = sorted(_learned)
+    return tuple(sorted({*environment_secrets(), *learned}))
+
+
+@functools.lru_cache(maxsize=16)
+def _redactor_for(secrets: tuple[str, ...]) -> Callable[[str], str]:
+    return redactor(secrets)
+
+
+def redact_known(text: str) -> str:
+    """`text` with every form of every known secret replaced."""
+    return _redactor_for(known_secrets())(text)
+
+
+class _RedactingStream(io.TextIOBase):
+    """A text stream whose every write is redacted before it reaches `stream`."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact_known(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._stream, "encoding", "utf-8")
+
+
+def redacting_output() -> None:
+    """From now on, stdout and stderr redact every known secret (idempotent)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _RedactingStream):
+            setattr(sys, name, _RedactingStream(stream))

@@ -76,12 +76,28 @@ def token(raw: str, variable: str) -> str:
     return raw.strip()
 
 
+# What a number setting may look like: ASCII digits only. Python's int() and float() also take
+# other scripts' digits ("８１０３"), underscores ("8_103"), surrounding spaces and "nan": a value
+# that reads differently to a person and to the program is refused instead.
+ASCII_INTEGER = re.compile(r"-?[0-9]{1,12}")
+ASCII_DECIMAL = re.compile(r"-?(?:[0-9]{1,12}(?:\.[0-9]{0,12})?|\.[0-9]{1,12})(?:[eE][-+]?[0-9]{1,3})?")
+
+
+def ascii_integer(raw: str) -> int | None:
+    """The value of `raw` when it is written in ASCII digits (an optional leading -), else None."""
+    return int(raw) if ASCII_INTEGER.fullmatch(raw) else None
+
+
+def ascii_decimal(raw: str) -> float | None:
+    """The value of `raw` when it is an ASCII decimal number (no nan, inf, _ or spaces), else None."""
+    return float(raw) if ASCII_DECIMAL.fullmatch(raw) else None
+
+
 def integer(low: int, high: int | None = None, *, expected: str = "") -> Parser:
     def parse(raw: str, variable: str) -> int:
-        stripped = raw.strip()
-        if not re.fullmatch(r"-?[0-9]{1,12}", stripped):
-            raise refuse(variable, raw, expected or "an integer")
-        value = int(stripped)
+        value = ascii_integer(raw)
+        if value is None:
+            raise refuse(variable, raw, expected or "an integer in ASCII digits")
         if value < low or (high is not None and value > high):
             bound = f"{low}..{high}" if high is not None else f">= {low}"
             raise refuse(variable, raw, expected or f"an integer in {bound}")
@@ -90,10 +106,9 @@ def integer(low: int, high: int | None = None, *, expected: str = "") -> Parser:
 
 
 def real(raw: str, variable: str, expected: str, accept: Callable[[float], bool]) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise refuse(variable, raw, expected) from None
+    value = ascii_decimal(raw)
+    if value is None:
+        raise refuse(variable, raw, expected + " (ASCII digits)")
     if not accept(value):  # NaN and infinities fail every comparison here
         raise refuse(variable, raw, expected)
     return value

@@ -6,15 +6,19 @@ change what is expected. A file is re-hashed unless its size, mtime_ns, ctime_ns
 device all match: an in-place edit that restores the mtime (`touch -d`) still moves the
 ctime, which only the kernel sets. The receipt carries an HMAC-SHA256 under a random key
 kept 0600 in STATE_PATH (`receipt.key`): a receipt edited by anyone who cannot read that key
-is refused. What this cannot stop: root on the host (it can read the key, or change the
-bytes under a mounted filesystem), which the README's threat model says.
+is refused. A key that is not a regular file owned by the running uid with mode 0600 is
+refused (exit 2, naming it): a key another user wrote or can read could sign a forged receipt.
+What this cannot stop: root on the host (it can read the key, or change the bytes under a
+mounted filesystem), which the README's threat model says.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Literal
 
@@ -23,7 +27,7 @@ from pydantic import Field
 from attest.documents import Document, parse_document
 from attest.errors import AttestError
 from attest.files import canonical_json, write_atomic
-from attest.reader import read_file, read_json_file
+from attest.reader import read_json_file
 from boot.errors import BootError
 
 RECEIPT = "verification.json"
@@ -57,17 +61,43 @@ class Receipt(Document):
         return canonical_json(self.model_dump(mode="json", exclude={"mac"}))
 
 
+MIN_KEY_BYTES = 32
+MAX_KEY_BYTES = 256
+
+
 def _key(state: Path, *, create: bool) -> bytes | None:
     path = state / RECEIPT_KEY
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         if not create:
             return None
         state.mkdir(parents=True, exist_ok=True)
         write_atomic(path, secrets.token_hex(32).encode(), mode=0o600)
     try:
-        return read_file(path, label=f"{path}", max_bytes=256, follow_symlinks=False).data
-    except AttestError as exc:
-        raise BootError(f"the receipt key cannot be read: {exc}", field="STATE_PATH") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise BootError(f"the receipt key cannot be read: {path} ({why}); expected a regular file owned by uid "
+                        f"{os.geteuid()} with mode 0600", field=str(path)) from None
+    try:
+        info = os.fstat(fd)  # of what was opened: no swap between the check and the read
+        problems = []
+        if not stat.S_ISREG(info.st_mode):
+            problems.append("is not a regular file")
+        if info.st_uid != os.geteuid():
+            problems.append(f"is owned by uid {info.st_uid}")
+        if info.st_mode & 0o077:
+            problems.append(f"has mode {stat.S_IMODE(info.st_mode):04o}")
+        if problems:
+            raise BootError(f"the receipt key {path} {' and '.join(problems)}; expected a file owned by uid "
+                            f"{os.geteuid()} with mode 0600 (a key others wrote or can read could sign a forged "
+                            "receipt: remove it, and the next prepare makes a new one)", field=str(path))
+        data = os.read(fd, MAX_KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if not MIN_KEY_BYTES <= len(data) <= MAX_KEY_BYTES:
+        raise BootError(f"the receipt key {path} holds {len(data)} bytes; at least {MIN_KEY_BYTES} and at most "
+                        f"{MAX_KEY_BYTES} allowed", field=str(path))
+    return data
 
 
 def _mac(key: bytes, receipt: Receipt) -> str:

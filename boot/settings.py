@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from attest.settings import (Setting, flag, help_table as _help_table, integer,
+from attest.settings import (Setting, ascii_integer, flag, help_table as _help_table, integer,
                              markdown_table as _markdown_table, optional_path, path, read_settings, real, refuse,
                              text, token)
 from boot.errors import BootError
@@ -46,10 +46,9 @@ def not_off(raw: str, variable: str) -> bool:
 
 
 def word_counts(raw: str, variable: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in raw.split(","))
-    except ValueError:
-        raise BootError(f"{variable} must be comma-separated integers, got {raw!r}", field=variable) from None
+    values = tuple(ascii_integer(x) for x in raw.split(","))
+    if any(value is None for value in values):
+        raise BootError(f"{variable} must be comma-separated integers in ASCII digits, got {raw!r}", field=variable)
     if not values or len(values) > 16 or any(not 1 <= v <= 100_000 for v in values):
         raise refuse(variable, raw, "1 to 16 comma-separated integers in 1..100000")
     return values

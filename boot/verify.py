@@ -17,18 +17,15 @@ from pathlib import Path
 
 from attest.errors import AttestError
 from attest.hashing import Progress, digest_fd
-from attest.lock import CheckpointLock, LockedFile
+from attest.lock import PARTIAL_DIR, PUBLISHED_LOCK, VERIFIED_MARKER, WORKING_NAMES, CheckpointLock, LockedFile
 from attest.reader import loads_object
 from attest.tree import open_regular, stat_regular, walk_files
 from boot.errors import BootError
 from boot.receipt import Identity, Receipt
 
 WEIGHT_INDEX = "model.safetensors.index.json"
-# Names of ours inside the model root (partial downloads, rank 0's published verdict).
-PARTIAL_DIR = ".omni-partial"
-VERIFIED_MARKER = ".omni-verified.json"
-PUBLISHED_LOCK = ".omni-checkpoint.lock.json"
-OWN_NAMES = frozenset({PARTIAL_DIR, VERIFIED_MARKER, PUBLISHED_LOCK})
+# Names of ours inside the model root (partial downloads, rank 0's published verdict): attest.lock.
+OWN_NAMES = WORKING_NAMES
 # What SGLang, transformers and the tokenizers load from a model directory: code under
 # --trust-remote-code, weights, configs, tokenizer and template files.
 ENGINE_LOADED_SUFFIXES = (".py", ".pyc", ".so", ".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model",

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 from attest.documents import CHECKPOINT_ATTESTATION_FILE
 from attest.primitives import LOOPBACK_HOSTS
 from attest.profile import DTYPE_ALIASES, DTYPES, PROFILE_NAME_RE
-from attest.settings import (Setting, default_warnings, flag, help_table as _help_table,
+from attest.settings import (Setting, ascii_decimal, ascii_integer, default_warnings, flag, help_table as _help_table,
                              markdown_table as _markdown_table, optional_path, path, read_settings, shown, text)
 from launcher.errors import LauncherError
 from launcher.target import DEFAULT_PROFILE, PROFILE_SETTING
@@ -28,11 +28,10 @@ BUILT_IN_API_KEY = "omni-local-only"
 def number(kind: type, low: float, high: float, rule: str) -> Callable[[str, str], Any]:
     """`rule` is the refusal when the value is out of range (it names the range)."""
     def parse(raw: str, variable: str) -> int | float:
-        try:
-            value = kind(raw)
-        except ValueError:
+        value = ascii_integer(raw) if kind is int else ascii_decimal(raw)
+        if value is None:
             raise LauncherError(f"numeric Qwen launcher settings are invalid: {variable}={shown(raw)} is not "
-                                f"a {kind.__name__}", field=variable) from None
+                                f"a {kind.__name__} written in ASCII digits", field=variable)
         if not low <= value <= high:  # NaN fails too
             raise LauncherError(f"{rule}, got {shown(raw)}", field=variable)
         return value

@@ -287,6 +287,12 @@ def test_the_redactor_hides_the_secret_in_every_encoding_that_prints_it() -> Non
     ("a\x1fb", "contains a NUL or control character"),
     ("a\x00b", "contains a NUL or control character"),
     ("a\x7fb", "contains a NUL or control character"),
+    ("a\u0085b", "(U+0085: Unicode Cc"),  # C1 control (NEL)
+    ("a\x80b", "(U+0080: Unicode Cc"),  # C1 control
+    ("evil\u202etxt.py", "(U+202E"),  # right-to-left override: prints as 'evilyp.txt'
+    ("a\u200bb", "(U+200B"),  # zero-width space (Cf)
+    ("a\u2028b", "(U+2028"),  # line separator (Zl)
+    ("a\u2029b", "(U+2029"),  # paragraph separator (Zp)
     ("a\\b", "contains a backslash"),
     ("/a", "is absolute"),
     ("a//b", "has an empty, '.' or '..' component"),
@@ -310,7 +316,7 @@ def test_a_name_that_is_not_text_is_refused(name) -> None:
         safe_relative_name(name, "listing.path")
 
 
-@pytest.mark.parametrize("name", ["a" * 1024, "é" * 512, "a b", "a\x80b", "dir/sub/file.bin", "...", "a..b"])
+@pytest.mark.parametrize("name", ["a" * 1024, "é" * 512, "a b", "a\u00e9b", "dir/sub/file.bin", "...", "a..b"])
 def test_plain_relative_names_up_to_1024_bytes_are_accepted(name: str) -> None:
     from attest.primitives import safe_relative_name
 

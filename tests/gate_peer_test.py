@@ -163,6 +163,15 @@ def test_a_stream_without_a_data_chunk_is_bounded() -> None:
         endpoint.stream_first_chunk(client, {})
 
 
+@pytest.mark.parametrize("line", [b"\n", b":\n", b"\r\n"], ids=["blank lines", "keep-alive comments", "CRLF"])
+def test_a_stream_of_blank_lines_or_comments_counts_toward_the_cap(line: bytes) -> None:
+    endpoint = _endpoint()
+    body = line * ((8 << 20) + 8)  # at least one counted byte per line
+    with _client(endpoint, _fixed(200, body)) as client, \
+            pytest.raises(PeerError, match=f"stream sent more than {8 << 20} bytes without a data chunk"):
+        endpoint.stream_first_chunk(client, {})
+
+
 def test_spec_metrics_sum_counters_over_label_sets_and_keep_gauges() -> None:
     text = "\n".join([
         "# TYPE vllm:spec_decode_num_drafts counter",
@@ -239,7 +248,7 @@ def test_the_first_shape_error_is_named(body, where: str) -> None:
 @pytest.mark.parametrize("extra, refused", [(0, False), (1, True)])
 def test_a_stream_may_send_exactly_8_mib_without_a_data_chunk(extra: int, refused: bool) -> None:
     endpoint = _endpoint()
-    body = b":" + b"x" * ((8 << 20) - 1 + extra) + b"\n"
+    body = b":" + b"x" * ((8 << 20) - 2 + extra) + b"\n"  # the newline counts
     with _client(endpoint, _fixed(200, body)) as client:
         if refused:
             with pytest.raises(PeerError, match="without a data chunk"):

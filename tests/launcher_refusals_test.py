@@ -129,6 +129,13 @@ FATAL: list[Row] = [
      "INFERENCE_MODE must be auto, autoregressive, native_mtp, or dflash2_canary, got 'turbo'"),
     ("port not a number", _set(QWEN_PORT="eighty"), "QWEN_PORT", "numeric Qwen launcher settings are invalid"),
     ("gpu util not a number", _set(QWEN_GPU_MEMORY_UTILIZATION="most"), "QWEN_GPU_MEMORY_UTILIZATION", "numeric"),
+    # What int()/float() take and a person reads otherwise (issue #30): ASCII digits only.
+    ("port in fullwidth digits", _set(QWEN_PORT="\uff18\uff11\uff10\uff13"), "QWEN_PORT", "written in ASCII digits"),
+    ("port in Arabic-Indic digits", _set(QWEN_PORT="\u0668\u0661\u0660\u0663"), "QWEN_PORT", "in ASCII digits"),
+    ("port with an underscore", _set(QWEN_PORT="8_103"), "QWEN_PORT", "written in ASCII digits"),
+    ("port with spaces", _set(QWEN_PORT=" 8103 "), "QWEN_PORT", "written in ASCII digits"),
+    ("gpu util nan", _set(QWEN_GPU_MEMORY_UTILIZATION="nan"), "QWEN_GPU_MEMORY_UTILIZATION", "in ASCII digits"),
+    ("gpu util underscore", _set(QWEN_GPU_MEMORY_UTILIZATION="0.5_0"), "QWEN_GPU_MEMORY_UTILIZATION", "ASCII"),
     ("port zero", _set(QWEN_PORT="0"), "QWEN_PORT", "QWEN_PORT is outside 1..65535, got '0'"),
     ("port too high", _set(QWEN_PORT="65536"), "QWEN_PORT", "QWEN_PORT is outside 1..65535"),
     ("mtp tokens 2", _set(NATIVE_MTP_TOKENS="2"), "NATIVE_MTP_TOKENS",

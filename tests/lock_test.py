@@ -47,6 +47,16 @@ REFUSED = [
      "file 'y.json' is listed twice"),
     ("under a file", _lock(files=[LFS, {**GIT, "path": "model-00001.safetensors/inner"}]), "lock.files",
      "lies under another listed file 'model-00001.safetensors'"),
+    # Names that print as something else (issue #30): bidi overrides, C1 controls, zero-width.
+    ("bidi override", _file(path="evil\u202etxt.py"), "lock.files.0.path", "(U+202E"),
+    ("C1 control", _file(path="a\u0085b"), "lock.files.0.path", "(U+0085"),
+    ("zero width", _file(path="con\u200bfig.json"), "lock.files.0.path", "(U+200B"),
+    # boot's own working names: a lock may not make boot overwrite or trust its own state.
+    ("boot's verified marker", _file(path=".omni-verified.json"), "lock.files.0.path", "boot's own working names"),
+    ("boot's partial directory", _file(path=".omni-partial/model.safetensors"), "lock.files.0.path",
+     "boot's own working names"),
+    ("boot's published lock", _file(path=".omni-checkpoint.lock.json"), "lock.files.0.path",
+     "boot's own working names"),
 ]
 
 

@@ -175,7 +175,7 @@ def test_a_helper_without_the_registry_means_anonymous_and_a_huge_config_is_refu
     assert lookup("127.0.0.1:5999") is None
     path = _docker_config(clean_env, {"auths": {}})
     path.write_text(json.dumps({"auths": {}, "pad": "x" * (1 << 20)}))
-    with pytest.raises(OciError, match="is larger than"):
+    with pytest.raises(OciError, match="at most 1048576 allowed"):
         lookup("127.0.0.1:5999")
     monkeypatch.setenv("OMNI_REGISTRY_USERNAME", USER)
     with pytest.raises(OciError, match="need each other") as refused:

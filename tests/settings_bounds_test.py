@@ -135,13 +135,16 @@ def test_a_refusal_shows_80_characters_of_the_value_at_most() -> None:
     assert settings.shown("x" * 81) == repr("x" * 77 + "...")
 
 
-IN_RANGE, NOT_AN_INTEGER = "an integer in 5..10", "an integer"
+IN_RANGE, NOT_AN_INTEGER = "an integer in 5..10", "an integer in ASCII digits"
 
 
 @pytest.mark.parametrize("raw, value", [
-    ("5", 5), (" 7 ", 7), ("10", 10), ("4", IN_RANGE), ("-3", IN_RANGE), ("11", IN_RANGE),
+    ("5", 5), ("10", 10), ("4", IN_RANGE), ("-3", IN_RANGE), ("11", IN_RANGE),
     ("999999999999", IN_RANGE), ("1" * 13, NOT_AN_INTEGER), ("1.0", NOT_AN_INTEGER), ("", NOT_AN_INTEGER),
-    ("--1", NOT_AN_INTEGER)])
+    ("--1", NOT_AN_INTEGER),
+    # What int() takes and a person reads otherwise: spaces, other scripts' digits, underscores.
+    (" 7 ", NOT_AN_INTEGER), ("7\n", NOT_AN_INTEGER), ("\uff17", NOT_AN_INTEGER), ("\u0667", NOT_AN_INTEGER),
+    ("\u0e57", NOT_AN_INTEGER), ("8_1", NOT_AN_INTEGER), ("+7", NOT_AN_INTEGER)])
 def test_an_integer_has_at_most_12_digits_and_both_bounds(raw: str, value) -> None:
     from attest import settings
 

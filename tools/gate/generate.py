@@ -25,10 +25,11 @@ from urllib.parse import urlsplit
 import httpx
 
 from attest.documents import parse_document
-from attest.speculation import DFlash2Gate
 from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.files import canonical_json, require_replaceable, write_atomic
 from attest.primitives import require_revision
+from attest.redact import redacting_output
+from attest.speculation import DFlash2Gate
 from tools.gate.benchmark import MIN_SAMPLES, run_benchmark
 from tools.gate.corpus import CORPUS, CORPUS_SHA256, PARITY_CASES, benchmark_request
 from tools.gate.parity import run_corpus
@@ -182,6 +183,7 @@ def results_table(gate: DFlash2Gate) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    redacting_output()  # every secret the run learns stays out of every line it prints
     args = parse_args(argv)
 
     def progress(message: str) -> None:

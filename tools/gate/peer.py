@@ -1,12 +1,17 @@
 """The gate's view of one OpenAI-compatible server: an untrusted peer.
 
 Every body is read bounded and parsed strictly (attest.reader), every answer is checked
-against the shape we rely on, every request has a timeout and the whole run a deadline.
-Any failure of the peer is a PeerError whose message is the reason the gate records.
+against the shape we rely on. Every request has a total deadline, body included (the
+request timeout, never past the run's): a peer sending a byte a second is cut off when it
+passes, not kept alive by httpx's per-read timeout. Every line of a stream counts toward its
+cap, blank lines and keep-alive comments included. At the run's deadline a watchdog closes
+every client, so nothing waits past it, not even a peer trickling its headers. Any failure of
+the peer is a PeerError whose message is the reason the gate records.
 """
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +25,8 @@ from tools.settings import GATE_API_KEY
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_METRICS_BYTES = 4 * 1024 * 1024
+# What a stream may send before its first data chunk, every line's newline counted.
+MAX_STREAM_BYTES_BEFORE_DATA = MAX_BODY_BYTES
 KEY_VARIABLE = GATE_API_KEY
 
 
@@ -32,17 +39,45 @@ class DeadlinePassed(PeerError):
 
 
 class Deadline:
-    """The run's overall deadline: each request's timeout never exceeds what is left."""
+    """The run's overall deadline: each request's total time never exceeds what is left, and
+    at the deadline every client watched is closed (its blocked reads fail at once)."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.ends = time.monotonic() + seconds
+        self._clients: list[httpx.Client] = []
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.ends
+
+    def refusal(self) -> DeadlinePassed:
+        return DeadlinePassed(f"the overall deadline of {self.seconds:g} s passed (--deadline)")
 
     def timeout(self, per_request: float) -> float:
         left = self.ends - time.monotonic()
         if left <= 0:
-            raise DeadlinePassed(f"the overall deadline of {self.seconds:g} s passed (--deadline)")
+            raise self.refusal()
         return min(per_request, left)
+
+    def watch(self, client: httpx.Client) -> httpx.Client:
+        with self._lock:
+            self._clients.append(client)
+            if self._timer is None:
+                self._timer = threading.Timer(max(self.ends - time.monotonic(), 0), self._expire)
+                self._timer.daemon = True
+                self._timer.start()
+        return client
+
+    def _expire(self) -> None:
+        with self._lock:
+            clients = list(self._clients)
+        for client in clients:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - a client mid-request may refuse; its read fails anyway
+                pass
 
 
 class _Lenient(BaseModel):
@@ -112,23 +147,36 @@ class Endpoint:
 
     def client(self) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.Client(base_url=self.url.rstrip("/"), headers=headers, timeout=self.request_timeout)
+        return self.deadline.watch(httpx.Client(base_url=self.url.rstrip("/"), headers=headers,
+                                                timeout=self.request_timeout))
+
+    def _late(self, where: str, timeout: float) -> PeerError:
+        if self.deadline.passed():
+            return self.deadline.refusal()
+        return PeerError(f"{self.name} server: {where} did not answer within {timeout:g} s "
+                         "(--request-timeout, --deadline)")
 
     def _request(self, client: httpx.Client, method: str, path: str, *, limit: int, json: Any = None) -> bytes:
         timeout = self.deadline.timeout(self.request_timeout)
+        ends = time.monotonic() + timeout
         where = f"{method} {self.url.rstrip('/')}{path}"
         try:
             with client.stream(method, path, json=json, timeout=timeout) as response:
                 body = bytearray()
                 for chunk in response.iter_bytes():
+                    if time.monotonic() > ends:
+                        raise self._late(where, timeout)
                     body += chunk
                     if len(body) > limit:
                         raise PeerError(f"{self.name} server: {where} sent more than {limit} bytes")
                 status = response.status_code
         except httpx.TimeoutException:
-            raise PeerError(f"{self.name} server: {where} did not answer within {timeout:g} s "
-                            "(--request-timeout, --deadline)") from None
-        except httpx.HTTPError as exc:
+            raise self._late(where, timeout) from None
+        except (httpx.HTTPError, RuntimeError) as exc:
+            # A client closed by the deadline's watchdog fails its read (RuntimeError when closed
+            # before the request was sent).
+            if self.deadline.passed():
+                raise self.deadline.refusal() from None
             raise PeerError(f"{self.name} server: {where} failed: {type(exc).__name__}: {exc}") from None
         if status == 401 or status == 403:
             hint = "is not set" if not self.api_key else "is not accepted"
@@ -157,6 +205,7 @@ class Endpoint:
     def stream_first_chunk(self, client: httpx.Client, request: dict[str, Any]) -> int:
         """Start a streamed answer and hang up after the first data chunk; chunks seen."""
         timeout = self.deadline.timeout(self.request_timeout)
+        ends = time.monotonic() + timeout
         read = 0
         try:
             with client.stream("POST", "/v1/chat/completions", json={"model": self.model, **request},
@@ -164,15 +213,19 @@ class Endpoint:
                 if response.status_code != 200:
                     raise PeerError(f"{self.name} server: streamed request answered HTTP {response.status_code}")
                 for line in response.iter_lines():
-                    read += len(line)
-                    if read > MAX_BODY_BYTES:
-                        raise PeerError(f"{self.name} server: stream sent more than {MAX_BODY_BYTES} bytes "
-                                        "without a data chunk")
+                    if time.monotonic() > ends:
+                        raise self._late("streamed request", timeout)
+                    read += len(line) + 1  # a blank line or a keep-alive comment costs its newline too
+                    if read > MAX_STREAM_BYTES_BEFORE_DATA:
+                        raise PeerError(f"{self.name} server: stream sent more than {MAX_STREAM_BYTES_BEFORE_DATA} "
+                                        "bytes without a data chunk")
                     if line.startswith("data:") and line.strip() != "data: [DONE]":
                         return 1
         except httpx.TimeoutException:
-            raise PeerError(f"{self.name} server: streamed request did not answer within {timeout:g} s") from None
-        except httpx.HTTPError as exc:
+            raise self._late("streamed request", timeout) from None
+        except (httpx.HTTPError, RuntimeError) as exc:
+            if self.deadline.passed():
+                raise self.deadline.refusal() from None
             raise PeerError(f"{self.name} server: streamed request failed: {type(exc).__name__}: {exc}") from None
         return 0
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from attest.errors import report_refusal, report_unexpected
+from attest.redact import redacting_output
 from tools.oci.errors import OciError
 from tools.oci.layout import INDEX_TYPES, canonical, sha256_digest
 from tools.oci.registry import Reference, RegistryClient, json_object
@@ -112,6 +113,7 @@ def fetch_base(image: str, digest: str, platform: str, output: Path, *, registry
 
 
 def main(argv: list[str] | None = None) -> int:
+    redacting_output()  # every secret the run learns stays out of every line it prints
     parser = argparse.ArgumentParser(prog="base", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--image", required=True)

@@ -9,24 +9,37 @@
    registry on stdin, answering `{"Username", "Secret"}` (the docker-credential-helpers protocol).
 
 Every file and every helper answer is untrusted input: read once, bounded, checked, and a
-malformed one is refused naming the file or helper, never guessed around. A secret is never
-printed, logged or put on a command line (helpers get the registry on stdin).
+malformed one is refused naming the file or helper, never guessed around. Files go through
+attest.reader (a FIFO or device is refused, not waited on). A helper has HELPER_DEADLINE_S in
+all, its answer is capped at MAX_HELPER_OUTPUT bytes, it runs in a process group of its own
+that is killed at the deadline (a child left holding its output cannot keep us waiting), and
+a helper that failed is not asked again in the same run. A secret is never printed, logged or
+put on a command line (helpers get the registry on stdin), and every secret found is learned
+by attest.redact, so no later line can print it.
 """
 from __future__ import annotations
 
 import base64
 import binascii
 import os
+import selectors
 import shutil
+import signal
 import subprocess
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from attest.redact import learn, learn_basic
 from tools.oci.errors import OciError
 
 MAX_CONFIG_BYTES = 1 << 20
-HELPER_TIMEOUT_S = 30
+HELPER_DEADLINE_S = 10.0
+MAX_HELPER_OUTPUT = 64 << 10
+# After the helper exits, how long a child it left holding its output may keep the pipe open.
+HELPER_LINGER_S = 0.5
 DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 
 
@@ -36,6 +49,9 @@ class Credential:
     secret: str = field(repr=False)
     source: str  # where it came from, for messages (never the secret)
     identity_token: bool = False  # Docker's identitytoken: an OAuth2 refresh token, not a password
+
+    def __post_init__(self) -> None:
+        learn_basic(self.username, self.secret)
 
 
 def _keys(registry: str) -> list[str]:
@@ -47,19 +63,13 @@ def _keys(registry: str) -> list[str]:
 
 def _read_json(path: Path, what: str) -> dict | None:
     from attest.errors import AttestError
-    from attest.reader import loads_object
+    from attest.reader import loads_object, read_file
 
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except OSError as exc:
-        raise OciError(f"{what} {path} cannot be read: {exc.strerror}", field=str(path)) from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise OciError(f"{what} {path} is larger than {MAX_CONFIG_BYTES} bytes", field=str(path))
     try:
-        return loads_object(data, label=f"{what} {path}")
+        read = read_file(path, label=f"{what} {path}", max_bytes=MAX_CONFIG_BYTES)
+        return loads_object(read.data, label=f"{what} {path}")
     except AttestError as exc:
         raise OciError(str(exc), field=str(path)) from None
 
@@ -69,9 +79,13 @@ def _from_entry(entry: object, where: str) -> Credential | None:
         raise OciError(f"{where} is not an object", field=where)
     token = entry.get("identitytoken")
     if "auth" in entry and entry["auth"]:
+        auth = entry["auth"]
+        if not isinstance(auth, str) or not auth.isascii():
+            raise OciError(f"{where}.auth is not base64 of user:password (expected an ASCII string)", field=where)
+        learn(auth)
         try:
-            decoded = base64.b64decode(str(entry["auth"]), validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
+            decoded = base64.b64decode(auth, validate=True).decode("utf-8")
+        except (binascii.Error, ValueError, UnicodeDecodeError):
             raise OciError(f"{where}.auth is not base64 of user:password", field=where) from None
         username, colon, secret = decoded.partition(":")
         if not colon:
@@ -100,7 +114,84 @@ def _auths(document: dict, registry: str, path: Path) -> Credential | None:
     return _from_entry(found[1], f"{path} auths[{found[0]!r}]") if found else None
 
 
+_helper_answers: dict[tuple, Credential | None | OciError] = {}
+_helper_lock = threading.Lock()
+
+
+def _run_helper(program: str, registry: str, env: Mapping[str, str], where: str) -> tuple[int, bytes, bytes]:
+    """(exit status, stdout, stderr) of `program get`, within HELPER_DEADLINE_S in all and
+    MAX_HELPER_OUTPUT bytes per stream; its whole process group is killed when it is done.
+    By hand, not subprocess.run: run's timeout waits for every holder of the pipes to close
+    them and reads without a cap."""
+    process = subprocess.Popen([program, "get"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=dict(env), start_new_session=True)
+    ends = time.monotonic() + HELPER_DEADLINE_S
+    output = {process.stdout: bytearray(), process.stderr: bytearray()}
+    try:
+        try:
+            process.stdin.write(registry.encode())  # type: ignore[union-attr]
+            process.stdin.close()  # type: ignore[union-attr]
+        except BrokenPipeError:
+            pass
+        with selectors.DefaultSelector() as selector:
+            for stream in output:
+                os.set_blocking(stream.fileno(), False)  # type: ignore[union-attr]
+                selector.register(stream, selectors.EVENT_READ)
+            exited_at = None
+            while selector.get_map():
+                now = time.monotonic()
+                if process.poll() is not None:
+                    exited_at = exited_at or now
+                    if now - exited_at > HELPER_LINGER_S:
+                        break  # a child of the helper holds the pipe: the answer is what came
+                if now > ends:
+                    raise OciError(f"{where} did not answer within {HELPER_DEADLINE_S:g} s", field=where)
+                for key, _ in selector.select(timeout=min(0.1, max(ends - now, 0.01))):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        continue
+                    output[key.fileobj] += chunk
+                    if len(output[key.fileobj]) > MAX_HELPER_OUTPUT:
+                        raise OciError(f"{where} answered more than {MAX_HELPER_OUTPUT} bytes", field=where)
+        remaining = max(ends - time.monotonic(), 0.01)
+        try:
+            status = process.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            raise OciError(f"{where} did not exit within {HELPER_DEADLINE_S:g} s", field=where) from None
+        return status, bytes(output[process.stdout]), bytes(output[process.stderr])
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # the helper's children too
+        except (ProcessLookupError, PermissionError):
+            pass
+        process.wait()
+        for stream in output:
+            stream.close()  # type: ignore[union-attr]
+
+
 def _helper(name: str, registry: str, env: Mapping[str, str]) -> Credential | None:
+    """The helper's answer for `registry`, asked at most once per run (a failure is kept too).
+    A helper is the program found on PATH as it is now: another file is another helper."""
+    program = shutil.which(f"docker-credential-{name}", path=env.get("PATH", os.defpath)) if name else None
+    try:
+        identity = os.stat(program) if program else None
+    except OSError:
+        identity = None
+    key = (name, program, identity and (identity.st_ino, identity.st_mtime_ns, identity.st_size), registry)
+    with _helper_lock:
+        if key not in _helper_answers:
+            try:
+                _helper_answers[key] = _ask_helper(name, registry, env)
+            except OciError as exc:
+                _helper_answers[key] = exc
+        answer = _helper_answers[key]
+    if isinstance(answer, OciError):
+        raise answer
+    return answer
+
+
+def _ask_helper(name: str, registry: str, env: Mapping[str, str]) -> Credential | None:
     from attest.errors import AttestError
     from attest.reader import loads_object
 
@@ -110,18 +201,14 @@ def _helper(name: str, registry: str, env: Mapping[str, str]) -> Credential | No
     where = f"docker-credential-{name}"
     if program is None:
         raise OciError(f"{where} (named for {registry} in Docker's config.json) is not on PATH", field=where)
-    try:
-        done = subprocess.run([program, "get"], input=registry.encode(), capture_output=True,
-                              timeout=HELPER_TIMEOUT_S, env=dict(env))
-    except subprocess.TimeoutExpired:
-        raise OciError(f"{where} did not answer within {HELPER_TIMEOUT_S} s", field=where) from None
-    if done.returncode != 0:
-        if b"credentials not found" in done.stdout.lower() + done.stderr.lower():
+    status, stdout, stderr = _run_helper(program, registry, env, where)
+    if status != 0:
+        if b"credentials not found" in stdout.lower() + stderr.lower():
             return None
         # The helper's own words may hold a secret: only the status is reported.
-        raise OciError(f"{where} get failed with exit status {done.returncode}", field=where)
+        raise OciError(f"{where} get failed with exit status {status}", field=where)
     try:
-        answer = loads_object(done.stdout[:MAX_CONFIG_BYTES], label=where)
+        answer = loads_object(stdout, label=where)
     except AttestError:
         raise OciError(f"{where} answered something that is not a JSON object", field=where) from None
     username, secret = answer.get("Username"), answer.get("Secret")

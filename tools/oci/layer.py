@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import sys
@@ -174,11 +175,13 @@ def write_layer(entries: Iterable[dict[str, Any]], output: Path, *, mtime: int =
 
 
 def source_date_epoch() -> int:
+    # ASCII digits only, as attest.settings.ascii_integer (build tools import only the standard
+    # library): int() would also take "１", "1_0" and spaces.
     raw = os.environ.get("SOURCE_DATE_EPOCH", "0")
-    try:
-        return int(raw)
-    except ValueError:
-        raise OciError(f"SOURCE_DATE_EPOCH must be an integer, got {raw!r}", field="SOURCE_DATE_EPOCH") from None
+    if not re.fullmatch(r"[0-9]{1,12}", raw):
+        raise OciError(f"SOURCE_DATE_EPOCH must be a non-negative integer in ASCII digits, got {raw!r}",
+                       field="SOURCE_DATE_EPOCH")
+    return int(raw)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from attest.errors import report_refusal, report_unexpected
+from attest.redact import redacting_output
 from tools.oci.errors import OciError
 from tools.oci.index import read_index
 from tools.oci.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
@@ -171,6 +172,7 @@ def push(layout: Path, target: str, *, client: RegistryClient | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
+    redacting_output()  # every secret the run learns stays out of every line it prints
     parser = argparse.ArgumentParser(prog="push", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("layout", type=Path)

@@ -1,14 +1,27 @@
 """A small OCI distribution client on httpx: manifests and blobs by digest (verified),
 HEAD checks, cross-repository mounts, monolithic and streamed uploads.
 
-Plain HTTP is used only for loopback registries; anything else is HTTPS. Anonymous
-bearer tokens (the `WWW-Authenticate: Bearer realm=...` challenge) are fetched on demand.
+Plain HTTP is used only for loopback registries; anything else is HTTPS. Bearer tokens (the
+`WWW-Authenticate: Bearer realm=...` challenge) are fetched on demand.
+
+Credential scope: a credential goes only to the registry it was found for. Authorization is
+attached only to requests whose origin (scheme, host, port) is the registry's own: an upload
+`Location` or a redirect to another host gets none. A token realm on another host gets the
+credential only over https and only within the registry's registrable domain (the Public
+Suffix List); otherwise the token is asked for anonymously, and a refusal says why the
+credential was withheld. Every token and credential is learned by attest.redact.
+
+Deadlines: a document (manifest, token, small blob) is read within DOCUMENT_DEADLINE_S in all,
+body included; a streamed blob within its size at BLOB_MIN_BYTES_PER_S (at least
+BLOB_MIN_DEADLINE_S); a peer trickling bytes cannot hold a read open past them.
 """
 from __future__ import annotations
 
 import base64
 import hashlib
+import functools
 import ipaddress
+import math
 import re
 import sys
 import threading
@@ -19,13 +32,13 @@ from typing import Callable, Iterator
 
 import httpx
 
+from attest.redact import learn, redact_known
 from tools.oci.credentials import Credential, lookup
 from tools.oci.errors import OciError
 from tools.oci.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
 
 ACCEPT_MANIFESTS = ", ".join((OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST))
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-CHUNK = 1 << 20
 # Registries are untrusted: every read is bounded. A blob is never read past its descriptor's
 # size; documents read without a descriptor (manifests, tokens) have a per-kind cap.
 MAX_MANIFEST_BYTES = 4 << 20
@@ -38,6 +51,10 @@ UPLOAD_CHUNK_BYTES = 64 << 20
 UPLOAD_READ_BYTES = 8 << 20  # file reads per upload write: fewer, larger writes to the socket
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DOCKER_HUB = "registry-1.docker.io"
+DOCUMENT_DEADLINE_S = 120.0
+BLOB_MIN_DEADLINE_S = 120.0
+BLOB_MIN_BYTES_PER_S = 256 << 10
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(frozen=True)
@@ -76,20 +93,37 @@ class Reference:
 
 
 def _attempt_failed(attempt: int, what: str) -> None:
-    print(f"registry: attempt {attempt}/{ATTEMPTS} failed: {what}; retrying", file=sys.stderr, flush=True)
+    print(redact_known(f"registry: attempt {attempt}/{ATTEMPTS} failed: {what}; retrying"), file=sys.stderr,
+          flush=True)
     time.sleep(min(0.2 * 2 ** (attempt - 1), 5))
 
 
-def _bounded(response: httpx.Response, limit: int, what: str, *, truncate: bool = False) -> bytes:
-    """At most `limit` bytes of a streamed body; more is refused (or cut, for error details)."""
+def _bounded(response: httpx.Response, limit: int, what: str, *, truncate: bool = False,
+             deadline: float = math.inf) -> bytes:
+    """At most `limit` bytes of a streamed body, read by `deadline` (time.monotonic()); more is
+    refused (or cut, for error details), and so is a body still arriving at the deadline."""
     body = bytearray()
-    for chunk in response.iter_bytes(CHUNK):
+    for chunk in response.iter_bytes():  # as they arrive: a chunk size would wait to fill it
+        if time.monotonic() > deadline:
+            if truncate:
+                return bytes(body[:limit])
+            raise OciError(f"{what} was still arriving at its deadline (a peer trickling bytes)", field=what)
         body += chunk
         if len(body) > limit:
             if truncate:
                 return bytes(body[:limit])
             raise OciError(f"{what} is larger than the {limit} bytes allowed", field=what)
     return bytes(body)
+
+
+DETAIL_READ_BYTES = 4096
+DETAIL_SHOWN_CHARS = 300
+
+
+def _detail(body: bytes) -> str:
+    """An error body's start, for a message: redacted before it is cut, so a secret the peer
+    echoes can never survive as a fragment at the cut."""
+    return redact_known(body[:DETAIL_READ_BYTES].decode("utf-8", "replace"))[:DETAIL_SHOWN_CHARS]
 
 
 def json_object(data: bytes, what: str) -> dict:
@@ -113,6 +147,41 @@ def _is_loopback(registry: str) -> bool:
         return False
 
 
+def origin(url: httpx.URL) -> tuple[str, str, int]:
+    """(scheme, host, port) of an absolute URL: where a credential may go."""
+    return url.scheme, url.host, url.port or DEFAULT_PORTS.get(url.scheme, 0)
+
+
+@functools.lru_cache(maxsize=1)
+def _public_suffixes():
+    from publicsuffixlist import PublicSuffixList  # the bundled list: no network
+
+    return PublicSuffixList()
+
+
+def registrable_domain(host: str) -> str | None:
+    """example.com for auth.example.com; None for an IP address or a public suffix itself."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return None
+    except ValueError:
+        pass
+    return _public_suffixes().privatesuffix(host.lower().rstrip("."))
+
+
+def realm_withholds(registry: httpx.URL, realm: httpx.URL) -> str:
+    """Why the registry's credential may not go to its token realm ("" when it may)."""
+    if origin(realm) == origin(registry):
+        return ""
+    if realm.scheme != "https":
+        return f"the token realm {realm.scheme}://{realm.netloc.decode()} is another host over plain http"
+    ours, theirs = registrable_domain(registry.host), registrable_domain(realm.host)
+    if ours is None or ours != theirs:
+        return (f"the token realm {realm.host} is not in the registry's registrable domain "
+                f"({ours or registry.host})")
+    return ""
+
+
 class RegistryClient:
     """One registry; counters record what crossed the wire (for tests and summaries)."""
 
@@ -127,6 +196,8 @@ class RegistryClient:
         self.client = httpx.Client(base_url=f"{scheme}://{registry}", timeout=timeout, follow_redirects=True,
                                    transport=transport)
         self._tokens: dict[str, str] = {}
+        self.origin = origin(self.client.base_url)
+        self.document_deadline_s = DOCUMENT_DEADLINE_S
         self.uploaded_bytes = 0
         self.uploaded_blobs: list[str] = []
         self.mounted_blobs: list[str] = []
@@ -162,29 +233,46 @@ class RegistryClient:
         fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         if "realm" not in fields:
             raise OciError(f"{self.registry}: unsupported auth challenge {challenge!r}", field="registry")
+        try:
+            realm = httpx.URL(fields["realm"])
+        except httpx.InvalidURL:
+            realm = None
+        if realm is None or realm.scheme not in ("http", "https") or not realm.host:
+            raise OciError(f"{self.registry}: the token realm {fields['realm']!r} is not an http(s) URL",
+                           field="registry")
         params = {"scope": scope, **({"service": fields["service"]} if "service" in fields else {})}
-        credential = self.credential()
+        withheld = realm_withholds(self.client.base_url, realm)
+        credential = self.credential() if not withheld else None
+        deadline = time.monotonic() + self.document_deadline_s
         try:
             if credential is not None and credential.identity_token:
                 # Docker's identity token is an OAuth2 refresh token (distribution's token spec).
-                response = httpx.post(fields["realm"], timeout=30, data={
-                    **params, "grant_type": "refresh_token", "refresh_token": credential.secret, "client_id": "omni"})
-                status, data = response.status_code, response.content[:MAX_TOKEN_BYTES + 1]
+                with httpx.stream("POST", realm, timeout=30, data={
+                        **params, "grant_type": "refresh_token", "refresh_token": credential.secret,
+                        "client_id": "omni"}) as response:
+                    status = response.status_code
+                    data = _bounded(response, MAX_TOKEN_BYTES, f"{self.registry} token", deadline=deadline)
             else:
                 auth = (credential.username, credential.secret) if credential is not None else None
-                with httpx.stream("GET", fields["realm"], params=params, timeout=30, auth=auth) as response:
+                with httpx.stream("GET", realm, params=params, timeout=30, auth=auth) as response:
                     status = response.status_code
-                    data = _bounded(response, MAX_TOKEN_BYTES, f"{self.registry} token")
+                    data = _bounded(response, MAX_TOKEN_BYTES, f"{self.registry} token", deadline=deadline)
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry}: token service cannot be reached: {type(exc).__name__}",
                            field="registry") from None
         if status in (401, 403):
+            if withheld:
+                raise OciError(f"{self.registry}: the token service refused an anonymous request for {scope} "
+                               f"(HTTP {status}); the registry's credential was withheld: {withheld}",
+                               field="registry")
             raise self._refused(credential, status, scope)
         if status != 200:
             raise OciError(f"{self.registry}: token service answered HTTP {status} for {scope}", field="registry")
         body = json_object(data, f"{self.registry} token response")
         token = body.get("token") or body.get("access_token") or ""
-        return token if isinstance(token, str) else ""
+        token = token if isinstance(token, str) else ""
+        learn(token)
+        return token
 
     def request(self, method: str, url: str, *, repository: str, push: bool = False, stream: bool = False,
                 **kwargs) -> httpx.Response:
@@ -193,7 +281,9 @@ class RegistryClient:
         retry = method in ("GET", "HEAD") or (method == "PUT" and "/manifests/" in url)
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                response = self._send(method, url, repository=repository, push=push, stream=stream, **kwargs)
+                response = self._send(method, url, repository=repository, push=push, **kwargs)
+                if not stream:
+                    response = self._settled(response, f"{method} {url}")
             except OciError as exc:
                 if not retry or attempt == ATTEMPTS:
                     raise
@@ -206,23 +296,47 @@ class RegistryClient:
             return response
         raise AssertionError("unreachable")
 
-    def _send(self, method: str, url: str, *, repository: str, push: bool, stream: bool, **kwargs) -> httpx.Response:
+    def _settled(self, response: httpx.Response, what: str) -> httpx.Response:
+        """A streamed response read whole, bounded in size and time (an answer to a write or a
+        HEAD is small; httpx's own read would wait on a trickling body forever)."""
+        deadline = time.monotonic() + self.document_deadline_s
+        try:
+            data = _bounded(response, MAX_MANIFEST_BYTES, f"{self.registry}: the answer to {what}", deadline=deadline)
+        except httpx.HTTPError as exc:
+            raise OciError(f"{self.registry}: the answer to {what} broke off: {exc}", field="registry") from None
+        finally:
+            response.close()
+        return httpx.Response(response.status_code, headers=response.headers, content=data, request=response.request)
+
+    def _send(self, method: str, url: str, *, repository: str, push: bool, **kwargs) -> httpx.Response:
+        """The request, streamed: the caller reads (or settles) the body."""
         scope = f"repository:{repository}:{'pull,push' if push else 'pull'}"
         headers = dict(kwargs.pop("headers", {}) or {})
+        try:
+            ours = origin(self.client.base_url.join(url)) == self.origin
+        except httpx.InvalidURL:
+            raise OciError(f"{self.registry}: {url!r} is not a URL", field="registry") from None
+        if not ours:
+            # Another host (an upload Location, a blob store): no credential of ours goes there.
+            try:
+                return self.client.send(self.client.build_request(method, url, headers=headers, **kwargs),
+                                        stream=True)
+            except httpx.HTTPError as exc:
+                raise OciError(f"{self.registry}: {method} to another host failed: {exc}", field="registry") from None
         if scope in self._tokens:
             headers["Authorization"] = f"Bearer {self._tokens[scope]}"
         elif self._basic:
             headers["Authorization"] = self._basic
         try:
             request = self.client.build_request(method, url, headers=headers, **kwargs)
-            response = self.client.send(request, stream=stream)
+            response = self.client.send(request, stream=True)
             challenge = response.headers.get("WWW-Authenticate", "")
             if response.status_code == 401 and challenge.lower().startswith("bearer") and scope not in self._tokens:
                 response.close()
                 self._tokens[scope] = self._token(challenge, scope)
                 headers["Authorization"] = f"Bearer {self._tokens[scope]}"
                 request = self.client.build_request(method, url, headers=headers, **kwargs)
-                response = self.client.send(request, stream=stream)
+                response = self.client.send(request, stream=True)
             elif response.status_code == 401 and challenge.lower().startswith("basic"):
                 response.close()
                 credential = self.credential()
@@ -232,7 +346,7 @@ class RegistryClient:
                     f"{credential.username}:{credential.secret}".encode()).decode()
                 headers["Authorization"] = self._basic
                 request = self.client.build_request(method, url, headers=headers, **kwargs)
-                response = self.client.send(request, stream=stream)
+                response = self.client.send(request, stream=True)
                 if response.status_code == 401:
                     response.close()
                     raise self._refused(credential, 401, scope)
@@ -242,20 +356,21 @@ class RegistryClient:
 
     def _expect(self, response: httpx.Response, ok: tuple[int, ...], what: str) -> httpx.Response:
         if response.status_code not in ok:
-            detail = response.text[:300] if not response.is_stream_consumed or response.is_closed else ""
+            detail = _detail(response.content) if not response.is_stream_consumed or response.is_closed else ""
             raise OciError(f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(),
                            field=what)
         return response
 
     # --- reads -------------------------------------------------------------------
     def _read(self, url: str, repository: str, what: str, limit: int, **kwargs) -> tuple[bytes, httpx.Response]:
+        deadline = time.monotonic() + self.document_deadline_s
         response = self.request("GET", url, repository=repository, stream=True, **kwargs)
         try:
             if response.status_code != 200:
-                detail = bytes(_bounded(response, 300, what, truncate=True)).decode("utf-8", "replace")
+                detail = _detail(_bounded(response, DETAIL_READ_BYTES, what, truncate=True, deadline=deadline))
                 raise OciError(f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(),
                                field=what)
-            return _bounded(response, limit, f"{self.registry}/{repository}: {what}"), response
+            return _bounded(response, limit, f"{self.registry}/{repository}: {what}", deadline=deadline), response
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry}: {what} broke off: {exc}", field=what) from None
         finally:
@@ -290,11 +405,16 @@ class RegistryClient:
 
     def stream_blob(self, repository: str, digest: str, size: int) -> Iterator[bytes]:
         """The blob's bytes in chunks, never past `size`, verified against `digest` at the end."""
+        seconds = max(BLOB_MIN_DEADLINE_S, size / BLOB_MIN_BYTES_PER_S)
+        deadline = time.monotonic() + seconds
         response = self.request("GET", f"/v2/{repository}/blobs/{digest}", repository=repository, stream=True)
         try:
             self._expect(response, (200,), f"blob {digest}")
             hasher, count = hashlib.sha256(), 0
-            for chunk in response.iter_bytes(CHUNK):
+            for chunk in response.iter_bytes():  # as they arrive: a chunk size would wait to fill it
+                if time.monotonic() > deadline:
+                    raise OciError(f"{self.registry}/{repository}: blob {digest} was still arriving after "
+                                   f"{seconds:.0f} s ({count} of {size} bytes)", field=digest)
                 count += len(chunk)
                 if count > size:
                     raise OciError(f"{self.registry}/{repository}: blob {digest} sends more than the {size} bytes "
@@ -341,7 +461,10 @@ class RegistryClient:
     def _upload_once(self, repository: str, digest: str, content: bytes | Path | Iterator[bytes], size: int) -> None:
         start = self.request("POST", f"/v2/{repository}/blobs/uploads/", repository=repository, push=True)
         self._expect(start, (202,), f"upload start for {digest}")
-        location = start.headers["Location"]
+        location = start.headers.get("Location", "")
+        if not location:
+            raise OciError(f"{self.registry}: the upload start for {digest} answered 202 without a Location "
+                           "header (the distribution spec requires one)", field=f"upload of {digest}")
         if isinstance(content, Path):
             def chunks(path: Path = content) -> Iterator[bytes]:
                 with path.open("rb") as handle:

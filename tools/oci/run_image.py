@@ -18,6 +18,7 @@ import tarfile
 from pathlib import Path
 
 from attest.errors import report_refusal, report_unexpected
+from attest.redact import redacting_output
 from tools.oci.errors import OciError
 from tools.oci.index import platform_name, read_index
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
@@ -177,6 +178,7 @@ def push_evidence(layout: Path, args: argparse.Namespace, digest: str, key) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
+    redacting_output()  # every secret the run learns stays out of every line it prints
     parser = argparse.ArgumentParser(prog="bazel run //images:<image> --", description=__doc__,
                                      epilog=tools_help(SIGNING), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layout", type=Path, required=True, help=argparse.SUPPRESS)

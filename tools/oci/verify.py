@@ -25,6 +25,7 @@ from attest.documents import parse_document
 from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.pins import ImagePins
 from attest.reader import loads_object
+from attest.redact import redacting_output
 from tools.oci.errors import OciError
 from tools.oci.image import BAKED_DEST, TITLE, pin_labels
 from tools.oci.provenance import PREDICATE_TYPE, STATEMENT_TYPE, resolved
@@ -187,6 +188,7 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
 
 
 def main(argv: list[str] | None = None) -> int:
+    redacting_output()  # every secret the run learns stays out of every line it prints
     parser = argparse.ArgumentParser(prog="verify", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("reference", help="REGISTRY/REPO@sha256:...")

@@ -37,6 +37,7 @@ from attest.errors import AttestError, report_refusal, report_unexpected
 from attest.files import write_atomic
 from attest.pins import ImagePins
 from attest.reader import MAX_JSON_BYTES, loads_object, read_file
+from attest.redact import redacting_output
 from boot.settings import url_or_empty
 from tools.oci.errors import OciError
 from tools.pin.upstream import Upstream, engine_pins, lock_summary, resolve_base, resolve_model
@@ -193,6 +194,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    redacting_output()  # every secret the run learns stays out of every line it prints
     arguments = parser()
     try:
         args = arguments.parse_args(argv)
