@@ -41,7 +41,10 @@ from tools.pin.upstream import resolve_base
 pins = load_pins(__import__("pathlib").Path(sys.argv[1]))
 started = time.perf_counter()
 found = resolve_base(pins, "bench", sys.argv[2])
-print(time.perf_counter() - started, found.engine.record_sha256)
+seconds = time.perf_counter() - started
+# The process's own high-water mark: wait4's maxrss would count the forked parent's pages too.
+peak_kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(seconds, peak_kb, found.engine.record_sha256)
 """
 
 
@@ -125,9 +128,11 @@ def main() -> int:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         ours, crane = [], []
         for run in range(args.runs):
-            wall, peak_kb, out = _run([sys.executable, "-c", RESOLVE, str(pins), registry.host], env=env,
-                                      stderr=subprocess.DEVNULL)
-            ours.append((float(out.split()[0]), wall, peak_kb))
+            wall, _, out = _run([sys.executable, "-c", RESOLVE, str(pins), registry.host], env=env,
+                                stderr=subprocess.DEVNULL)
+            seconds_text, peak_text = out.split()[:2]
+            peak_kb = int(peak_text)
+            ours.append((float(seconds_text), wall, peak_kb))
             seconds = _crane(registry.host)
             crane.append(seconds)
             print(f"pin bench: run {run + 1}: ours {ours[-1][0]:.2f} s (process {wall:.2f} s, peak "

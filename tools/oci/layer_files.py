@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import sys
 import tarfile
 import threading
@@ -40,7 +41,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 READ_BYTES = 1 << 20
 MAX_LAYER_BYTES = 1 << 40
-PARALLEL_LAYERS = 3
+# Layers read at once: a core each for hashing and inflating (both release the GIL), at most 4.
+PARALLEL_LAYERS = max(2, min(4, os.cpu_count() or 2))
 
 
 @dataclass(frozen=True)
