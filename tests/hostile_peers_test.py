@@ -402,3 +402,38 @@ def test_a_gate_stream_of_blank_lines_is_capped_not_waited_on() -> None:
         with endpoint.client() as client, pytest.raises(PeerError, match="without a data chunk"):
             endpoint.stream_first_chunk(client, {"stream": True})
         assert time.monotonic() - started < 30
+
+
+@settings(max_examples=100, deadline=None)
+@given(body=st.binary(max_size=3000), cuts=st.lists(st.integers(min_value=1, max_value=500), max_size=30),
+       limit=st.integers(min_value=0, max_value=3000))
+def test_the_bounded_reader_returns_a_body_within_its_cap_and_refuses_one_past_it(body: bytes, cuts: list[int],
+                                                                                  limit: int) -> None:
+    """However a peer splits its body into pieces, what is read is exactly the body when it fits
+    the cap, and a refusal naming the document when it does not (never a silent cut)."""
+    from tools.oci.registry import _bounded
+
+    def pieces():
+        offset = 0
+        for cut in cuts:
+            if offset >= len(body):
+                break
+            yield body[offset:offset + cut]
+            offset += cut
+        if offset < len(body):
+            yield body[offset:]
+
+    response = httpx.Response(200, stream=httpx.ByteStream(b"") if not body else _Pieces(pieces()))
+    if len(body) <= limit:
+        assert _bounded(response, limit, "the document") == body
+    else:
+        with pytest.raises(OciError, match="the document is larger than"):
+            _bounded(response, limit, "the document")
+
+
+class _Pieces(httpx.SyncByteStream):
+    def __init__(self, pieces) -> None:
+        self._pieces = pieces
+
+    def __iter__(self):
+        yield from self._pieces
