@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import stat
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from hypothesis import given, settings, strategies as st
 
 from attest.redact import learn, redact_known, redactor, secret_forms
 from tests.fixtures.loopback import LoopbackHTTPServer
+from tests.fixtures.registry import credential_helper, no_credentials
 from tools.gate.peer import Deadline, DeadlinePassed, Endpoint, PeerError
 from tools.oci import credentials
 from tools.oci.credentials import Credential, lookup
@@ -173,22 +173,9 @@ def _layout(tmp_path: Path) -> Path:
     return tmp_path / "layout"
 
 
-def _helper(directory: Path, name: str, body: str) -> None:
-    directory.mkdir(exist_ok=True)
-    script = directory / f"docker-credential-{name}"
-    script.write_text("#!/bin/sh\n[ \"$1\" = get ] || exit 3\n" + body)
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-
-
 @pytest.fixture
 def clean_env(tmp_path: Path, monkeypatch) -> Path:
-    for name in ("OMNI_REGISTRY_USERNAME", "OMNI_REGISTRY_PASSWORD", "OMNI_REGISTRY_HOST", "REGISTRY_AUTH_FILE",
-                 "XDG_RUNTIME_DIR", "DOCKER_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    home = tmp_path / "home"
-    (home / ".docker").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
-    return home
+    return no_credentials(tmp_path / "home", monkeypatch)
 
 
 @pytest.mark.parametrize("source", ["environment", "auth file", "credential helper"])
@@ -207,7 +194,7 @@ def test_a_registry_echoing_the_credentials_never_gets_them_printed(tmp_path: Pa
             monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "auth.json"))
         else:
             (tmp_path / "answer.json").write_text(json.dumps({"Username": USER, "Secret": secret}))
-            _helper(tmp_path / "bin", "echoed", f"cat {tmp_path / 'answer.json'}\n")
+            credential_helper(tmp_path / "bin", "echoed", f"cat {tmp_path / 'answer.json'}\n")
             monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
             (clean_env / ".docker" / "config.json").write_text(json.dumps({"credHelpers": {host: "echoed"}}))
         code = push_main([str(_layout(tmp_path)), f"{host}/omni/app:1"])
@@ -315,10 +302,10 @@ for line in open("/proc/self/status"):
 ])
 def test_a_hostile_credential_helper_costs_one_bounded_attempt(tmp_path: Path, clean_env: Path, monkeypatch,
                                                                name: str, body: str, message: str) -> None:
-    _helper(tmp_path / "bin", name, f"echo run >> {tmp_path / 'runs'}\n" + body)
+    credential_helper(tmp_path / "bin", name, f"echo run >> {tmp_path / 'runs'}\n" + body)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     (clean_env / ".docker" / "config.json").write_text(json.dumps({"credsStore": name}))
-    code = f"""
+    code = """
 import sys, time
 from tools.oci.credentials import lookup
 from tools.oci.errors import OciError

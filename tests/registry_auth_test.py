@@ -8,22 +8,18 @@ from __future__ import annotations
 import base64
 import json
 import os
-import stat
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.oci import make_image, make_layer
-from tests.fixtures.registry import LoopbackRegistry
+from tests.fixtures.registry import LoopbackRegistry, credential_helper, no_credentials
 from tools.oci.base import fetch_base
 from tools.oci.credentials import lookup
 from tools.oci.errors import OciError
 from tools.oci.push import push
 
 USER, PASSWORD = "omni-ci", "s3cret-Pa55-word"
-SCRUBBED = ("OMNI_REGISTRY_USERNAME", "OMNI_REGISTRY_PASSWORD", "OMNI_REGISTRY_HOST", "REGISTRY_AUTH_FILE",
-            "XDG_RUNTIME_DIR", "DOCKER_CONFIG")
-
 
 @pytest.fixture(scope="module")
 def private():
@@ -33,13 +29,7 @@ def private():
 
 @pytest.fixture
 def clean_env(tmp_path: Path, monkeypatch) -> Path:
-    """No credential anywhere: an empty HOME, none of the variables."""
-    for name in SCRUBBED:
-        monkeypatch.delenv(name, raising=False)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    return home
+    return no_credentials(tmp_path / "home", monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +45,6 @@ def _docker_config(home: Path, document: dict) -> Path:
     path = home / ".docker" / "config.json"
     path.write_text(json.dumps(document))
     return path
-
-
-def _helper(directory: Path, name: str, body: str) -> None:
-    """A docker-credential-<name> program: reads the registry on stdin, answers per `body`."""
-    directory.mkdir(exist_ok=True)
-    script = directory / f"docker-credential-{name}"
-    script.write_text("#!/bin/sh\n[ \"$1\" = get ] || exit 3\nread registry\n" + body)
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
 
 
 def _auth(user: str = USER, password: str = PASSWORD) -> str:
@@ -84,13 +66,13 @@ def _sources(home: Path, tmp_path: Path, host: str, monkeypatch, password: str =
         _docker_config(home, {"auths": {f"https://{host}": {"auth": _auth(password=password)}}})
 
     def cred_helper() -> None:
-        _helper(tmp_path / "bin", "omnitest", f"[ \"$registry\" = {host} ] || exit 1\n"
+        credential_helper(tmp_path / "bin", "omnitest", f"[ \"$registry\" = {host} ] || exit 1\n"
                 f"printf '{{\"ServerURL\":\"%s\",\"Username\":\"{USER}\",\"Secret\":\"{password}\"}}' \"$registry\"\n")
         monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
         _docker_config(home, {"credHelpers": {host: "omnitest"}, "auths": {host: {"auth": _auth(password="x")}}})
 
     def creds_store() -> None:
-        _helper(tmp_path / "bin", "omnistore", f"echo '{{\"Username\":\"{USER}\",\"Secret\":\"{password}\"}}'\n")
+        credential_helper(tmp_path / "bin", "omnistore", f"echo '{{\"Username\":\"{USER}\",\"Secret\":\"{password}\"}}'\n")
         monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
         _docker_config(home, {"credsStore": "omnistore"})
 
@@ -156,9 +138,9 @@ def test_env_credentials_for_another_registry_are_never_sent(private, layout, cl
 def test_malformed_credential_sources_are_refused_naming_them(tmp_path: Path, clean_env, monkeypatch,
                                                               document: dict, message: str) -> None:
     registry = "127.0.0.1:5999"
-    _helper(tmp_path / "bin", "failing", f"echo 'token {PASSWORD} expired' >&2\nexit 7\n")
-    _helper(tmp_path / "bin", "garbled", "echo not json\n")
-    _helper(tmp_path / "bin", "halfway", "echo '{\"Username\": \"u\"}'\n")
+    credential_helper(tmp_path / "bin", "failing", f"echo 'token {PASSWORD} expired' >&2\nexit 7\n")
+    credential_helper(tmp_path / "bin", "garbled", "echo not json\n")
+    credential_helper(tmp_path / "bin", "halfway", "echo '{\"Username\": \"u\"}'\n")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     _docker_config(clean_env, json.loads(json.dumps(document).replace("REG", registry)))
     with pytest.raises(OciError) as refused:
@@ -169,7 +151,7 @@ def test_malformed_credential_sources_are_refused_naming_them(tmp_path: Path, cl
 
 def test_a_helper_without_the_registry_means_anonymous_and_a_huge_config_is_refused(tmp_path: Path, clean_env,
                                                                                      monkeypatch) -> None:
-    _helper(tmp_path / "bin", "empty", "echo 'credentials not found in native keychain'\nexit 1\n")
+    credential_helper(tmp_path / "bin", "empty", "echo 'credentials not found in native keychain'\nexit 1\n")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     _docker_config(clean_env, {"credsStore": "empty"})
     assert lookup("127.0.0.1:5999") is None

@@ -173,7 +173,9 @@ def _run_helper(program: str, registry: str, env: Mapping[str, str], where: str)
 def _helper(name: str, registry: str, env: Mapping[str, str]) -> Credential | None:
     """The helper's answer for `registry`, asked at most once per run (a failure is kept too).
     A helper is the program found on PATH as it is now: another file is another helper."""
-    program = shutil.which(f"docker-credential-{name}", path=env.get("PATH", os.defpath)) if name else None
+    if not name or "/" in name or name.startswith("."):
+        raise OciError(f"credential helper name {name!r} is not a plain name", field="credHelpers")
+    program = shutil.which(f"docker-credential-{name}", path=env.get("PATH", os.defpath))
     try:
         identity = os.stat(program) if program else None
     except OSError:
@@ -182,7 +184,7 @@ def _helper(name: str, registry: str, env: Mapping[str, str]) -> Credential | No
     with _helper_lock:
         if key not in _helper_answers:
             try:
-                _helper_answers[key] = _ask_helper(name, registry, env)
+                _helper_answers[key] = _ask_helper(name, program, registry, env)
             except OciError as exc:
                 _helper_answers[key] = exc
         answer = _helper_answers[key]
@@ -191,13 +193,10 @@ def _helper(name: str, registry: str, env: Mapping[str, str]) -> Credential | No
     return answer
 
 
-def _ask_helper(name: str, registry: str, env: Mapping[str, str]) -> Credential | None:
+def _ask_helper(name: str, program: str | None, registry: str, env: Mapping[str, str]) -> Credential | None:
     from attest.errors import AttestError
     from attest.reader import loads_object
 
-    if not name or "/" in name or name.startswith("."):
-        raise OciError(f"credential helper name {name!r} is not a plain name", field="credHelpers")
-    program = shutil.which(f"docker-credential-{name}", path=env.get("PATH", os.defpath))
     where = f"docker-credential-{name}"
     if program is None:
         raise OciError(f"{where} (named for {registry} in Docker's config.json) is not on PATH", field=where)

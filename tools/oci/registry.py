@@ -244,19 +244,17 @@ class RegistryClient:
         withheld = realm_withholds(self.client.base_url, realm)
         credential = self.credential() if not withheld else None
         deadline = time.monotonic() + self.document_deadline_s
+        if credential is not None and credential.identity_token:
+            # Docker's identity token is an OAuth2 refresh token (distribution's token spec).
+            ask = {"method": "POST", "data": {**params, "grant_type": "refresh_token",
+                                              "refresh_token": credential.secret, "client_id": "omni"}}
+        else:
+            ask = {"method": "GET", "params": params,
+                   "auth": (credential.username, credential.secret) if credential is not None else None}
         try:
-            if credential is not None and credential.identity_token:
-                # Docker's identity token is an OAuth2 refresh token (distribution's token spec).
-                with httpx.stream("POST", realm, timeout=30, data={
-                        **params, "grant_type": "refresh_token", "refresh_token": credential.secret,
-                        "client_id": "omni"}) as response:
-                    status = response.status_code
-                    data = _bounded(response, MAX_TOKEN_BYTES, f"{self.registry} token", deadline=deadline)
-            else:
-                auth = (credential.username, credential.secret) if credential is not None else None
-                with httpx.stream("GET", realm, params=params, timeout=30, auth=auth) as response:
-                    status = response.status_code
-                    data = _bounded(response, MAX_TOKEN_BYTES, f"{self.registry} token", deadline=deadline)
+            with httpx.stream(url=realm, timeout=30, **ask) as response:
+                status = response.status_code
+                data = _bounded(response, MAX_TOKEN_BYTES, f"{self.registry} token", deadline=deadline)
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry}: token service cannot be reached: {type(exc).__name__}",
                            field="registry") from None
