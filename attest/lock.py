@@ -31,7 +31,8 @@ GIT_SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
 PARTIAL_DIR = ".omni-partial"
 VERIFIED_MARKER = ".omni-verified.json"
 PUBLISHED_LOCK = ".omni-checkpoint.lock.json"
-WORKING_NAMES = frozenset({PARTIAL_DIR, VERIFIED_MARKER, PUBLISHED_LOCK})
+REFUSED_MARKER = ".omni-refused.json"  # rank 0's refusal, so the other ranks stop waiting
+WORKING_NAMES = frozenset({PARTIAL_DIR, VERIFIED_MARKER, PUBLISHED_LOCK, REFUSED_MARKER})
 
 
 def _name(value: str) -> str:

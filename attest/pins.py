@@ -135,6 +135,14 @@ class BakedImage(Document):
     runtime: RuntimeContract | None = None
 
 
+def release_refusal(empty: list[str], source: str) -> AttestError:
+    """What a release build (and anything else that needs every pin) says about empty pins."""
+    one = len(empty) == 1
+    return AttestError(f"release build refused: {', '.join(empty)} {'is' if one else 'are'} empty in {source}; "
+                       f"fill {'it' if one else 'them'} with the real value (a digest or full commit); Omni never "
+                       "invents one", field=empty[0])
+
+
 def load_pins(path: Path) -> ImagePins:
     return load_document(ImagePins, path, label=path.name)
 

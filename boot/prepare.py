@@ -22,10 +22,11 @@ from pydantic import Field
 from attest.documents import Document, parse_document
 from attest.errors import AttestError
 from attest.files import canonical_json, write_atomic
-from attest.lock import LOCK_FILE, REVIEWED, TRUST_ON_FIRST_USE, CheckpointLock, load_lock
+from attest.lock import LOCK_FILE, REFUSED_MARKER, REVIEWED, TRUST_ON_FIRST_USE, CheckpointLock, load_lock
 from attest.baked import load_baked
 from attest.pins import BakedImage
 from attest.reader import read_json_file
+from attest.redact import redact_known
 from attest.primitives import writable_dir
 from attest.tree import stat_regular
 from boot import hub
@@ -64,6 +65,14 @@ class MarkedFile(Document):
     size: int = Field(ge=0)
     mtime_ns: int
     inode: int = Field(ge=0)
+
+
+class RefusedMarker(Document):
+    """Rank 0's refusal, published in the model root so the other ranks refuse at once."""
+
+    schema_version: Literal["1"] = "1"
+    error: str = Field(max_length=4000)
+    field: str = Field(max_length=500)
 
 
 class VerifiedMarker(Document):
@@ -177,9 +186,21 @@ def publish(settings: BootSettings, in_use: LockInUse, receipt: Receipt) -> None
 
 def withdraw_verdicts(settings: BootSettings) -> None:
     withdraw_receipt(settings.state)
-    marker = settings.model / VERIFIED_MARKER
-    if os.path.lexists(marker):  # a read-only model volume holds none: nothing to remove there
-        marker.unlink()
+    for name in (VERIFIED_MARKER, REFUSED_MARKER):
+        marker = settings.model / name
+        if os.path.lexists(marker):  # a read-only model volume holds none: nothing to remove there
+            marker.unlink()
+
+
+def publish_refusal(settings: BootSettings, refusal: AttestError) -> None:
+    """Rank 0 could not verify the checkpoint: say so where the other ranks wait (a failure to
+    say so only leaves them to their RANK_WAIT_TIMEOUT_S)."""
+    marker = RefusedMarker(error=redact_known(str(refusal))[:4000], field=redact_known(refusal.field)[:500])
+    try:
+        write_atomic(settings.model / REFUSED_MARKER, canonical_json(marker.model_dump(mode="json")))
+    except OSError as exc:
+        print(f"could not tell the other ranks about the refusal ({settings.model / REFUSED_MARKER}: "
+              f"{exc.strerror})", file=sys.stderr, flush=True)
 
 
 def model_root(settings: BootSettings, *, create: bool) -> Path:
@@ -250,12 +271,37 @@ def _read_marker(settings: BootSettings) -> VerifiedMarker | None:
         raise BootError(str(exc), field=VERIFIED_MARKER) from None
 
 
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_ino, found.st_mtime_ns, found.st_size
+
+
+def _refuse_with_rank0(settings: BootSettings) -> None:
+    path = settings.model / REFUSED_MARKER
+    try:
+        value, _ = read_json_file(path, label=str(path), max_bytes=64 << 10, follow_symlinks=False)
+        refused = parse_document(RefusedMarker, value, label=str(path))
+    except AttestError as exc:
+        raise BootError(f"Rank {settings.node_rank}: rank 0 published a refusal that cannot be read: {exc}",
+                        field=REFUSED_MARKER) from None
+    raise BootError(f"Rank {settings.node_rank}: rank 0 refused the checkpoint, so this rank does not start: "
+                    f"{refused.error}", field=refused.field or REFUSED_MARKER)
+
+
 def wait_for_rank0(settings: BootSettings, baked: BakedImage | None, *, poll_s: float | None = None) -> None:
     """Ranks > 0: rank 0's verdict bound to the same lock, then this node's view of every file."""
     poll_s = poll_s or POLL_S
     deadline = time.monotonic() + settings.rank_wait_s
     seen = "no verdict yet"
+    # A refusal already there is an earlier run's: rank 0 withdraws it when it starts again.
+    stale_refusal = _identity(settings.model / REFUSED_MARKER)
     while True:
+        refusal = _identity(settings.model / REFUSED_MARKER)
+        if refusal is not None and refusal != stale_refusal:
+            _refuse_with_rank0(settings)
         marker = _read_marker(settings)
         if marker is not None:
             in_use = resolve_lock(settings, baked, derive=False)
@@ -298,6 +344,16 @@ def prepare(settings: BootSettings) -> VerifyReport | None:
         wait_for_rank0(settings, baked)
         return None
     model_root(settings, create=True)
+    if settings.nnodes == 1:
+        return _prepare_rank0(settings, baked)
+    try:
+        return _prepare_rank0(settings, baked)
+    except AttestError as exc:
+        publish_refusal(settings, exc)
+        raise
+
+
+def _prepare_rank0(settings: BootSettings, baked: BakedImage | None) -> VerifyReport | None:
     in_use = resolve_lock(settings, baked, derive=True)
     in_use.warn()
     if settings.skip_verify:

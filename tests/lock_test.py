@@ -57,6 +57,7 @@ REFUSED = [
      "boot's own working names"),
     ("boot's published lock", _file(path=".omni-checkpoint.lock.json"), "lock.files.0.path",
      "boot's own working names"),
+    ("rank 0's refusal", _file(path=".omni-refused.json"), "lock.files.0.path", "boot's own working names"),
 ]
 
 

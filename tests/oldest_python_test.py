@@ -17,7 +17,7 @@ import pytest
 OLDEST = "3.11"
 # Files every scan must include: the scan is of the whole project, not of what happens to be here.
 EXPECTED = ["launcher/__main__.py", "boot/cli.py", "attest/reader.py", "tools/oci/tar_members.py",
-            "tools/oci/push.py", "tools/gate/generate.py", "tools/private/pytest_runner.py",
+            "tools/oci/push.py", "tools/gate/generate.py", "tools/deploy/manifests.py", "tools/private/pytest_runner.py",
             "tools/private/wheel_unpack.py", "tools/private/pypi_repo.py", "tools/lock_python",
             "tests/oldest_python_test.py", "tests/fixtures/oci.py"]
 

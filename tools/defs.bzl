@@ -6,6 +6,7 @@ load("//tools/private:image.bzl", _oci_image = "oci_image", _omni_image = "omni_
 load("//tools/private:index.bzl", _oci_image_index = "oci_image_index")
 load("//tools/private:layer.bzl", _oci_layer = "oci_layer")
 load("//tools/private:load.bzl", _oci_load = "oci_load")
+load("//tools/private:manifests.bzl", _omni_manifests = "omni_manifests")
 load(
     "//tools/private:providers.bzl",
     _OciBaseInfo = "OciBaseInfo",
@@ -20,6 +21,7 @@ omni_py_test = _omni_py_test
 oci_layer = _oci_layer
 oci_image = _oci_image
 omni_image = _omni_image
+omni_manifests = _omni_manifests
 oci_image_index = _oci_image_index
 oci_push = _oci_push
 oci_load = _oci_load

@@ -163,7 +163,7 @@ def pin_labels(pins: dict[str, Any]) -> dict[str, str]:
 
 def load_pins_checked(path: Path, release: bool) -> dict[str, Any]:
     from attest.errors import AttestError
-    from attest.pins import load_pins
+    from attest.pins import load_pins, release_refusal
 
     try:
         pins = load_pins(path)
@@ -171,9 +171,8 @@ def load_pins_checked(path: Path, release: bool) -> dict[str, Any]:
         raise OciError(str(exc), field=exc.field) from None
     empty = pins.empty_pins()
     if release and empty:
-        raise OciError(f"release build refused: {', '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty in "
-                       f"{path.name}; fill {'it' if len(empty) == 1 else 'them'} with the real value "
-                       "(a digest or full commit); Omni never invents one", field=empty[0])
+        refusal = release_refusal(empty, path.name)
+        raise OciError(str(refusal), field=refusal.field)
     return pins.model_dump(mode="json")
 
 

@@ -24,6 +24,7 @@ from attest.redact import redacting_output
 from tools.oci.errors import OciError
 from tools.oci.index import read_index
 from tools.oci.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
+from tools.oci.push_record import record_push
 from tools.oci.registry import Reference, RegistryClient
 
 # The distribution spec's tag grammar.
@@ -187,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pushed: {len(report.uploaded)} uploaded ({report.uploaded_bytes} bytes), {len(report.mounted)} mounted, "
           f"{len(report.streamed)} streamed from the base registry, {len(report.present)} already present",
           file=sys.stderr)
+    record_push(report.reference, report.digest)
     print(report.reference)
     return 0
 

@@ -22,6 +22,7 @@ from attest.redact import redacting_output
 from tools.oci.errors import OciError
 from tools.oci.index import platform_name, read_index
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
+from tools.oci.push_record import record_push
 from tools.oci.push import expand_tags, push, read_status, read_tags
 from tools.oci.referrers import push_referrer
 from tools.oci.registry import Reference, RegistryClient
@@ -243,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"tagged: {repository}:{tag}", file=sys.stderr)
             if key is None:
                 print(f"UNSIGNED: {report.reference} was pushed without signatures (--unsigned)", file=sys.stderr)
+            record_push(report.reference, report.digest)
             print(report.reference)
     except OciError as exc:
         return report_refusal(exc)
