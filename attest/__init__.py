@@ -1,4 +1,5 @@
-"""Typed attestation, pin and gate documents and the shared checks behind them.
+"""Typed attestation, pin and gate documents and the shared checks behind them; the base every
+other package builds on. It must not import `launcher`, `boot`, `tools` or `tests`.
 
 `attest.primitives` holds the small reusable checks (pinned revisions, digests, safe
 paths, bounded JSON); `attest.documents` the pydantic models; `attest.hashing` parallel

@@ -3,8 +3,8 @@
 Each command (launcher, boot, gate, image tools) lists its environment variables as a
 tuple of `Setting`; `read_settings` parses an environment against it, refusing a bad
 value with the variable's name and the value seen, and remembers which defaults were
-used so a later refusal can say so. `--help` texts and the README's tables are generated
-from the same tuples (`help_table`, `markdown_table`), and a test keeps the README equal.
+used so a later refusal can say so. `--help` texts and the docs' tables are generated
+from the same tuples (`help_table`, `markdown_table`), and tests/docs_test.py keeps the docs equal.
 """
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def help_table(declarations: tuple[Setting, ...]) -> str:
 
 
 def markdown_table(declarations: tuple[Setting, ...]) -> str:
-    """A README table of these settings (a test keeps the README equal to it)."""
+    """A docs table of these settings (tests/docs_test.py keeps the page equal to it)."""
     rows = ["| variable | default | what |", "| --- | --- | --- |"]
     for s in declarations:
         default = "computed" if callable(s.default) else (f"`{s.default}`" if s.default else "unset")

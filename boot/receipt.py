@@ -9,7 +9,7 @@ kept 0600 in STATE_PATH (`receipt.key`): a receipt edited by anyone who cannot r
 is refused. A key that is not a regular file owned by the running uid with mode 0600 is
 refused (exit 2, naming it): a key another user wrote or can read could sign a forged receipt.
 What this cannot stop: root on the host (it can read the key, or change the bytes under a
-mounted filesystem), which the README's threat model says.
+mounted filesystem), which docs/boot.md's security notes say.
 """
 from __future__ import annotations
 

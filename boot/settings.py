@@ -2,7 +2,7 @@
 
 `SETTINGS` is the one declaration: variable, attribute, default, parser and help. Parsing
 refuses a bad value at start, naming the variable and the value seen; `--help` and the
-README's table are generated from the same declarations. The pinned repository and
+docs/boot.md's table are generated from the same declarations. The pinned repository and
 revision live here too.
 """
 from __future__ import annotations
@@ -235,5 +235,5 @@ def help_table() -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of boot's settings (tests/readme_test.py keeps them equal)."""
+    """docs/boot.md's table of boot's settings (tests/docs_test.py keeps them equal)."""
     return _markdown_table(SETTINGS)

@@ -1,7 +1,7 @@
 """Launcher settings: every environment variable the launcher reads, declared once and typed.
 
 `SETTINGS` is the one declaration (variable, attribute, default, parser, help). Parsing
-refuses a bad value naming the variable and the value seen; `--help` and the README's
+refuses a bad value naming the variable and the value seen; `--help` and docs/launcher.md's
 table are generated from it; defaults that weaken security are reported as warnings.
 """
 from __future__ import annotations
@@ -197,5 +197,5 @@ def help_table() -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of the launcher's settings (tests/readme_test.py keeps them equal)."""
+    """docs/launcher.md's table of the launcher's settings (tests/docs_test.py keeps them equal)."""
     return _markdown_table(SETTINGS)

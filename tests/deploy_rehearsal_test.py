@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
 from attest.lock import REFUSED_MARKER

@@ -1,7 +1,7 @@
 """Environment variables of the image tools and the gate generator, declared once.
 
 The tools take most of their input as flags (their `--help`); these are what they read
-from the environment. README's table and the tools' `--help` epilogues are generated from
+from the environment. docs/release.md's table and the tools' `--help` epilogues are generated from
 `SETTINGS`; tests/settings_test.py fails when a tool reads a variable not declared here.
 Variables read by Bazel repository rules (`--repo_env=NAME=...`) are declared here too:
 Starlark cannot import this module, so the test checks their names in the .bzl files.
@@ -36,6 +36,8 @@ SETTINGS: tuple[Setting, ...] = (
             "push/pull: a containers auth.json (podman/skopeo), read before Docker's config.json"),
     Setting("XDG_RUNTIME_DIR", "xdg_runtime_dir", "", text,
             "push/pull: without REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json is read"),
+    Setting("XDG_STATE_HOME", "xdg_state_home", "", text,
+            "push records each pushed digest under it (omni/pushes) for //deploy; default ~/.local/state"),
     Setting("DOCKER_CONFIG", "docker_config", "", text,
             "push/pull: the directory of Docker's config.json (default ~/.docker): auths, credHelpers, credsStore"),
     Setting("SOURCE_DATE_EPOCH", "source_date_epoch", "0", text,
@@ -71,5 +73,5 @@ def help_table() -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of the tools' environment (tests/readme_test.py keeps them equal)."""
+    """docs/release.md's table of the tools' environment (tests/docs_test.py keeps them equal)."""
     return declared.markdown_table(SETTINGS)

@@ -1,2 +1,2 @@
 """Kubernetes manifests generated from an Omni image's own contract and pins (`bazel run //deploy:<image>`).
-A host tool: it may import attest, boot and launcher settings and tools.oci, never an engine."""
+A host tool: it reads attest, boot and launcher settings and tools.oci, and must not import an engine (`vllm`, `sglang`) or `tests`."""

@@ -165,7 +165,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def results_table(gate: DFlash2Gate) -> str:
-    """mode, concurrency, p50/p95/p99 latency and TPOT, acceptance: the README runbook's table."""
+    """mode, concurrency, p50/p95/p99 latency and TPOT, acceptance: docs/gpu-runbook.md's table."""
     bench = gate.benchmark
     rows = ["| mode | concurrency | p50 ms | p95 ms | p99 ms | TPOT p50 ms | TPOT p95 ms | TPOT p99 ms | acceptance |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -1,2 +1,2 @@
 """tools/pin: fills an image's pin document from the registry and the hub, and checks it.
-Imports attest, boot.hub and tools.oci; nothing imports it but its own command and tests."""
+Imports attest, boot.hub and tools.oci; it must not import `launcher`, `tests` or an engine (`vllm`, `sglang`)."""

@@ -38,11 +38,11 @@ debian_base_layer = rule(
           "(with passwd and group), or an add-on over one (neither; its lock made with --over).",
     toolchains = [TOOLCHAIN_TYPE],
     attrs = {
-        "lock": attr.label(mandatory = True, allow_single_file = True),
-        "arch": attr.string(mandatory = True, values = ["amd64", "arm64"]),
+        "lock": attr.label(mandatory = True, allow_single_file = True, doc = "The package lock (images/debian.lock.json): names, versions and sha256 in install order."),
+        "arch": attr.string(mandatory = True, values = ["amd64", "arm64"], doc = "Which architecture's lock entries to merge."),
         "debs": attr.label(mandatory = True, doc = "The architecture's .deb files (one directory)."),
-        "passwd": attr.label(allow_single_file = True),
-        "group": attr.label(allow_single_file = True),
-        "source_date_epoch": attr.string(default = "0"),
+        "passwd": attr.label(allow_single_file = True, doc = "/etc/passwd of the base (the non-root omni user, uid 1000)."),
+        "group": attr.label(allow_single_file = True, doc = "/etc/group of the base (omni, video 44, render 110)."),
+        "source_date_epoch": attr.string(default = "0", doc = "Timestamp (seconds since the epoch) of every file and of the config: fixed, so builds are bit-identical."),
     },
 )

@@ -31,7 +31,7 @@ from its own config; two of one platform are refused). `bazel run` prints it; `o
 every image and the index, signed as one digest.""",
     toolchains = [TOOLCHAIN_TYPE],
     attrs = {
-        "images": attr.label_list(mandatory = True, providers = [OciImageInfo]),
+        "images": attr.label_list(mandatory = True, providers = [OciImageInfo], doc = "One image per platform (two of the same platform are refused)."),
         "_runner": attr.label(default = "//tools/oci:run", executable = True, cfg = "target"),
     },
 )

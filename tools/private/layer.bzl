@@ -75,6 +75,6 @@ oci_layer = rule(
         "exclude_basenames": attr.string_list(doc = "File names never placed in the layer."),
         "directories": attr.string_dict(doc = "Extra empty directories: path -> octal mode."),
         "files": attr.label_keyed_string_dict(allow_files = True, doc = "Single files: label -> destination."),
-        "source_date_epoch": attr.string(default = "0"),
+        "source_date_epoch": attr.string(default = "0", doc = "Timestamp (seconds since the epoch) of every file and of the config: fixed, so builds are bit-identical."),
     },
 )

@@ -41,9 +41,9 @@ oci_load = rule(
           "`bazel run` loads it into whichever of docker or podman is on PATH.",
     toolchains = [TOOLCHAIN_TYPE],
     attrs = {
-        "image": attr.label(mandatory = True, providers = [OciImageInfo]),
+        "image": attr.label(mandatory = True, providers = [OciImageInfo], doc = "The image to load (a complete layout: a shallow one is refused)."),
         "repo_tags": attr.string_list(doc = "REPOSITORY:TAG names the loaded image gets."),
-        "format": attr.string(default = "docker", values = ["docker", "oci"]),
+        "format": attr.string(default = "docker", values = ["docker", "oci"], doc = "docker: docker-archive (docker and podman load it); oci: an OCI archive."),
         # What `bazel run` executes (a runtime program, not a build action: not from the toolchain).
         "_loader": attr.label(default = "//tools/oci:load", executable = True, cfg = "target"),
     },

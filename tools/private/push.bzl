@@ -46,7 +46,7 @@ oci_push = rule(
           "of remote_tags and the lines of remote_tags_file; prints REGISTRY/REPO@sha256:... . " +
           "`-- --push OTHER/REPO` overrides the repository, `-- --tag T` adds a tag.",
     attrs = {
-        "image": attr.label(mandatory = True, providers = [OciImageInfo]),
+        "image": attr.label(mandatory = True, providers = [OciImageInfo], doc = "The image or image index to push."),
         "repository": attr.string(mandatory = True, doc = "REGISTRY/REPO, no tag or digest (refused)."),
         "tag": attr.string(doc = "One tag (kept for compatibility; remote_tags is the list)."),
         "remote_tags": attr.string_list(doc = "Tags; {KEY} takes a workspace status value when stamp is set."),

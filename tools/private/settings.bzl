@@ -6,4 +6,5 @@ def _string_setting_impl(ctx):
 string_setting = rule(
     implementation = _string_setting_impl,
     build_setting = config.string(flag = True),
+    doc = "A string flag (`--//images:base=release`, set by `--config=release`) that config_setting selects on.",
 )
