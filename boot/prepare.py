@@ -260,15 +260,20 @@ def verify_rank0(settings: BootSettings, in_use: LockInUse, *, download: bool, r
     return report
 
 
-def _read_marker(settings: BootSettings) -> VerifiedMarker | None:
-    path = settings.model / VERIFIED_MARKER
-    if not path.exists():
-        return None
+def _read_published(settings: BootSettings, name: str, model: type, max_bytes: int, context: str = ""):
+    """A verdict rank 0 published in the model root: read once, bounded, without following links."""
+    path = settings.model / name
     try:
-        value, _ = read_json_file(path, label=str(path), max_bytes=64 << 20, follow_symlinks=False)
-        return parse_document(VerifiedMarker, value, label=str(path))
+        value, _ = read_json_file(path, label=str(path), max_bytes=max_bytes, follow_symlinks=False)
+        return parse_document(model, value, label=str(path))
     except AttestError as exc:
-        raise BootError(str(exc), field=VERIFIED_MARKER) from None
+        raise BootError(f"{context}{exc}", field=name) from None
+
+
+def _read_marker(settings: BootSettings) -> VerifiedMarker | None:
+    if not (settings.model / VERIFIED_MARKER).exists():
+        return None
+    return _read_published(settings, VERIFIED_MARKER, VerifiedMarker, 64 << 20)
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:
@@ -280,13 +285,8 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
 
 
 def _refuse_with_rank0(settings: BootSettings) -> None:
-    path = settings.model / REFUSED_MARKER
-    try:
-        value, _ = read_json_file(path, label=str(path), max_bytes=64 << 10, follow_symlinks=False)
-        refused = parse_document(RefusedMarker, value, label=str(path))
-    except AttestError as exc:
-        raise BootError(f"Rank {settings.node_rank}: rank 0 published a refusal that cannot be read: {exc}",
-                        field=REFUSED_MARKER) from None
+    refused = _read_published(settings, REFUSED_MARKER, RefusedMarker, 64 << 10,
+                              f"Rank {settings.node_rank}: rank 0 published a refusal that cannot be read: ")
     raise BootError(f"Rank {settings.node_rank}: rank 0 refused the checkpoint, so this rank does not start: "
                     f"{refused.error}", field=refused.field or REFUSED_MARKER)
 

@@ -22,6 +22,7 @@ from tools.deploy.errors import DeployError
 from tools.deploy.manifests import Options, resources
 from tools.oci.errors import OciError
 from tools.oci.image import assemble, load_pins_checked
+from tools.oci.layout import read_layout
 from tools.oci.push_record import record_push
 
 RUNNERS = {"qwen_mi300x": Path(os.environ["QWEN_MANIFESTS"]), "deepseek_spark": Path(os.environ["SPARK_MANIFESTS"])}
@@ -38,7 +39,7 @@ SECRETS = {"QWEN_API_KEY": "qwen-key-must-never-appear-1f3a", "API_KEY": "spark-
 
 
 def digest(name: str) -> str:
-    return json.loads((LAYOUTS[name] / "index.json").read_text())["manifests"][0]["digest"]
+    return read_layout(LAYOUTS[name])[0]
 
 
 def generate(name: str, *flags: str, runner: Path | None = None, env: dict[str, str] | None = None,
@@ -311,3 +312,11 @@ def test_a_layout_without_the_baked_document_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DeployError) as refused:
         read_contract(output)
     assert refused.value.field == "etc/omni/image.json" and "only an omni_image" in str(refused.value)
+
+
+def test_the_leader_startup_budget_reads_boot_settings_as_boot_does() -> None:
+    """A value boot takes (fractional seconds) is taken; the budget is its whole-second ceiling."""
+    _, (lws, _) = generated("deepseek_spark", "--repository", "r.example/ds", "--model-pvc", "m",
+                            "--env", "DOWNLOAD_DEADLINE_S=1800.5", "--env", "READY_TIMEOUT_S=600")
+    startup = pod_spec(lws, "leader")["containers"][0]["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 2410  # ceil(2400.5) to the next period

@@ -25,6 +25,7 @@ from tests.fixtures.deepseek import SHARDS, tiny_repo
 from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.qwen import make_fake_tool
 from tests.fixtures.registry import free_port
+from tools.deploy.contract import read_contract
 
 RUNNER = Path(os.environ["SPARK_MANIFESTS"])
 LAYOUT = Path("tests/deploy/deepseek_spark_pinned.layout")
@@ -47,18 +48,11 @@ def k8s_expand(value: str, defined: dict[str, str]) -> str:
     return EXPANSION.sub(one, value)
 
 
-def image_env() -> dict[str, str]:
-    index = json.loads((LAYOUT / "index.json").read_text())
-    manifest = json.loads((LAYOUT / "blobs" / "sha256" / index["manifests"][0]["digest"][7:]).read_text())
-    config = json.loads((LAYOUT / "blobs" / "sha256" / manifest["config"]["digest"][7:]).read_text())
-    return dict(item.partition("=")[::2] for item in config["config"]["Env"])
-
-
 def pod_env(container: dict, index: int) -> dict[str, str]:
     """What the container's process sees: the image's variables, then LeaderWorkerSet's (which
     it puts ahead of the container's list), then the container's list in order."""
     injected = [("LWS_LEADER_ADDRESS", "127.0.0.1"), ("LWS_GROUP_SIZE", str(GROUP)), ("LWS_WORKER_INDEX", str(index))]
-    env = image_env()
+    env = dict(read_contract(LAYOUT).env)
     defined: dict[str, str] = {}
     for name, value in injected:
         defined[name] = env[name] = value

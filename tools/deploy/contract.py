@@ -16,14 +16,13 @@ from attest.errors import AttestError
 from attest.pins import BakedImage
 from tools.deploy.errors import DeployError
 from tools.oci.errors import OciError
+from tools.oci.image import BAKED_DEST, GROUPS_LABEL, TITLE
 from tools.oci.layout import read_blob, read_layout
 
-BAKED_PATH = "etc/omni/image.json"
-TITLE = "org.opencontainers.image.title"
+BAKED_PATH = BAKED_DEST.lstrip("/")  # as a tar member names it
 # The baked layer holds two small documents; anything bigger is not ours.
 MAX_BAKED_LAYER = 8 << 20
 TEST_ONLY_LABEL = "omni.test_only"
-GROUPS_LABEL = "omni.runtime.groups"
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ class ImageContract:
 
 def _baked_layer(layout: Path, manifest: dict[str, Any]) -> bytes:
     layers = [layer for layer in manifest.get("layers") or []
-              if (layer.get("annotations") or {}).get(TITLE) == "/" + BAKED_PATH]
+              if (layer.get("annotations") or {}).get(TITLE) == BAKED_DEST]
     if not layers:
         raise DeployError(f"{layout} has no layer titled /{BAKED_PATH}: only an omni_image carries the pins and "
                           "runtime contract the manifests are generated from", field=BAKED_PATH)

@@ -32,12 +32,16 @@ from tools.oci.push_record import last_push
 from tools.oci.registry import Reference
 
 
+def _parsed(flag: str, text: str) -> Reference:
+    try:
+        return Reference.parse(text)
+    except OciError as exc:
+        raise DeployError(f"{flag} {text!r}: {exc}", field=flag) from None
+
+
 def image_reference(contract: ImageContract, image: str, repository: str) -> str:
     if image:
-        try:
-            ref = Reference.parse(image)
-        except OciError as exc:
-            raise DeployError(f"--image {image!r}: {exc}", field="--image") from None
+        ref = _parsed("--image", image)
         if not ref.digest:
             raise DeployError(f"--image {image!r} has no digest: a manifest names its image as REF@sha256:... so "
                               "what runs is what was checked", field="--image")
@@ -47,10 +51,7 @@ def image_reference(contract: ImageContract, image: str, repository: str) -> str
                               field="--image")
         return image
     if repository:
-        try:
-            ref = Reference.parse(repository)
-        except OciError as exc:
-            raise DeployError(f"--repository {repository!r}: {exc}", field="--repository") from None
+        ref = _parsed("--repository", repository)
         if ref.digest or ref.tag:
             raise DeployError(f"--repository {repository!r}: REGISTRY/REPO only (the digest is the built image's)",
                               field="--repository")

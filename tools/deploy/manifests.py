@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from attest.errors import AttestError
 from attest.pins import release_refusal
 from boot import settings as boot_settings
 from launcher import settings as launcher_settings
@@ -299,14 +300,16 @@ def launcher_resources(contract: ImageContract, options: Options, target: Target
 
 
 def _boot_startup_s(options: Options) -> int:
-    """Rank 0 downloads (DOWNLOAD_DEADLINE_S), then SGLang loads (READY_TIMEOUT_S): boot's own limits."""
-    total = 0
+    """Rank 0 downloads (DOWNLOAD_DEADLINE_S), then SGLang loads (READY_TIMEOUT_S): boot's own
+    limits, read by boot's own parsers so the manifest takes exactly what boot would."""
+    total = 0.0
     for name in ("DOWNLOAD_DEADLINE_S", "READY_TIMEOUT_S"):
-        value = options.env.get(name) or _setting(boot_settings.SETTINGS, name).default
-        if not (value.isascii() and value.isdigit()):
-            raise DeployError(f"--env {name}={value!r}: expected whole seconds", field=name)
-        total += int(value)
-    return total
+        setting = _setting(boot_settings.SETTINGS, name)
+        try:
+            total += setting.parse(options.env.get(name) or setting.default, name)
+        except AttestError as exc:
+            raise DeployError(f"--env {name}: expected whole seconds as boot reads them ({exc})", field=name) from None
+    return math.ceil(total)
 
 
 def boot_resources(contract: ImageContract, options: Options, target: Target) -> list[dict[str, Any]]:

@@ -90,6 +90,15 @@ def _provider(doc: str = "", fields: dict | list | None = None, **_: Any) -> Pro
     return Provider(doc=doc, fields=dict(fields) if isinstance(fields, dict) else {f: "" for f in fields or []})
 
 
+def starlark_builtins() -> dict[str, Any]:
+    """The stand-ins for what the top level of our .bzl files uses (and `load`, bound per file)."""
+    return {"attr": _Attr(), "rule": _rule, "provider": _provider, "Label": _Label, "struct": _Anything,
+            "select": _Anything, "depset": _Anything, "json": _Anything(), "config": _Anything(),
+            "config_common": _Anything(), "platform_common": _Anything(), "repository_rule": _Anything,
+            "module_extension": _Anything, "tag_class": _Anything, "DefaultInfo": _Anything,
+            "OutputGroupInfo": _Anything, "fail": _Anything, "native": _Anything()}
+
+
 class Loader:
     """Evaluates .bzl files of this repository (each once); other repositories' are stand-ins."""
 
@@ -107,13 +116,7 @@ class Loader:
 
     def module(self, path: str) -> dict[str, Any]:
         if path not in self.modules:
-            namespace: dict[str, Any] = {
-                "__builtins__": __builtins__, "attr": _Attr(), "rule": _rule, "provider": _provider,
-                "Label": _Label, "struct": _Anything, "select": _Anything, "depset": _Anything, "json": _Anything(),
-                "config": _Anything(), "config_common": _Anything(), "platform_common": _Anything(),
-                "repository_rule": _Anything, "module_extension": _Anything, "tag_class": _Anything,
-                "DefaultInfo": _Anything, "OutputGroupInfo": _Anything, "fail": _Anything, "native": _Anything(),
-            }
+            namespace: dict[str, Any] = {"__builtins__": __builtins__, **starlark_builtins()}
             namespace["load"] = lambda label, *names, **aliases: self._load(namespace, path, label, names, aliases)
             source = (self.root / path).read_text(encoding="utf-8")
             exec(compile(source, str(self.root / path), "exec"), namespace)  # noqa: S102 - our own .bzl files
@@ -131,12 +134,8 @@ class Loader:
 
 def public_names(root: Path = ROOT) -> dict[str, Any]:
     namespace = Loader(root).module(PUBLIC)
-    return {name: value for name, value in namespace.items()
-            if not name.startswith("_") and name not in ("load", "attr", "rule", "provider", "Label", "struct",
-                                                         "select", "depset", "json", "config", "config_common",
-                                                         "platform_common", "repository_rule", "module_extension",
-                                                         "tag_class", "DefaultInfo", "OutputGroupInfo", "fail",
-                                                         "native")}
+    given = {"load", *starlark_builtins()}
+    return {name: value for name, value in namespace.items() if not name.startswith("_") and name not in given}
 
 
 def _cell(text: str) -> str:

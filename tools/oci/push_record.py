@@ -26,13 +26,19 @@ def records_dir() -> Path | None:
     return Path(home) / ".local" / "state" / "omni" / "pushes" if home.startswith("/") else None
 
 
-def record_push(reference: str, digest: str) -> Path | None:
-    """Remember `reference` (REGISTRY/REPO@digest) for `digest`; a failure only warns: the push
-    itself succeeded."""
+def _record_path(digest: str) -> Path | None:
     where = records_dir()
     if where is None or not DIGEST_RE.fullmatch(digest):
         return None
-    path = where / (digest.split(":", 1)[1] + ".json")
+    return where / (digest.split(":", 1)[1] + ".json")
+
+
+def record_push(reference: str, digest: str) -> Path | None:
+    """Remember `reference` (REGISTRY/REPO@digest) for `digest`; a failure only warns: the push
+    itself succeeded."""
+    path = _record_path(digest)
+    if path is None:
+        return None
     try:
         write_atomic(path, json.dumps({"digest": digest, "reference": reference}, sort_keys=True).encode() + b"\n")
     except OSError as exc:
@@ -43,11 +49,8 @@ def record_push(reference: str, digest: str) -> Path | None:
 
 def last_push(digest: str) -> str | None:
     """REGISTRY/REPO@digest where `digest` was last pushed from this account, or None."""
-    where = records_dir()
-    if where is None or not DIGEST_RE.fullmatch(digest):
-        return None
-    path = where / (digest.split(":", 1)[1] + ".json")
-    if not path.exists():
+    path = _record_path(digest)
+    if path is None or not path.exists():
         return None
     try:
         record, _ = read_json_file(path, label=str(path), max_bytes=MAX_RECORD_BYTES, follow_symlinks=False)
