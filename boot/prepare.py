@@ -344,12 +344,11 @@ def prepare(settings: BootSettings) -> VerifyReport | None:
         wait_for_rank0(settings, baked)
         return None
     model_root(settings, create=True)
-    if settings.nnodes == 1:
-        return _prepare_rank0(settings, baked)
     try:
         return _prepare_rank0(settings, baked)
     except AttestError as exc:
-        publish_refusal(settings, exc)
+        if settings.nnodes > 1:  # the other ranks wait in the model root for this verdict
+            publish_refusal(settings, exc)
         raise
 
 

@@ -250,6 +250,7 @@ QWEN = ("--repository", "r.example/q", "--model-pvc", "m")
     (QWEN + ("--env", f"NOTES=see {SECRETS['API_KEY']}"), "NOTES", "put it in a Secret"),
     (QWEN + ("--env", "BAD-NAME=1"), "--env", "not a variable name"),
     (QWEN + ("--env", "MODEL_ID=a\nb"), "MODEL_ID", "control character"),
+    (QWEN + ("--env", "MODEL_ID=Qwen\u202e72B"), "MODEL_ID", "control character"),
     (QWEN + ("--env", "LWS_WORKER_INDEX=1"), "LWS_WORKER_INDEX", "LeaderWorkerSet injects"),
     (QWEN + ("--startup-timeout", "-5"), "--startup-timeout", "positive"),
 ])

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 from attest.errors import AttestError
 from attest.pins import release_refusal
+from attest.primitives import UNPRINTABLE_CATEGORIES
 from boot import settings as boot_settings
 from launcher import settings as launcher_settings
 from tools.deploy.contract import ImageContract
@@ -143,7 +145,7 @@ def check_options(contract: ImageContract, options: Options, secrets: tuple[str,
         if SECRET_NAME_RE.search(name) or any(secret and secret in value for secret in secrets):
             raise DeployError(f"--env {name}: a secret never goes in a manifest's plain value; put it in a "
                               "Secret", field=name)
-        if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        if any(unicodedata.category(char) in UNPRINTABLE_CATEGORIES for char in value):
             raise DeployError(f"--env {name}: the value has a control character", field=name)
     return target
 
