@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import random
+import struct
+import tarfile
 import time
+import zlib
 from pathlib import PurePosixPath
 
 import httpx
@@ -15,6 +19,7 @@ import zstandard
 from tests.fixtures.vendor_base import layer
 from tools.oci.errors import OciError
 from tools.oci.layer_files import read_layer_files
+from tools.oci.layer_stream import READ_BYTES
 from tools.oci.registry import RegistryClient
 
 
@@ -84,6 +89,66 @@ def test_plain_zstd_and_multi_member_gzip_layers_are_read_by_their_first_bytes()
                                                              "c.txt": b"c" * 900, "d.txt": b"members"}
 
 
+def _gzip_member(data: bytes, *, flags: int = 0, extra: bytes = b"", name: bytes = b"", comment: bytes = b"",
+                 size: int | None = None) -> bytes:
+    """One gzip member with the optional header fields of RFC 1952 that gzip.compress never writes."""
+    header = b"\x1f\x8b\x08" + bytes([flags]) + b"\x00" * 4 + b"\x00\xff"
+    if flags & 0x04:
+        header += struct.pack("<H", len(extra)) + extra
+    if flags & 0x08:
+        header += name + b"\x00"
+    if flags & 0x10:
+        header += comment + b"\x00"
+    if flags & 0x02:
+        header += struct.pack("<H", zlib.crc32(header) & 0xFFFF)
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = deflate.compress(data) + deflate.flush()
+    return header + body + struct.pack("<II", zlib.crc32(data), len(data) if size is None else size)
+
+
+def _tar(*members: tuple[str, bytes]) -> bytes:
+    return gzip.decompress(layer(list(members)))
+
+
+def test_gzip_headers_with_every_optional_field_and_padding_between_members_are_read() -> None:
+    tar = _tar(("a.txt", b"a" * 700), ("b.txt", b"fields"))
+    blob = (_gzip_member(tar[:600], flags=0x04 | 0x08 | 0x10 | 0x02, extra=b"XY\x02\x00ok", name=b"layer.tar",
+                         comment=b"made by hand")
+            + b"\x00" * 32 + _gzip_member(tar[600:], flags=0x08, name=b"rest"))
+    assert _read(MemoryRegistry(), blob) == {"a.txt": b"a" * 700, "b.txt": b"fields"}
+
+
+def test_members_across_decompressed_pieces_are_read_and_skipped_whole() -> None:
+    noise = random.Random(7).randbytes  # incompressible: pieces of exactly READ_BYTES come out
+    members = [("skip-1.bin", noise(READ_BYTES - 700)), ("a.txt", b"straddles a piece boundary " * 30),
+               ("skip-2.bin", noise(3 * READ_BYTES + 5)), ("b.txt", b"after three pieces skipped")]
+    expected = {"a.txt": b"straddles a piece boundary " * 30, "b.txt": b"after three pieces skipped"}
+    assert _read(MemoryRegistry(), layer(members)) == expected
+    assert _read(MemoryRegistry(), zstandard.ZstdCompressor().compress(_tar(*members))) == expected
+
+
+def test_multi_frame_zstd_layers_are_read_to_their_last_frame() -> None:
+    tar = _tar(("a.txt", b"first frame " * 40), ("b.txt", b"second frame"))
+    compressor = zstandard.ZstdCompressor()
+    blob = compressor.compress(tar[:1024]) + compressor.compress(tar[1024:])  # as zstd:chunked writes
+    assert _read(MemoryRegistry(), blob) == {"a.txt": b"first frame " * 40, "b.txt": b"second frame"}
+
+
+def _pax_bomb() -> bytes:
+    """A pax header record that claims 64 MB: tarfile would read it whole."""
+    record = tarfile.TarInfo("PaxHeaders/a.txt")
+    record.type, record.size = tarfile.XHDTYPE, 64 << 20
+    return gzip.compress(record.tobuf(tarfile.USTAR_FORMAT) + b"\x00" * 4096, mtime=0)
+
+
+def _invalid_header_after(tar: bytes) -> bytes:
+    """`tar` with its end-of-archive blocks replaced by a header whose checksum is wrong, then a member."""
+    end = -(-len(tar.rstrip(b"\x00")) // 512) * 512  # the last member's data block ends here
+    invalid = bytearray(_tar(("hidden.txt", b"after a bad header"))[:512])
+    invalid[148:156] = b"0000000\x00"  # a checksum that does not match
+    return gzip.compress(tar[:end] + bytes(invalid) + _tar(("c.txt", b"3")), mtime=0)
+
+
 @pytest.mark.parametrize("tamper, message", [
     (lambda blob: blob + b"extra", "sends more than the .* bytes its descriptor declares"),
     (lambda blob: blob[:-1] + bytes([blob[-1] ^ 1]), "is corrupt"),
@@ -109,6 +174,14 @@ def test_a_layer_that_differs_from_its_descriptor_is_refused(tamper, message) ->
     (layer([("a.txt", b"x" * 4000)])[:-40], None, "is not a readable tar layer"),  # gzip cut inside a member
     (b"\x1f\x8b" + b"\x00" * 64, None, "is not a readable tar layer: not a valid gzip stream"),
     (b"\x28\xb5\x2f\xfd" + b"\xff" * 64, None, "is not a valid zstd stream"),
+    (b"\x1f\x8b\x08\x20" + b"\x00" * 64, None, "not a valid gzip stream: reserved header flags"),
+    (b"\x1f\x8b\x08\x08" + b"\x00" * 6 + b"n" * 70_000, None, "header's file name runs past"),
+    (b"\x1f\x8b\x08\x00\x00", None, "the stream ends inside the gzip header"),
+    (_gzip_member(_tar(("a.txt", b"1")), size=7), None, "a member's trailer gives 7 bytes, it inflated to"),
+    (_gzip_member(_tar(("a.txt", b"1"))) + b"garbage!", None, "a member does not start with the gzip magic"),
+    (_gzip_member(_tar(("a.txt", b"1")))[:-3], None, "the stream ends inside the gzip trailer"),
+    (_pax_bomb(), None, "a tar record of 67108864 bytes is larger than"),
+    (_invalid_header_after(_tar(("a.txt", b"1"))), None, "the tar stream has an invalid header at byte 1024"),
     (layer([("a.txt", b"1")]), {"digest": "sha256:" + "0" * 64, "size": -1}, "no valid digest and size"),
     (layer([("a.txt", b"1")]), {"digest": 5, "size": 10}, "no valid digest and size"),
 ])

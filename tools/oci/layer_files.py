@@ -2,44 +2,43 @@
 
 Each layer is fetched once through RegistryClient.stream_blob, which never reads past the
 descriptor's size and checks the digest at the end; a layer whose bytes do not match its
-descriptor fails the whole read, so nothing read from it is ever used. Layers apply in order as a container runtime applies them: a later layer's file
-wins, a whiteout (`.wh.NAME`) removes NAME and everything under it from the layers below,
+descriptor fails the whole read, so nothing read from it is ever used. Layers apply in order
+as a container runtime applies them: a later layer's file wins, a whiteout (`.wh.NAME`) removes NAME and everything under it from the layers below,
 an opaque marker (`.wh..wh..opq`) empties its directory of the layers below, and a file or
 link that replaces a directory removes what was under it.
 
 Only the members a caller asks for (`wanted`) are kept in memory, each capped; everything
-else is skipped as the tar streams past. gzip, zstd and plain tar layers are told apart by
-their first bytes, not by the media type a registry claims.
+else is skipped as the tar streams past, without being copied (tools.oci.layer_stream, which
+also tells gzip, zstd and plain tar apart by their first bytes).
 
-Up to PARALLEL_LAYERS layers stream at once (hashing, inflating and the socket reads release
-the GIL, so a multi-GB base costs about its largest layers, not their sum); what each layer
-keeps and removes is applied in layer order afterwards, so the result is the serial one. The
-first failure stops the other layers' reads at their next piece.
+Up to PARALLEL_LAYERS layers stream at once: a remote registry's round trips and per-connection
+bandwidth then overlap (hashing, inflating and the socket reads release the GIL). What each
+layer keeps and removes is applied in layer order afterwards, so the result is the serial one.
+The first failure stops the other layers' reads at their next piece.
 """
 from __future__ import annotations
 
-import io
 import math
 import os
 import sys
 import tarfile
 import threading
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Callable, Iterator
 
 from tools.oci.errors import OciError
+from tools.oci.layer_stream import ForwardFile, decompressed
 from tools.oci.registry import RegistryClient
 from tools.oci.tar_members import member_path
 
 WHITEOUT_PREFIX = ".wh."
 OPAQUE_MARKER = ".wh..wh..opq"
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-READ_BYTES = 1 << 20
+END_OF_ARCHIVE = bytes(tarfile.BLOCKSIZE)
+# What tarfile may read at once beyond a member's data: a pax or long-name header record.
+MAX_HEADER_RECORD_BYTES = 1 << 20
 MAX_LAYER_BYTES = 1 << 40
 # Layers read at once: a core each for hashing and inflating (both release the GIL), at most 4.
 PARALLEL_LAYERS = max(2, min(4, os.cpu_count() or 2))
@@ -55,100 +54,22 @@ class LayerFile:
     kind: str = "file"
 
 
-class _PieceReader(io.RawIOBase):
-    """A readable file over pieces of bytes that `_piece` produces (None at the end); each
-    piece is handed out without copying it again."""
-
-    def __init__(self) -> None:
-        self._pending = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def _piece(self) -> bytes | None:
-        raise NotImplementedError
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._pending:
-            piece = self._piece()
-            if piece is None:
-                return 0
-            self._pending = memoryview(piece)
-        count = min(len(buffer), len(self._pending))
-        buffer[:count] = self._pending[:count]
-        self._pending = self._pending[count:]
-        return count
-
-
-class _BlobStream(_PieceReader):
+def _checked_chunks(chunks: Iterator[bytes], deadline: float, passed: str,
+                    stopped: threading.Event) -> Iterator[bytes]:
     """A blob's chunks (RegistryClient.stream_blob: bounded by the descriptor's size while read,
-    hashed against its digest at the end) as a file to read from."""
-
-    def __init__(self, chunks: Iterator[bytes], deadline: float, passed: str, stopped: threading.Event) -> None:
-        super().__init__()
-        self._chunks, self._deadline, self._passed, self._stopped = chunks, deadline, passed, stopped
-        self.finished = False
-
-    def _piece(self) -> bytes | None:
-        if self.finished:
-            return None
-        if time.monotonic() > self._deadline:
-            raise OciError(self._passed, field="deadline")
-        if self._stopped.is_set():
-            raise _Stopped()
-        try:
-            return next(self._chunks)
-        except StopIteration:
-            self.finished = True  # stream_blob has checked the size and the digest
-            return None
-
-    def close(self) -> None:
-        close = getattr(self._chunks, "close", None)
+    hashed against its digest at the end), stopping at the whole read's deadline or when
+    another layer failed."""
+    try:
+        for chunk in chunks:
+            if time.monotonic() > deadline:
+                raise OciError(passed, field="deadline")
+            if stopped.is_set():
+                raise _Stopped()
+            yield chunk
+    finally:
+        close = getattr(chunks, "close", None)
         if close is not None:
             close()  # a generator's own finally (the HTTP response) runs now, not at collection
-        super().close()
-
-    def drain(self) -> None:
-        """Reads to the end so the digest is checked (trailing padding and all)."""
-        self._pending = memoryview(b"")
-        while self._piece() is not None:
-            pass
-
-
-class _Gunzip(_PieceReader):
-    """gzip members decompressed in large pieces. gzip.GzipFile reads its buffer 8 kB at a time,
-    which made the Python loop, not zlib, the cost of a multi-GB layer."""
-
-    def __init__(self, raw: io.BufferedReader) -> None:
-        super().__init__()
-        self._raw = raw
-        self._inflate = zlib.decompressobj(wbits=31)
-
-    def _piece(self) -> bytes | None:
-        if self._inflate.eof:  # a member ended: another may follow
-            compressed = self._inflate.unused_data or self._raw.read(READ_BYTES)
-            if not compressed:
-                return None
-            self._inflate = zlib.decompressobj(wbits=31)
-        else:
-            compressed = self._inflate.unconsumed_tail or self._raw.read(READ_BYTES)
-            if not compressed:
-                raise EOFError("the gzip stream ends inside a member")
-        try:
-            return self._inflate.decompress(compressed, READ_BYTES)
-        except zlib.error as exc:
-            raise OSError(f"not a valid gzip stream: {exc}") from None
-
-
-def _decompressed(raw: io.BufferedReader) -> io.BufferedIOBase:
-    magic = raw.peek(4)[:4]
-    if magic[:2] == GZIP_MAGIC:
-        return io.BufferedReader(_Gunzip(raw), READ_BYTES)
-    if magic == ZSTD_MAGIC:
-        import zstandard  # the locked zstd binding: Python 3.11's standard library has none
-
-        return zstandard.ZstdDecompressor().stream_reader(raw, read_size=READ_BYTES)
-    return raw  # a plain tar (its own header checks follow)
 
 
 class _Stopped(Exception):
@@ -182,6 +103,8 @@ def _layer_changes(archive: tarfile.TarFile, layer: str, where: str, wanted: Cal
     changes = _LayerChanges()
     kept, removed = changes.kept, changes.removed
     for member in archive:
+        # tarfile keeps every member it has read; a base holds hundreds of thousands.
+        archive.members.clear()
         changes.members += 1
         relative = member_path(where, member.name, kind="base layer")
         path = str(relative)
@@ -225,15 +148,26 @@ def _read_layer(client: RegistryClient, repository: str, digest: str, size: int,
                 stopped: threading.Event, progress: bool) -> _LayerChanges:
     """One layer streamed once: bounded, decompressed, walked, and its digest checked."""
     started = time.monotonic()
-    stream = _BlobStream(client.stream_blob(repository, digest, size), deadline,
-                         f"{where}: reading the layers passed their deadline", stopped)
-    raw = io.BufferedReader(stream, READ_BYTES)
+    chunks = _checked_chunks(client.stream_blob(repository, digest, size), deadline,
+                             f"{where}: reading the layers passed their deadline", stopped)
     try:
-        decompressed = _decompressed(raw)
-        # Large reads: stream mode skips unwanted members by reading through them.
-        with tarfile.open(fileobj=decompressed, mode="r|", bufsize=READ_BYTES) as archive:
+        pieces = decompressed(chunks)
+        tar = ForwardFile(pieces, max_read=max_file_bytes + MAX_HEADER_RECORD_BYTES)
+        with tarfile.open(fileobj=tar, mode="r:") as archive:
             changes = _layer_changes(archive, digest, where, wanted, max_file_bytes)
-        stream.drain()
+            # tarfile ends its walk quietly at a header it cannot parse; a runtime refuses the layer.
+            if tar.last_read and tar.last_read != END_OF_ARCHIVE:
+                raise OciError(f"{where}: the tar stream has an invalid header at byte {archive.offset} "
+                               "(expected a member header or the end-of-archive blocks)", field=digest)
+        # The rest (end-of-archive padding, the last gzip trailer) is read and checked too, as a
+        # runtime does, then the blob to its end: a digest that does not match is the answer
+        # even when the bytes also fail to decompress.
+        try:
+            for _ in pieces:
+                pass
+        finally:
+            for _ in chunks:
+                pass
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise OciError(f"{where} is not a readable tar layer: {exc}", field=digest) from None
     except Exception as exc:
@@ -242,7 +176,7 @@ def _read_layer(client: RegistryClient, repository: str, digest: str, size: int,
             raise OciError(f"{where} is not a valid zstd stream: {exc}", field=digest) from None
         raise
     finally:
-        raw.close()
+        chunks.close()
     if progress:
         seconds = max(time.monotonic() - started, 1e-6)
         print(f"pin: {where}: {size / 1e6:.1f} MB, {changes.members} members, {size / 1e6 / seconds:.1f} MB/s",
