@@ -31,7 +31,7 @@ from tools.oci import credentials
 from tools.oci.credentials import Credential, lookup
 from tools.oci.errors import OciError
 from tools.oci.push import main as push_main
-from tools.oci.registry import RegistryClient, realm_withholds
+from tools.oci.registry import ATTEMPTS, RegistryClient, realm_withholds
 
 USER, PASSWORD = "omni-hostile", "Pa55-w0rd/with'quote\"and\\slash"
 GRACE_S = 5.0
@@ -249,6 +249,42 @@ def test_a_manifest_read_back_trickling_a_byte_at_a_time_is_cut_at_its_deadline(
         assert time.monotonic() - started < client.document_deadline_s + GRACE_S
 
 
+def _trickled_headers(h: BaseHTTPRequestHandler, stop: threading.Event) -> None:
+    """A status line and one endless header, a byte every 0.2 s: httpx's read timeout never fires."""
+    try:
+        for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"y" * 5000:
+            if stop.is_set():
+                return
+            h.wfile.write(bytes([byte]))
+            h.wfile.flush()
+            time.sleep(0.2)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+@pytest.mark.parametrize("who", ["registry", "token service"])
+def test_an_answer_trickling_its_headers_is_cut_at_the_deadline(who: str) -> None:
+    stop = threading.Event()
+
+    def registry(h: BaseHTTPRequestHandler) -> None:
+        if who == "token service" and not h.path.startswith("/token"):
+            return _answer(h, 401, headers={"WWW-Authenticate": f'Bearer realm="http://{h.headers["Host"]}/token"'})
+        _trickled_headers(h, stop)
+
+    with Scripted(registry) as own, RegistryClient(f"127.0.0.1:{own.port}", credential=None) as client:
+        client.document_deadline_s = 1
+        started = time.monotonic()
+        try:
+            with pytest.raises(OciError, match="did not arrive within 1 s") as refused:
+                client.manifest("repo", "latest")
+        finally:
+            stop.set()
+        # Each of the ATTEMPTS gets its own deadline, with the backoff between them.
+        assert time.monotonic() - started < ATTEMPTS * client.document_deadline_s + GRACE_S
+    assert refused.value.field == "registry" and any(path.startswith("/token") for _, path, _ in own.seen) == \
+        (who == "token service")
+
+
 def test_a_202_without_location_is_refused_naming_the_registry() -> None:
     with Scripted(lambda h: _answer(h, 202)) as own, RegistryClient(f"127.0.0.1:{own.port}", credential=None) as c, \
             pytest.raises(OciError, match="answered 202 without a Location header") as refused:
@@ -340,15 +376,7 @@ def test_a_gate_peer_trickling_bytes_is_cut_at_the_runs_deadline(call: str, how:
 
     def server(h: BaseHTTPRequestHandler) -> None:
         if how == "trickled headers":
-            try:
-                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"y" * 1000:
-                    if stop.is_set():
-                        return
-                    h.wfile.write(bytes([byte]))
-                    h.wfile.flush()
-                    time.sleep(0.2)
-            except (BrokenPipeError, ConnectionResetError):
-                return
+            return _trickled_headers(h, stop)
         body = b"data: " + CHAT + b"\n\n" if call == "stream" else CHAT
         _trickle(h, body if call != "metrics" else b"vllm:spec_decode_num_drafts_total 1\n" * 50, 0.2)
 

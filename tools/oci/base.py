@@ -9,8 +9,6 @@ manifest.json and config.json (exact bytes) and base.json (where the layers live
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

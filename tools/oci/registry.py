@@ -11,9 +11,11 @@ credential only over https and only within the registry's registrable domain (th
 Suffix List); otherwise the token is asked for anonymously, and a refusal says why the
 credential was withheld. Every token and credential is learned by attest.redact.
 
-Deadlines: a document (manifest, token, small blob) is read within DOCUMENT_DEADLINE_S in all,
-body included; a streamed blob within its size at BLOB_MIN_BYTES_PER_S (at least
-BLOB_MIN_DEADLINE_S); a peer trickling bytes cannot hold a read open past them.
+Deadlines: every answer's status line and headers arrive within DOCUMENT_DEADLINE_S
+(tools.oci.answer_deadline); a document (manifest, token, small blob) is read within
+DOCUMENT_DEADLINE_S in all, body included; a streamed blob within its size at
+BLOB_MIN_BYTES_PER_S (at least BLOB_MIN_DEADLINE_S); a peer trickling bytes cannot hold a read
+open past them.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from typing import Callable, Iterator
 import httpx
 
 from attest.redact import learn, redact_known
+from tools.oci.answer_deadline import answer_deadline, bound_answers
 from tools.oci.credentials import Credential, lookup
 from tools.oci.errors import OciError
 from tools.oci.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
@@ -193,8 +196,8 @@ class RegistryClient:
         self._credential = credential
         self._basic: str | None = None
         scheme = "http" if _is_loopback(registry) else "https"
-        self.client = httpx.Client(base_url=f"{scheme}://{registry}", timeout=timeout, follow_redirects=True,
-                                   transport=transport)
+        self.client = bound_answers(httpx.Client(base_url=f"{scheme}://{registry}", timeout=timeout,
+                                                 follow_redirects=True, transport=transport))
         self._tokens: dict[str, str] = {}
         self.origin = origin(self.client.base_url)
         self.document_deadline_s = DOCUMENT_DEADLINE_S
@@ -252,9 +255,11 @@ class RegistryClient:
             ask = {"method": "GET", "params": params,
                    "auth": (credential.username, credential.secret) if credential is not None else None}
         try:
-            with httpx.stream(url=realm, timeout=30, **ask) as response:
+            with self.client.stream(url=realm, timeout=30, follow_redirects=False, **ask) as response:
                 status = response.status_code
                 data = _bounded(response, MAX_TOKEN_BYTES, f"{self.registry} token", deadline=deadline)
+        except httpx.TimeoutException as exc:
+            raise OciError(f"{self.registry}: token service did not answer in time: {exc}", field="registry") from None
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry}: token service cannot be reached: {type(exc).__name__}",
                            field="registry") from None
@@ -307,7 +312,12 @@ class RegistryClient:
         return httpx.Response(response.status_code, headers=response.headers, content=data, request=response.request)
 
     def _send(self, method: str, url: str, *, repository: str, push: bool, **kwargs) -> httpx.Response:
-        """The request, streamed: the caller reads (or settles) the body."""
+        """The request, streamed: the caller reads (or settles) the body. Each answer's status
+        line and headers (a token's body too) arrive within document_deadline_s."""
+        with answer_deadline(self.document_deadline_s):
+            return self._send_within(method, url, repository=repository, push=push, **kwargs)
+
+    def _send_within(self, method: str, url: str, *, repository: str, push: bool, **kwargs) -> httpx.Response:
         scope = f"repository:{repository}:{'pull,push' if push else 'pull'}"
         headers = dict(kwargs.pop("headers", {}) or {})
         try:
