@@ -62,6 +62,10 @@ def _read(registry: MemoryRegistry, *layers: bytes) -> dict[str, object]:
     return {path: (found.data if found.data is not None else found.kind) for path, found in files.items()}
 
 
+def _tar(*members: tuple[str, bytes]) -> bytes:
+    return gzip.decompress(layer(list(members)))
+
+
 @pytest.mark.parametrize("layers, expected", [
     ([[("a/one.txt", b"1")], [("a/one.txt", b"2")]], {"a/one.txt": b"2"}),  # a later layer wins
     ([[("a/one.txt", b"1"), ("a/two.txt", b"2")], [("a/.wh.one.txt", b"")]], {"a/two.txt": b"2"}),
@@ -81,9 +85,9 @@ def test_layers_apply_in_order(layers, expected) -> None:
 
 
 def test_plain_zstd_and_multi_member_gzip_layers_are_read_by_their_first_bytes() -> None:
-    plain = gzip.decompress(layer([("a.txt", b"plain")]))
-    zstd = zstandard.ZstdCompressor().compress(gzip.decompress(layer([("b.txt", b"zstd")])))
-    tar = gzip.decompress(layer([("c.txt", b"c" * 900), ("d.txt", b"members")]))
+    plain = _tar(("a.txt", b"plain"))
+    zstd = zstandard.ZstdCompressor().compress(_tar(("b.txt", b"zstd")))
+    tar = _tar(("c.txt", b"c" * 900), ("d.txt", b"members"))
     members = gzip.compress(tar[:700], mtime=0) + gzip.compress(tar[700:], mtime=0)  # as pigz may write
     assert _read(MemoryRegistry(), plain, zstd, members) == {"a.txt": b"plain", "b.txt": b"zstd",
                                                              "c.txt": b"c" * 900, "d.txt": b"members"}
@@ -104,10 +108,6 @@ def _gzip_member(data: bytes, *, flags: int = 0, extra: bytes = b"", name: bytes
     deflate = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
     body = deflate.compress(data) + deflate.flush()
     return header + body + struct.pack("<II", zlib.crc32(data), len(data) if size is None else size)
-
-
-def _tar(*members: tuple[str, bytes]) -> bytes:
-    return gzip.decompress(layer(list(members)))
 
 
 def test_gzip_headers_with_every_optional_field_and_padding_between_members_are_read() -> None:

@@ -30,6 +30,11 @@ def answer_deadline(seconds: float) -> Iterator[None]:
         _budget.seconds = previous
 
 
+def _late(seconds: float) -> httpcore.ReadTimeout:
+    return httpcore.ReadTimeout(f"the answer's status line and headers did not arrive within {seconds:g} s "
+                                "(a peer trickling bytes, or none)")
+
+
 class _Stream(httpcore.NetworkStream):
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
@@ -42,16 +47,14 @@ class _Stream(httpcore.NetworkStream):
         if self._answer_started is None:
             self._answer_started = time.monotonic()
         ends = self._answer_started + seconds
-        late = httpcore.ReadTimeout(f"the answer's status line and headers did not arrive within {seconds:g} s "
-                                    "(a peer trickling bytes, or none)")
         left = ends - time.monotonic()
         if left <= 0:
-            raise late
+            raise _late(seconds)
         try:
             return self._inner.read(max_bytes, left if timeout is None else min(timeout, left))
         except httpcore.ReadTimeout:
             if time.monotonic() >= ends:
-                raise late from None
+                raise _late(seconds) from None
             raise
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:

@@ -3,9 +3,10 @@
 Each layer is fetched once through RegistryClient.stream_blob, which never reads past the
 descriptor's size and checks the digest at the end; a layer whose bytes do not match its
 descriptor fails the whole read, so nothing read from it is ever used. Layers apply in order
-as a container runtime applies them: a later layer's file wins, a whiteout (`.wh.NAME`) removes NAME and everything under it from the layers below,
-an opaque marker (`.wh..wh..opq`) empties its directory of the layers below, and a file or
-link that replaces a directory removes what was under it.
+as a container runtime applies them: a later layer's file wins, a whiteout (`.wh.NAME`)
+removes NAME and everything under it from the layers below, an opaque marker
+(`.wh..wh..opq`) empties its directory of the layers below, and a file or link that replaces
+a directory removes what was under it.
 
 Only the members a caller asks for (`wanted`) are kept in memory, each capped; everything
 else is skipped as the tar streams past, without being copied (tools.oci.layer_stream, which
@@ -40,7 +41,7 @@ END_OF_ARCHIVE = bytes(tarfile.BLOCKSIZE)
 # What tarfile may read at once beyond a member's data: a pax or long-name header record.
 MAX_HEADER_RECORD_BYTES = 1 << 20
 MAX_LAYER_BYTES = 1 << 40
-# Layers read at once: a core each for hashing and inflating (both release the GIL), at most 4.
+# Layers read at once (see the module's docstring), at most 4.
 PARALLEL_LAYERS = max(2, min(4, os.cpu_count() or 2))
 
 
