@@ -1,8 +1,12 @@
 """The one error type of the attest domain, and how every command reports a refusal."""
 from __future__ import annotations
 
+import functools
 import json
 import sys
+from typing import Callable, TypeVar
+
+Command = TypeVar("Command", bound=Callable[..., int])
 
 
 class AttestError(ValueError):
@@ -37,3 +41,25 @@ def report_unexpected(exc: BaseException, secrets: tuple[str, ...] = ()) -> int:
     """A bug is still a refusal: one JSON line (no traceback, no secret), exit 2."""
     return report_refusal(AttestError(f"internal error: {type(exc).__name__}: {str(exc)[:500]}", field="internal"),
                           secrets)
+
+
+def report_error(exc: BaseException, secrets: tuple[str, ...] = ()) -> int:
+    """Exit 2 with one JSON line: a refusal for an error that names its `field` (every domain's
+    error type: AttestError and its kin, OciError), a reported bug for anything else."""
+    if isinstance(getattr(exc, "field", None), str):
+        return report_refusal(exc, secrets)  # type: ignore[arg-type]
+    return report_unexpected(exc, secrets)
+
+
+def refusing_main(command: Command) -> Command:
+    """Every command's entry point: whatever it raises becomes report_error's line and exit 2
+    (no traceback, no secret); argparse's own exits pass through."""
+
+    @functools.wraps(command)
+    def refusing(*args, **kwargs) -> int:
+        try:
+            return command(*args, **kwargs)
+        except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
+            return report_error(exc)
+
+    return refusing  # type: ignore[return-value]

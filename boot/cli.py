@@ -20,7 +20,7 @@ from typing import Sequence
 import httpx
 
 from attest.engine import ENGINE_DISTRIBUTIONS, engine_search_path, find_installed
-from attest.errors import AttestError, report_refusal, report_unexpected
+from attest.errors import AttestError, refusing_main, report_refusal
 from attest.baked import load_baked
 from attest.primitives import writable_dir
 from attest.pins import check_engine_identity, check_model_revision
@@ -45,6 +45,7 @@ def check_image_pins(settings: BootSettings, command: str) -> list[str]:
     return notes
 
 
+@refusing_main
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if any(arg in ("-h", "--help") for arg in args) or args[:1] == ["help"]:
@@ -101,5 +102,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except httpx.HTTPError as exc:
         return report_refusal(AttestError(f"local server request failed: {type(exc).__name__}: {exc} "
                                           f"(is SGLang up on SERVER_PORT={settings.port}?)", field="SERVER_PORT"))
-    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
-        return report_unexpected(exc)

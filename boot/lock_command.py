@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from attest.errors import AttestError, report_refusal, report_unexpected
+from attest.errors import refusing_main
 from attest.files import require_replaceable, write_atomic
 from attest.lock import REVIEWED
 from attest.primitives import require_revision
@@ -25,6 +25,7 @@ from boot.errors import BootError
 from boot.settings import REPO, REVISION, url_or_empty
 
 
+@refusing_main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="boot-lock", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,21 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="replace an existing file at --output")
     parser.add_argument("--stall-timeout", type=float, default=120.0, help="seconds without bytes (default 120)")
     args = parser.parse_args(argv)
-    try:
-        revision = require_revision(args.revision, "--revision")
-        output = args.output if args.output.is_absolute() else Path(
-            os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / args.output
-        if output.exists() and not args.force:
-            raise BootError(f"--output {output} exists; pass --force to replace it", field="--output")
-        require_replaceable(output, frozenset({"repo", "revision", "files"}), what="a checkpoint lock",
-                            field="--output")
-        endpoint = url_or_empty(os.environ.get("HF_ENDPOINT", ""), "HF_ENDPOINT")
-        listing = hub.fetch_listing(args.repo, revision, stall_s=args.stall_timeout, endpoint=endpoint)
-        lock = hub.lock_from_listing(args.repo, revision, listing, REVIEWED)
-    except AttestError as exc:
-        return report_refusal(exc)
-    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
-        return report_unexpected(exc)
+    revision = require_revision(args.revision, "--revision")
+    output = args.output if args.output.is_absolute() else Path(
+        os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / args.output
+    if output.exists() and not args.force:
+        raise BootError(f"--output {output} exists; pass --force to replace it", field="--output")
+    require_replaceable(output, frozenset({"repo", "revision", "files"}), what="a checkpoint lock",
+                        field="--output")
+    endpoint = url_or_empty(os.environ.get("HF_ENDPOINT", ""), "HF_ENDPOINT")
+    listing = hub.fetch_listing(args.repo, revision, stall_s=args.stall_timeout, endpoint=endpoint)
+    lock = hub.lock_from_listing(args.repo, revision, listing, REVIEWED)
     data = lock.document_bytes()
     write_atomic(output, data)
     digest = hashlib.sha256(data).hexdigest()

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from tools.oci.digests import main
+from tools.oci.build_diff import main
 
 # The images built by the default configuration; --config=release images use vendor
 # bases that only an online, credentialed host can fetch.

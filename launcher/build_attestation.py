@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from attest.documents import CHECKPOINT_ATTESTATION_FILE
-from attest.errors import AttestError, report_refusal, report_unexpected
+from attest.errors import AttestError, refusing_main, report_refusal
 from attest.files import canonical_json, require_replaceable, write_atomic
 from launcher.checkpoint import build_checkpoint_attestation
 from launcher.target import DEFAULT_PROFILE, PROFILE_SETTING, load_target_profile, shipped_profiles
@@ -39,6 +39,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@refusing_main
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     # Refusals name what the user typed: the flag, or the variable its default came from.
@@ -47,17 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.model_path:
         return report_refusal(AttestError("no checkpoint directory: give it as the first argument or set MODEL_PATH",
                                           field="MODEL_PATH"))
-    try:
-        profile = load_target_profile(args.profile, field="--profile")
-        model_id = os.environ.get("MODEL_ID", profile.model_id) if args.model_id is None else args.model_id
-        attestation = build_checkpoint_attestation(
-            Path(args.model_path), model_id=model_id, revision=args.revision, hash_shards=args.hash_shards,
-            path_setting=path_setting, revision_setting=revision_setting, profile=profile,
-        )
-    except AttestError as exc:
-        return report_refusal(exc)
-    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
-        return report_unexpected(exc)
+    profile = load_target_profile(args.profile, field="--profile")
+    model_id = os.environ.get("MODEL_ID", profile.model_id) if args.model_id is None else args.model_id
+    attestation = build_checkpoint_attestation(
+        Path(args.model_path), model_id=model_id, revision=args.revision, hash_shards=args.hash_shards,
+        path_setting=path_setting, revision_setting=revision_setting, profile=profile,
+    )
     data = canonical_json(attestation.model_dump(mode="json", exclude_none=True))
     output = args.output or Path(args.model_path) / CHECKPOINT_ATTESTATION_FILE
     try:

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Callable, Mapping, Sequence
 
-from attest.errors import AttestError, report_refusal, report_unexpected
+from attest.errors import AttestError, refusing_main, report_refusal
 from launcher.checkpoint import inspect_target_checkpoint
 from attest.engine import engine_search_path
 from attest.baked import baked_path, load_baked
@@ -45,6 +45,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@refusing_main
 def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> int:
     args = parse_args(argv)
     os.environ.update(OFFLINE_ENV)
@@ -80,8 +81,6 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
         if settings is not None:
             exc = note_default(exc, SETTINGS, settings.defaults_used)
         return report_refusal(exc)
-    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
-        return report_unexpected(exc)
     inspect_only = args.inspect_only or explain
     report = {
         "ok": True,

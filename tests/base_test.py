@@ -17,8 +17,8 @@ from tests.fixtures.registry import LoopbackRegistry
 from tools.debian.rootfs import build
 from tools.oci.errors import OciError
 from tools.oci.layout import read_blob, read_layout
-from tools.oci.referrers import referrers
-from tools.oci.registry import RegistryClient
+from tools.oci.remote.referrers import referrers
+from tools.oci.remote.registry import RegistryClient
 
 LOCK = json.loads(Path("images/debian.lock.json").read_text())
 DEBS = {arch: Path(os.environ[f"DEBS_{arch.upper()}"].split()[0]).parent for arch in ("amd64", "arm64")}

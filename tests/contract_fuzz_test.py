@@ -179,7 +179,7 @@ class _FakeRegistry:
 @FUZZ
 @given(manifest=json_values, blob=st.binary(max_size=200))
 def test_oci_documents(tmp_path: Path, manifest: Any, blob: bytes) -> None:
-    from tools.oci.base import fetch_base
+    from tools.oci.remote.shallow_base import fetch_base
     from tools.oci.verify import baked_pins
 
     for call in (lambda: baked_pins(_FakeRegistry(b"", blob), "repo", manifest if isinstance(manifest, dict) else {}),

@@ -21,7 +21,7 @@ from tools.deploy.contract import read_contract
 from tools.deploy.errors import DeployError
 from tools.deploy.manifests import Options, resources
 from tools.oci.errors import OciError
-from tools.oci.image import assemble, load_pins_checked
+from tools.oci.build.image import assemble, load_pins_checked
 from tools.oci.layout import read_layout
 from tools.oci.push_record import record_push
 

@@ -12,7 +12,7 @@ import pytest
 
 from attest.record import parse_record, verify_installed
 from tests.fixtures.oci import make_image, make_layer
-from tools.oci.digests import check, diff, manifest_of
+from tools.oci.build_diff import check, diff, manifest_of
 from tools.oci.layout import blob_path
 from tools.oci.tar_members import extract_all
 

@@ -27,11 +27,12 @@ from attest.redact import learn, redact_known, redactor, secret_forms
 from tests.fixtures.loopback import LoopbackHTTPServer
 from tests.fixtures.registry import credential_helper, no_credentials
 from tools.gate.peer import Deadline, DeadlinePassed, Endpoint, PeerError
-from tools.oci import credentials
-from tools.oci.credentials import Credential, lookup
+from tools.oci.remote import credentials
+from tools.oci.remote.credentials import Credential, lookup
 from tools.oci.errors import OciError
 from tools.oci.push import main as push_main
-from tools.oci.registry import ATTEMPTS, RegistryClient, realm_withholds
+from tools.oci.remote.auth import realm_withholds
+from tools.oci.remote.registry import ATTEMPTS, RegistryClient
 
 USER, PASSWORD = "omni-hostile", "Pa55-w0rd/with'quote\"and\\slash"
 GRACE_S = 5.0
@@ -343,7 +344,7 @@ def test_a_hostile_credential_helper_costs_one_bounded_attempt(tmp_path: Path, c
     (clean_env / ".docker" / "config.json").write_text(json.dumps({"credsStore": name}))
     code = """
 import sys, time
-from tools.oci.credentials import lookup
+from tools.oci.remote.credentials import lookup
 from tools.oci.errors import OciError
 for attempt in range(3):  # a failed lookup is asked once per run
     try:
@@ -426,7 +427,7 @@ def test_the_bounded_reader_returns_a_body_within_its_cap_and_refuses_one_past_i
                                                                                   limit: int) -> None:
     """However a peer splits its body into pieces, what is read is exactly the body when it fits
     the cap, and a refusal naming the document when it does not (never a silent cut)."""
-    from tools.oci.registry import _bounded
+    from tools.oci.remote.bodies import read_bounded
 
     def pieces():
         offset = 0
@@ -440,10 +441,10 @@ def test_the_bounded_reader_returns_a_body_within_its_cap_and_refuses_one_past_i
 
     response = httpx.Response(200, stream=httpx.ByteStream(b"") if not body else _Pieces(pieces()))
     if len(body) <= limit:
-        assert _bounded(response, limit, "the document") == body
+        assert read_bounded(response, limit, "the document") == body
     else:
         with pytest.raises(OciError, match="the document is larger than"):
-            _bounded(response, limit, "the document")
+            read_bounded(response, limit, "the document")
 
 
 class _Pieces(httpx.SyncByteStream):

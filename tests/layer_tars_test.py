@@ -15,8 +15,8 @@ import zstandard
 
 from tests.fixtures.oci import UMOCI, make_image, run
 from tools.oci.errors import OciError
-from tools.oci.layer import main as layer_main
-from tools.oci.layer import write_layer
+from tools.oci.build.layer import main as layer_main
+from tools.oci.build.layer import write_layer
 from tools.oci.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR
 
 

@@ -4,12 +4,10 @@ malformed manifests). Every case is refused or recovered from, bounded in memory
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import subprocess
 import sys
-import tarfile
 import threading
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,12 +19,12 @@ import pytest
 from tests.fixtures.oci import blobs_of, make_image, make_layer
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import LoopbackRegistry
-from tools.oci.base import fetch_base
+from tools.oci.remote.shallow_base import fetch_base
 from tools.oci.errors import OciError
-from tools.oci.image import BAKED_DEST, TITLE
+from tools.oci.build.image import BAKED_DEST, TITLE
 from tools.oci.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, sha256_digest
 from tools.oci.push import push
-from tools.oci.registry import RegistryClient
+from tools.oci.remote.registry import RegistryClient
 from tools.oci.sign import load_private_key, push_image_signature
 
 GZIP_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"

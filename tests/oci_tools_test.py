@@ -16,12 +16,13 @@ import pytest
 
 from tests.fixtures.oci import blobs_of, crane, make_image, make_layer
 from tests.fixtures.registry import LoopbackRegistry
-from tools.oci.base import fetch_base
+from tools.oci.remote.shallow_base import fetch_base
 from tools.oci.errors import OciError
-from tools.oci.layer import write_layer
+from tools.oci.build.layer import write_layer
 from tools.oci.layout import canonical, sha256_digest
 from tools.oci.push import push
-from tools.oci.registry import Reference, RegistryClient
+from tools.oci.remote.reference import Reference
+from tools.oci.remote.registry import RegistryClient
 
 APP = {"/opt/omni/app/launcher/cli.py": "print('hello')\n", "/opt/omni/app/launcher/__init__.py": ""}
 DEPS = {"/opt/omni/site-packages/dep/__init__.py": "VERSION = 1\n", "/opt/omni/site-packages/dep/data.bin": b"\0" * 5000}
@@ -296,7 +297,7 @@ def test_bad_or_half_stamped_tags_are_refused_before_any_push(tags: list, messag
 
 def test_load_tarballs_are_deterministic_and_refuse_what_cannot_load(tmp_path: Path) -> None:
     from tools.oci.layout import BASE_SIDECAR
-    from tools.oci.load import write_tarball
+    from tools.oci.build.load import write_tarball
 
     _build(tmp_path / "img", APP)
     layout = tmp_path / "img" / "layout"
@@ -388,7 +389,7 @@ def _platform_image(work: Path, name: str, **platform: str) -> Path:
 
 
 def test_an_index_holds_one_image_per_platform_and_pushes_whole(tmp_path: Path, registry) -> None:
-    from tools.oci.index import write_index
+    from tools.oci.build.index import write_index
 
     amd = _platform_image(tmp_path, "amd", os="linux", architecture="amd64")
     arm = _platform_image(tmp_path, "arm", os="linux", architecture="arm64", variant="v8")
@@ -408,7 +409,7 @@ def test_an_index_holds_one_image_per_platform_and_pushes_whole(tmp_path: Path, 
     ("none", "an index needs at least one image"),
 ])
 def test_index_refusals(tmp_path: Path, case: str, message: str) -> None:
-    from tools.oci.index import write_index
+    from tools.oci.build.index import write_index
     from tools.oci.layout import BASE_SIDECAR
 
     one = _platform_image(tmp_path, "one", os="linux", architecture="amd64")
@@ -423,7 +424,7 @@ def test_index_refusals(tmp_path: Path, case: str, message: str) -> None:
 def test_the_worker_answers_each_request_and_survives_failures(tmp_path: Path) -> None:
     import io as stdio
 
-    from tools.oci import worker
+    from tools.oci.build import worker
 
     def tool(argv: list[str]) -> int:
         if argv == ["--fail"]:
@@ -448,7 +449,7 @@ def test_the_worker_answers_each_request_and_survives_failures(tmp_path: Path) -
 def test_the_layer_tool_as_a_worker_writes_what_the_command_line_writes(tmp_path: Path) -> None:
     import io as stdio
 
-    from tools.oci import layer, worker
+    from tools.oci.build import layer, worker
 
     (tmp_path / "a.txt").write_text("a\n")
     spec = tmp_path / "spec.json"
@@ -464,7 +465,7 @@ def test_the_layer_tool_as_a_worker_writes_what_the_command_line_writes(tmp_path
 
 
 def test_index_refuses_an_image_without_a_platform_or_with_a_missing_blob(tmp_path: Path) -> None:
-    from tools.oci.index import write_index
+    from tools.oci.build.index import write_index
     from tools.oci.layout import blob_path, read_blob, read_layout
 
     image = _platform_image(tmp_path, "img", os="linux", architecture="amd64")

@@ -21,9 +21,9 @@ from tests.fixtures.pins import key_pair, qwen_pins
 from tests.fixtures.qwen import VLLM_COMMIT
 from tools.oci import verify as verify_module
 from tools.oci.errors import OciError
-from tools.oci.image import BAKED_DEST, TITLE
+from tools.oci.build.image import BAKED_DEST, TITLE
 from tools.oci.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, read_blob, read_layout, sha256_digest
-from tools.oci.provenance import build_statement
+from tools.oci.build.provenance import build_statement
 from tools.oci.sign import (
     DSSE_TYPE,
     SIGNATURE_ANNOTATION,

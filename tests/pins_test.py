@@ -21,9 +21,9 @@ from tests.fixtures.pins import key_pair, qwen_pins, write_baked
 from tests.fixtures.qwen import SPECULATOR_REVISION, TARGET_REVISION, VLLM_COMMIT, LauncherWorld, make_fake_vllm
 from tests.fixtures.registry import LoopbackRegistry
 from tools.oci.errors import OciError
-from tools.oci.image import checked_lock, load_pins_checked
-from tools.oci.provenance import build_statement, resolved
-from tools.oci.registry import RegistryClient
+from tools.oci.build.image import checked_lock, load_pins_checked
+from tools.oci.build.provenance import build_statement, resolved
+from tools.oci.remote.registry import RegistryClient
 from tools.oci.sign import dsse_envelope, load_private_key, push_attestation
 from tools.oci.verify import verify_image
 

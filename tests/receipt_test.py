@@ -1,15 +1,12 @@
 """boot.receipt: what a receipt binds, what makes it refused, and its limits on both sides."""
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
 
 import pytest
 
-from attest.documents import parse_document
-from attest.errors import AttestError
 from boot.errors import BootError
 from boot.receipt import RECEIPT, RECEIPT_KEY, Identity, Receipt, load_receipt, save_receipt, withdraw_receipt
 

@@ -14,8 +14,8 @@ import pytest
 
 from tests.fixtures.oci import make_image, make_layer
 from tests.fixtures.registry import LoopbackRegistry, credential_helper, no_credentials
-from tools.oci.base import fetch_base
-from tools.oci.credentials import lookup
+from tools.oci.remote.shallow_base import fetch_base
+from tools.oci.remote.credentials import lookup
 from tools.oci.errors import OciError
 from tools.oci.push import push
 

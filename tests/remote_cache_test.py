@@ -112,7 +112,7 @@ def _synthetic_base(registry: str, repository: str, work: Path, size: int, parts
     import hashlib
 
     from tools.oci.layout import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST, canonical, descriptor
-    from tools.oci.registry import RegistryClient
+    from tools.oci.remote.registry import RegistryClient
 
     layers = []
     with RegistryClient(registry, credential=None) as client:

@@ -5,7 +5,7 @@
 For each synthetic base (held in a loopback docker-registry) it times:
   ours  - the app layer action + image assembly on the shallow base (manifest and config
           fetched once, as Bazel's repository cache holds them), each a fresh process;
-  (d)   - the same two actions answered by warm persistent workers (tools/oci/worker.py),
+  (d)   - the same two actions answered by warm persistent workers (tools/oci/build/worker.py),
           as Bazel runs them;
   (a)   - `crane append` of the same new layer onto the same remote base (crane's floor);
   (b)   - the copy-based design: base pulled into an OCI layout, its blobs copied into the
@@ -26,12 +26,12 @@ from pathlib import Path
 
 from tests.fixtures.oci import CRANE
 from tests.fixtures.registry import LoopbackRegistry
-from tools.oci.base import fetch_base
-from tools.oci.image import assemble
-from tools.oci.layer import write_layer
+from tools.oci.remote.shallow_base import fetch_base
+from tools.oci.build.image import assemble
+from tools.oci.build.layer import write_layer
 from tools.oci.layout import canonical, descriptor, read_layout, sha256_digest
 from tools.oci.push import push
-from tools.oci.registry import RegistryClient
+from tools.oci.remote.registry import RegistryClient
 
 CHUNK_LAYER = 256 * 1024 * 1024
 
@@ -72,9 +72,9 @@ def ours(work: Path, shallow: Path, source: Path) -> float:
     (work / "image.spec.json").write_text(json.dumps({"entrypoint": ["/usr/bin/python3", "-m", "launcher"]}))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "tools.oci.layer", "--spec", str(work / "app.spec.json"), "--output",
+    subprocess.run([sys.executable, "-m", "tools.oci.build.layer", "--spec", str(work / "app.spec.json"), "--output",
                     str(work / "app.tar.gz"), "--descriptor", str(work / "app.json")], check=True, env=env)
-    subprocess.run([sys.executable, "-m", "tools.oci.image", "--output", str(work / "ours"), "--config-spec",
+    subprocess.run([sys.executable, "-m", "tools.oci.build.image", "--output", str(work / "ours"), "--config-spec",
                     str(work / "image.spec.json"), "--base", str(shallow),
                     "--layer", f"{work / 'app.json'}={work / 'app.tar.gz'}"], check=True, env=env)
     return time.perf_counter() - started

@@ -30,7 +30,7 @@ from tests.fixtures.oci import CRANE
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import installed_engine, put_image
 from tools.oci.layout import OCI_LAYER_GZIP
-from tools.oci.registry import RegistryClient
+from tools.oci.remote.registry import RegistryClient
 
 FILE_BYTES = 4 << 20
 ENGINE_SITE = "/usr/local/lib/python3.12/dist-packages"

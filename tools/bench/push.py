@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tests.fixtures.oci import CRANE
 from tests.fixtures.registry import LoopbackRegistry
-from tools.oci.image import assemble
-from tools.oci.layer import write_layer
+from tools.oci.build.image import assemble
+from tools.oci.build.layer import write_layer
 from tools.oci.push import PUSH_JOBS, push
 
 

@@ -16,7 +16,7 @@ from attest.errors import AttestError
 from attest.pins import BakedImage
 from tools.deploy.errors import DeployError
 from tools.oci.errors import OciError
-from tools.oci.image import BAKED_DEST, GROUPS_LABEL, TITLE
+from tools.oci.build.image import BAKED_DEST, GROUPS_LABEL, TITLE
 from tools.oci.layout import read_blob, read_layout
 
 BAKED_PATH = BAKED_DEST.lstrip("/")  # as a tar member names it

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from attest.errors import report_refusal, report_unexpected
+from attest.errors import refusing_main, report_refusal
 from attest.files import write_atomic
 from attest.redact import known_secrets, redacting_output
 from tools.deploy.contract import ImageContract, read_contract
@@ -29,7 +29,7 @@ from tools.deploy.errors import DeployError
 from tools.deploy.manifests import Options, check_pins, resources
 from tools.oci.errors import OciError
 from tools.oci.push_record import last_push
-from tools.oci.registry import Reference
+from tools.oci.remote.reference import Reference
 
 
 def _parsed(flag: str, text: str) -> Reference:
@@ -94,6 +94,7 @@ def _output_path(path: str) -> Path:
     return base / path
 
 
+@refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()
     parser = argparse.ArgumentParser(prog="deploy", description=__doc__,
@@ -142,8 +143,6 @@ def main(argv: list[str] | None = None) -> int:
         return report_refusal(exc)
     except OSError as exc:
         return report_refusal(DeployError(f"cannot write {args.output}: {exc}", field="--output"))
-    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
-        return report_unexpected(exc)
     return 0
 
 

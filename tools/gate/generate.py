@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from attest.documents import parse_document
-from attest.errors import AttestError, report_refusal, report_unexpected
+from attest.errors import AttestError, refusing_main
 from attest.files import canonical_json, require_replaceable, write_atomic
 from attest.primitives import require_revision
 from attest.redact import redacting_output
@@ -182,6 +182,7 @@ def results_table(gate: DFlash2Gate) -> str:
     return "\n".join(rows)
 
 
+@refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()  # every secret the run learns stays out of every line it prints
     args = parse_args(argv)
@@ -189,17 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     def progress(message: str) -> None:
         print(f"gate: {message}", file=sys.stderr, flush=True)
 
-    try:
-        # Checked before the run, which takes long: a path holding something else is never replaced.
-        require_replaceable(args.output, frozenset({"schema_version", "parity", "benchmark"}), what="a gate",
-                            field="--output")
-        require_replaceable(args.output.with_name(args.output.name + ".results.json"), frozenset({"corpus_sha256"}),
-                            what="a gate's results", field="--output")
-        gate, results = generate(args, progress)
-    except AttestError as exc:
-        return report_refusal(exc)
-    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
-        return report_unexpected(exc)
+    # Checked before the run, which takes long: a path holding something else is never replaced.
+    require_replaceable(args.output, frozenset({"schema_version", "parity", "benchmark"}), what="a gate",
+                        field="--output")
+    require_replaceable(args.output.with_name(args.output.name + ".results.json"), frozenset({"corpus_sha256"}),
+                        what="a gate's results", field="--output")
+    gate, results = generate(args, progress)
     data = canonical_json(gate.model_dump(mode="json", exclude_none=True))
     write_atomic(args.output.with_name(args.output.name + ".results.json"), canonical_json(results))
     write_atomic(args.output, data)

@@ -1,3 +1,7 @@
-"""The byte work behind Omni's OCI rules: deterministic layers, image assembly on shallow
-bases, and a registry client (push, pull, mount, stream) built on httpx.
-It must not import `launcher`, `boot` or `tests`; build-action modules (layer, tar_input) import the standard library only."""
+"""Omni's OCI byte work, by role: `build/` holds the programs Bazel's actions run (layers, image
+and index assembly, SBOM, provenance, load tarballs), `remote/` the registry stack (references,
+authentication, transport with one deadline per answer, shallow bases, layer streaming), and this
+folder the commands (push, sign, verify, run_image, build_diff, push_record) plus the formats both
+halves share (errors, layout, tar_members: standard library only).
+It must not import `launcher`, `boot` or `tests`. Neither half imports the other.
+"""

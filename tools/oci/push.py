@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from attest.errors import report_refusal, report_unexpected
+from attest.errors import refusing_main
 from attest.redact import redacting_output
 from tools.oci.errors import OciError
-from tools.oci.index import read_index
+from tools.oci.build.index import read_index
 from tools.oci.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
 from tools.oci.push_record import record_push
-from tools.oci.registry import Reference, RegistryClient
+from tools.oci.remote.reference import Reference
+from tools.oci.remote.registry import RegistryClient
 
 # The distribution spec's tag grammar.
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
@@ -172,6 +173,7 @@ def push(layout: Path, target: str, *, client: RegistryClient | None = None,
     return report
 
 
+@refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()  # every secret the run learns stays out of every line it prints
     parser = argparse.ArgumentParser(prog="push", description=__doc__,
@@ -179,12 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("layout", type=Path)
     parser.add_argument("target", help="REGISTRY/REPO[:TAG]")
     args = parser.parse_args(argv)
-    try:
-        report = push(args.layout, args.target, progress=lambda line: print(f"push: {line}", file=sys.stderr, flush=True))
-    except OciError as exc:
-        return report_refusal(exc)
-    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
-        return report_unexpected(exc)
+    report = push(args.layout, args.target, progress=lambda line: print(f"push: {line}", file=sys.stderr, flush=True))
     print(f"pushed: {len(report.uploaded)} uploaded ({report.uploaded_bytes} bytes), {len(report.mounted)} mounted, "
           f"{len(report.streamed)} streamed from the base registry, {len(report.present)} already present",
           file=sys.stderr)

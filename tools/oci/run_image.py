@@ -17,15 +17,16 @@ import sys
 import tarfile
 from pathlib import Path
 
-from attest.errors import report_refusal, report_unexpected
+from attest.errors import refusing_main
 from attest.redact import redacting_output
 from tools.oci.errors import OciError
-from tools.oci.index import platform_name, read_index
+from tools.oci.build.index import platform_name, read_index
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
 from tools.oci.push_record import record_push
 from tools.oci.push import expand_tags, push, read_status, read_tags
-from tools.oci.referrers import push_referrer
-from tools.oci.registry import Reference, RegistryClient
+from tools.oci.remote.referrers import push_referrer
+from tools.oci.remote.reference import Reference
+from tools.oci.remote.registry import RegistryClient
 from tools.oci.sign import (
     DSSE_TYPE,
     INTOTO_PAYLOAD_TYPE,
@@ -178,6 +179,7 @@ def push_evidence(layout: Path, args: argparse.Namespace, digest: str, key) -> N
             print(f"signature: {where}:{tag_for(digest, 'sig')} = {signature}", file=sys.stderr)
 
 
+@refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()  # every secret the run learns stays out of every line it prints
     parser = argparse.ArgumentParser(prog="bazel run //images:<image> --", description=__doc__,
@@ -207,49 +209,44 @@ def main(argv: list[str] | None = None) -> int:
     if args.signing_key is not None:
         args.signing_key = base_dir / args.signing_key
     layout = args.layout.resolve()
-    try:
-        print(summary(layout, args.name))
-        print(engine_line(layout, args.name))
-        shallow = (layout / BASE_SIDECAR).is_file()
-        if args.archive and shallow and not args.allow_shallow:
-            raise OciError("--archive of a shallow image would lack its base layers (they stay in the base's "
-                           "registry), so docker, podman and `crane validate --tarball` cannot load it; push it "
-                           "instead, or pass --allow-shallow to write it anyway", field="--archive")
-        if args.output:
-            target = base_dir / args.output
-            write_output(layout, target, force=args.force)
-            print(f"layout: {target}")
-        else:
-            print(f"layout: {layout}")
-        if args.sbom:
-            print(f"sbom: {args.sbom.resolve()}")
-        if args.provenance:
-            print(f"provenance: {args.provenance.resolve()}")
-        if args.archive:
-            write_archive(layout, base_dir / args.archive, force=args.force)
-            print(f"archive: {base_dir / args.archive}" + (" (base layers not included: shallow)" if shallow else ""))
-        if args.push:
-            # No key and no --unsigned: refuse before anything leaves this machine.
-            key = None if args.unsigned else load_private_key(args.signing_key)
-            tags = [*args.tag, *(tag for path in args.tags_file for tag in read_tags(path))]
-            tags = expand_tags(tags, read_status(args.status_file))
-            report = push(layout, args.push, tags=tags,
-                          progress=lambda line: print(f"push: {line}", file=sys.stderr, flush=True))
-            print(f"pushed: {len(report.uploaded)} blobs uploaded ({report.uploaded_bytes} bytes), "
-                  f"{len(report.mounted)} mounted, {len(report.streamed)} streamed, {len(report.present)} present",
-                  file=sys.stderr)
-            push_evidence(layout, args, report.digest, key)
-            repository = report.reference.split("@", 1)[0]  # REGISTRY/REPO, as pushed
-            for tag in report.tags:
-                print(f"tagged: {repository}:{tag}", file=sys.stderr)
-            if key is None:
-                print(f"UNSIGNED: {report.reference} was pushed without signatures (--unsigned)", file=sys.stderr)
-            record_push(report.reference, report.digest)
-            print(report.reference)
-    except OciError as exc:
-        return report_refusal(exc)
-    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
-        return report_unexpected(exc)
+    print(summary(layout, args.name))
+    print(engine_line(layout, args.name))
+    shallow = (layout / BASE_SIDECAR).is_file()
+    if args.archive and shallow and not args.allow_shallow:
+        raise OciError("--archive of a shallow image would lack its base layers (they stay in the base's "
+                       "registry), so docker, podman and `crane validate --tarball` cannot load it; push it "
+                       "instead, or pass --allow-shallow to write it anyway", field="--archive")
+    if args.output:
+        target = base_dir / args.output
+        write_output(layout, target, force=args.force)
+        print(f"layout: {target}")
+    else:
+        print(f"layout: {layout}")
+    if args.sbom:
+        print(f"sbom: {args.sbom.resolve()}")
+    if args.provenance:
+        print(f"provenance: {args.provenance.resolve()}")
+    if args.archive:
+        write_archive(layout, base_dir / args.archive, force=args.force)
+        print(f"archive: {base_dir / args.archive}" + (" (base layers not included: shallow)" if shallow else ""))
+    if args.push:
+        # No key and no --unsigned: refuse before anything leaves this machine.
+        key = None if args.unsigned else load_private_key(args.signing_key)
+        tags = [*args.tag, *(tag for path in args.tags_file for tag in read_tags(path))]
+        tags = expand_tags(tags, read_status(args.status_file))
+        report = push(layout, args.push, tags=tags,
+                      progress=lambda line: print(f"push: {line}", file=sys.stderr, flush=True))
+        print(f"pushed: {len(report.uploaded)} blobs uploaded ({report.uploaded_bytes} bytes), "
+              f"{len(report.mounted)} mounted, {len(report.streamed)} streamed, {len(report.present)} present",
+              file=sys.stderr)
+        push_evidence(layout, args, report.digest, key)
+        repository = report.reference.split("@", 1)[0]  # REGISTRY/REPO, as pushed
+        for tag in report.tags:
+            print(f"tagged: {repository}:{tag}", file=sys.stderr)
+        if key is None:
+            print(f"UNSIGNED: {report.reference} was pushed without signatures (--unsigned)", file=sys.stderr)
+        record_push(report.reference, report.digest)
+        print(report.reference)
     return 0
 
 

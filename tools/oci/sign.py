@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tools.oci.errors import OciError
 from tools.oci.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, sha256_digest
-from tools.oci.registry import RegistryClient
+from tools.oci.remote.registry import RegistryClient
 from tools.settings import SIGNING_KEY, SIGNING_KEY_FILE, SIGNING_KEY_PASSWORD
 
 SIMPLESIGNING_TYPE = "application/vnd.dev.cosign.simplesigning.v1+json"

@@ -22,14 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from attest.documents import parse_document
-from attest.errors import AttestError, report_refusal, report_unexpected
+from attest.errors import AttestError, refusing_main
 from attest.pins import ImagePins
 from attest.reader import loads_object
 from attest.redact import redacting_output
 from tools.oci.errors import OciError
-from tools.oci.image import BAKED_DEST, TITLE, pin_labels
-from tools.oci.provenance import PREDICATE_TYPE, STATEMENT_TYPE, resolved
-from tools.oci.registry import Reference, RegistryClient
+from tools.oci.build.image import BAKED_DEST, TITLE, pin_labels
+from tools.oci.build.provenance import PREDICATE_TYPE, STATEMENT_TYPE, resolved
+from tools.oci.remote.reference import Reference
+from tools.oci.remote.registry import RegistryClient
 from tools.oci.sign import DSSE_TYPE, SIGNATURE_ANNOTATION, SIMPLESIGNING_TYPE, load_public_key, pae, tag_for, verify
 
 
@@ -187,6 +188,7 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
             "pinned": not empty, "unpinned": empty, "runtime": baked.get("runtime")}
 
 
+@refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()  # every secret the run learns stays out of every line it prints
     parser = argparse.ArgumentParser(prog="verify", description=__doc__,
@@ -195,12 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key", type=Path, required=True, help="the signer's PEM public key")
     args = parser.parse_args(argv)
     key = Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / args.key  # where the user typed it
-    try:
-        summary = verify_image(args.reference, key)
-    except OciError as exc:
-        return report_refusal(exc)
-    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
-        return report_unexpected(exc)
+    summary = verify_image(args.reference, key)
     print(json.dumps(summary, indent=2, sort_keys=True))
     return 0
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from attest.documents import parse_document
-from attest.errors import AttestError, report_refusal, report_unexpected
+from attest.errors import AttestError, refusing_main
 from attest.files import write_atomic
 from attest.pins import ImagePins
 from attest.reader import MAX_JSON_BYTES, loads_object, read_file
@@ -193,6 +193,7 @@ def parser() -> argparse.ArgumentParser:
     return result
 
 
+@refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()  # every secret the run learns stays out of every line it prints
     arguments = parser()
@@ -200,12 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         args = arguments.parse_args(argv)
     except SystemExit as exc:
         return 0 if exc.code == 0 else 2
-    try:
-        return run(args)
-    except (AttestError, OciError) as exc:
-        return report_refusal(exc)
-    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
-        return report_unexpected(exc)
+    return run(args)
 
 
 if __name__ == "__main__":

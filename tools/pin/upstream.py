@@ -18,10 +18,11 @@ from attest.errors import AttestError
 from attest.lock import REVIEWED, CheckpointLock
 from attest.pins import ImagePins, ModelPin
 from boot import hub
-from tools.oci.base import resolve_image
+from tools.oci.remote.shallow_base import resolve_image
 from tools.oci.errors import OciError
-from tools.oci.layer_files import read_layer_files
-from tools.oci.registry import Reference, RegistryClient
+from tools.oci.remote.layer_files import read_layer_files
+from tools.oci.remote.reference import Reference
+from tools.oci.remote.registry import RegistryClient
 from tools.pin.engine_files import engine_identity, wanted_files
 
 DEFAULT_MODEL_REF = "main"

@@ -41,7 +41,7 @@ def _vendor_base_impl(rctx):
     site = rctx.path(Label("@pypi//:python.txt")).dirname.get_child("site")
     mirror = rctx.os.environ.get("OMNI_BASE_MIRROR", "")
     result = rctx.execute(
-        [python, "-m", "tools.oci.base", "--image", image, "--digest", digest, "--platform", platform,
+        [python, "-m", "tools.oci.remote.shallow_base", "--image", image, "--digest", digest, "--platform", platform,
          "--output", "shallow"] + (["--registry", mirror] if mirror else []),
         environment = {"PYTHONPATH": "{}:{}".format(root, site)},
         timeout = 180,

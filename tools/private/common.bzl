@@ -12,7 +12,7 @@ exec ./{runner} --layout {layout} --name '{label}' "$@"
 """
 
 # Build actions of the layer, image and index tools run in persistent workers
-# (tools/oci/worker.py): one warm process serves many actions.
+# (tools/oci/build/worker.py): one warm process serves many actions.
 WORKER = {"supports-workers": "1", "requires-worker-protocol": "json"}
 
 def worker_args(ctx, arguments = []):

@@ -1,8 +1,8 @@
 """What an image build produced, file by file, and why two builds differ.
 
-    python -m tools.oci.digests update --output images/digests.json NAME=LAYOUT ...
-    python -m tools.oci.digests check images/digests.json NAME=LAYOUT ...
-    python -m tools.oci.digests diff LAYOUT_A LAYOUT_B
+    python -m tools.oci.build_diff update --output images/digests.json NAME=LAYOUT ...
+    python -m tools.oci.build_diff check images/digests.json NAME=LAYOUT ...
+    python -m tools.oci.build_diff diff LAYOUT_A LAYOUT_B
 
 `update` records each image's manifest digest, its layers and, per layer, every entry
 (path -> mode and the first 16 hex of its sha256, or a link target), so that a build on
@@ -198,7 +198,7 @@ def _images(pairs: list[str]) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="digests", description=__doc__.split("\n\n")[1],
+    parser = argparse.ArgumentParser(prog="build_diff", description=__doc__.split("\n\n")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     update_parser = commands.add_parser("update", help="record the digests of these builds")

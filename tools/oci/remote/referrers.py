@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from tools.oci.layout import OCI_INDEX, OCI_MANIFEST, canonical, descriptor, sha256_digest
-from tools.oci.registry import RegistryClient
+from tools.oci.remote.registry import RegistryClient
 
 EMPTY_CONFIG_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY_CONFIG = b"{}"

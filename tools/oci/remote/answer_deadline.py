@@ -98,7 +98,7 @@ def bound_answers(client: httpx.Client) -> httpx.Client:
         if pool is not None:
             if not hasattr(pool, "_network_backend"):
                 raise RuntimeError("httpcore's connection pool has no _network_backend: the locked httpx/httpcore "
-                                   "changed; tools/oci/answer_deadline.py must follow")
+                                   "changed; tools/oci/remote/answer_deadline.py must follow")
             pool._network_backend = _Backend(pool._network_backend)  # noqa: SLF001
     return client
 

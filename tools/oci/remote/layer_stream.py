@@ -13,22 +13,17 @@ buffer, which made those copies, not zlib, the cost of reading a multi-GB base.
 from __future__ import annotations
 
 import io
-import struct
 import zlib
 from typing import Any, Iterator
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 READ_BYTES = 1 << 20
-# A gzip header's optional name and comment end at a zero byte; past this the stream is refused.
-MAX_GZIP_HEADER_BYTES = 64 * 1024
-_DEFLATE = 8
-_FHCRC, _FEXTRA, _FNAME, _FCOMMENT, _RESERVED = 0x02, 0x04, 0x08, 0x10, 0xE0
-_TRAILER = struct.Struct("<II")  # CRC-32 and the member's size modulo 2**32
+GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib's gzip mode: header, deflate body and trailer checked
 
 
 class _Source:
-    """The compressed chunks, with the few bytes a header needs pulled ahead of the rest."""
+    """The compressed chunks, with the few bytes a member's start needs pulled ahead of the rest."""
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks = chunks
@@ -43,22 +38,6 @@ class _Source:
             self.pending += chunk
         return True
 
-    def take(self, count: int, what: str) -> bytes:
-        if not self.fill(count):
-            raise EOFError(f"the stream ends inside the gzip {what}")
-        taken, self.pending = self.pending[:count], self.pending[count:]
-        return taken
-
-    def skip_through_zero(self, what: str) -> None:
-        scanned = 0
-        while (end := self.pending.find(b"\0", scanned)) < 0:
-            scanned = len(self.pending)
-            if scanned > MAX_GZIP_HEADER_BYTES:
-                raise OSError(f"not a valid gzip stream: its header's {what} runs past {MAX_GZIP_HEADER_BYTES} bytes")
-            if not self.fill(scanned + 1):
-                raise EOFError(f"the stream ends inside the gzip header's {what}")
-        self.pending = self.pending[end + 1:]
-
     def next_piece(self) -> bytes:
         """What is pending, else the next chunk; b"" at the end."""
         if self.pending:
@@ -67,59 +46,32 @@ class _Source:
         return next(self._chunks, b"")
 
 
-def _gzip_header(source: _Source) -> bool:
-    """Consumes one member's header (RFC 1952 2.3); False at the end of the stream. Zero bytes
-    between members are padding, as gzip(1) and Python's gzip module accept."""
-    while True:
-        if not source.fill(1):
-            return False
-        source.pending = source.pending.lstrip(b"\0")
-        if source.pending:
-            break
-    if not source.fill(len(GZIP_MAGIC)) or not source.pending.startswith(GZIP_MAGIC):
-        raise OSError("not a valid gzip stream: a member does not start with the gzip magic bytes")
-    head = source.take(10, "header")
-    if head[2] != _DEFLATE:
-        raise OSError(f"not a valid gzip stream: compression method {head[2]}, expected 8 (deflate)")
-    flags = head[3]
-    if flags & _RESERVED:
-        raise OSError(f"not a valid gzip stream: reserved header flags are set ({flags:#04x})")
-    if flags & _FEXTRA:
-        (length,) = struct.unpack("<H", source.take(2, "header"))
-        source.take(length, "header's extra field")
-    if flags & _FNAME:
-        source.skip_through_zero("file name")
-    if flags & _FCOMMENT:
-        source.skip_through_zero("comment")
-    if flags & _FHCRC:
-        source.take(2, "header")
-    return True
+def _gunzip_member(source: _Source) -> Iterator[bytes]:
+    inflate = zlib.decompressobj(wbits=GZIP_WBITS)
+    while not inflate.eof:
+        compressed = inflate.unconsumed_tail or source.next_piece()
+        if not compressed:
+            raise EOFError("the gzip stream ends inside a member")
+        try:
+            piece = inflate.decompress(compressed, READ_BYTES)
+        except zlib.error as exc:
+            raise OSError(f"not a valid gzip stream: {exc}") from None
+        if piece:
+            yield piece
+    source.pending = inflate.unused_data + source.pending
 
 
 def _gunzip(source: _Source) -> Iterator[bytes]:
-    """Every member inflated. Written by hand around zlib's raw inflater, not gzip.GzipFile or
-    zlib's gzip mode: those check each member's CRC-32, which costs as much as inflating and adds
-    nothing here, since every byte of the layer is checked against its sha256 digest before
-    anything read from it is used. The member's size in the trailer is still checked."""
-    while _gzip_header(source):
-        inflate = zlib.decompressobj(wbits=-zlib.MAX_WBITS)
-        produced = 0
-        while not inflate.eof:
-            compressed = inflate.unconsumed_tail or source.next_piece()
-            if not compressed:
-                raise EOFError("the gzip stream ends inside a member")
-            try:
-                piece = inflate.decompress(compressed, READ_BYTES)
-            except zlib.error as exc:
-                raise OSError(f"not a valid gzip stream: {exc}") from None
-            if piece:
-                produced += len(piece)
-                yield piece
-        source.pending = inflate.unused_data + source.pending
-        _, size = _TRAILER.unpack(source.take(_TRAILER.size, "trailer"))
-        if size != produced & 0xFFFFFFFF:
-            raise OSError(f"not a valid gzip stream: a member's trailer gives {size} bytes, "
-                          f"it inflated to {produced}")
+    """Every member inflated by zlib's gzip mode, which checks each header (its CRC when the
+    header has one) and each trailer (CRC-32 and size), as Go's compress/gzip does for the
+    container runtimes. Members follow one another directly: anything else after a member,
+    zero padding included, is refused, as the runtimes refuse it."""
+    while True:
+        yield from _gunzip_member(source)
+        if not source.fill(1):
+            return
+        if not source.fill(len(GZIP_MAGIC)) or not source.pending.startswith(GZIP_MAGIC):
+            raise OSError("not a valid gzip stream: what follows a member is not another gzip member")
 
 
 class _SourceFile(io.RawIOBase):

@@ -9,7 +9,7 @@ removes NAME and everything under it from the layers below, an opaque marker
 a directory removes what was under it.
 
 Only the members a caller asks for (`wanted`) are kept in memory, each capped; everything
-else is skipped as the tar streams past, without being copied (tools.oci.layer_stream, which
+else is skipped as the tar streams past, without being copied (tools.oci.remote.layer_stream, which
 also tells gzip, zstd and plain tar apart by their first bytes).
 
 Up to PARALLEL_LAYERS layers stream at once: a remote registry's round trips and per-connection
@@ -31,8 +31,8 @@ from pathlib import PurePosixPath
 from typing import Any, Callable, Iterator
 
 from tools.oci.errors import OciError
-from tools.oci.layer_stream import ForwardFile, decompressed
-from tools.oci.registry import RegistryClient
+from tools.oci.remote.layer_stream import ForwardFile, decompressed
+from tools.oci.remote.registry import RegistryClient
 from tools.oci.tar_members import member_path
 
 WHITEOUT_PREFIX = ".wh."
@@ -170,6 +170,8 @@ def _read_layer(client: RegistryClient, repository: str, digest: str, size: int,
             for _ in chunks:
                 pass
     except (tarfile.TarError, EOFError, OSError) as exc:
+        for _ in chunks:  # the blob to its end (bounded by its size and the deadline): a digest
+            pass  # that does not match is the answer, not what its bytes fail to decompress to
         raise OciError(f"{where} is not a readable tar layer: {exc}", field=digest) from None
     except Exception as exc:
         zstandard = sys.modules.get("zstandard")

@@ -1,6 +1,6 @@
 """Fetch a base image SHALLOW: its manifest and config only, never its layers.
 
-    python -m tools.oci.base --image docker.io/rocm/vllm --digest sha256:... \
+    python -m tools.oci.remote.shallow_base --image docker.io/rocm/vllm --digest sha256:... \
         --platform linux/amd64 --output DIR [--registry MIRROR]
 
 Both digests are verified; an index is resolved to the pinned platform. DIR receives
@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attest.errors import report_refusal, report_unexpected
+from attest.errors import refusing_main
 from attest.redact import redacting_output
 from tools.oci.errors import OciError
 from tools.oci.layout import INDEX_TYPES, canonical, sha256_digest
-from tools.oci.registry import Reference, RegistryClient, json_object
+from tools.oci.remote.bodies import json_object
+from tools.oci.remote.reference import Reference
+from tools.oci.remote.registry import RegistryClient
 
 
 def _platform(text: str) -> dict[str, str]:
@@ -110,6 +112,7 @@ def fetch_base(image: str, digest: str, platform: str, output: Path, *, registry
     return source
 
 
+@refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()  # every secret the run learns stays out of every line it prints
     parser = argparse.ArgumentParser(prog="base", description=__doc__,
@@ -120,12 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--registry", default="", help="fetch from this mirror instead (same digests)")
     args = parser.parse_args(argv)
-    try:
-        fetch_base(args.image, args.digest, args.platform, args.output, registry=args.registry)
-    except OciError as exc:
-        return report_refusal(exc)
-    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
-        return report_unexpected(exc)
+    fetch_base(args.image, args.digest, args.platform, args.output, registry=args.registry)
     return 0
 
 

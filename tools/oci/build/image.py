@@ -1,6 +1,6 @@
 """Assemble an OCI image layout from a base, layers and a config spec.
 
-    python -m tools.oci.image --output DIR --config-spec SPEC.json \
+    python -m tools.oci.build.image --output DIR --config-spec SPEC.json \
         [--base DIR] --layer DESCRIPTOR.json=BLOB.tar.gz ...
 
 --base is either a shallow base (manifest.json, config.json, base.json: only the base's
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.oci.errors import OciError
-from tools.oci.layer import source_date_epoch
+from tools.oci.build.layer import source_date_epoch
 from tools.oci.layout import (
     BASE_SIDECAR,
     LAYER_TYPE_TO_OCI,
@@ -217,7 +217,7 @@ def checked_lock(path: Path | None, pins: dict[str, Any]) -> bytes | None:
 def baked_layer(output: Path, pins: dict[str, Any], base_digest: str, layer_digests: list[str],
                 checkpoint_lock: bytes | None = None,
                 runtime: dict[str, Any] | None = None) -> tuple[dict[str, Any], Path]:
-    from tools.oci.layer import write_layer
+    from tools.oci.build.layer import write_layer
 
     baked = {"schema_version": "1", "toolkit_version": TOOLKIT_VERSION, "image": pins["image"], "pins": pins,
              "base_digest": base_digest, "layers": layer_digests, **({"runtime": runtime} if runtime else {})}
@@ -321,6 +321,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from tools.oci.worker import run  # a persistent worker under Bazel, a command line otherwise
+    from tools.oci.build.worker import run  # a persistent worker under Bazel, a command line otherwise
 
     raise SystemExit(run(main))

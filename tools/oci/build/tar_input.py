@@ -58,7 +58,7 @@ def _member_path(source: Path, name: str) -> PurePosixPath:
 
 
 def tar_entries(source: Path, prefix: str, scratch: Path) -> Iterator[dict[str, Any]]:
-    """Layer entries (see tools.oci.layer) for every member of `source`, placed under `prefix`."""
+    """Layer entries (see tools.oci.build.layer) for every member of `source`, placed under `prefix`."""
     plain = _plain_copy(source, scratch)
     try:
         archive = tarfile.open(plain, mode="r:")

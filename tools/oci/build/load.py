@@ -1,7 +1,7 @@
 """Tarballs that `docker load` and `podman load` read, and loading them.
 
-    python -m tools.oci.load --layout DIR --output FILE --format docker|oci [--tag REPO:TAG ...]
-    python -m tools.oci.load --tarball FILE   # load into whichever of docker or podman is on PATH
+    python -m tools.oci.build.load --layout DIR --output FILE --format docker|oci [--tag REPO:TAG ...]
+    python -m tools.oci.build.load --tarball FILE   # load into whichever of docker or podman is on PATH
 
 `docker` writes a docker-archive: the config and layer blobs under `blobs/sha256/` (as
 `docker save` writes them since Docker 25) and `manifest.json` naming the config, the layers
@@ -22,6 +22,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+from attest.errors import refusing_main
 from tools.oci.errors import OciError
 from tools.oci.layout import BASE_SIDECAR, OCI_INDEX, blob_path, read_layout
 
@@ -106,9 +107,8 @@ def load(tarball: Path) -> str:
                    "`docker load -i` or `podman load -i` where one is installed", field="PATH")
 
 
+@refusing_main
 def main(argv: list[str] | None = None) -> int:
-    from attest.errors import report_refusal, report_unexpected
-
     parser = argparse.ArgumentParser(prog="load", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layout", type=Path)
@@ -117,19 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", action="append", default=[], help="REPOSITORY:TAG (repeatable)")
     parser.add_argument("--tarball", type=Path, help="load this tarball into docker or podman")
     args = parser.parse_args(argv)
-    try:
-        if args.layout is not None:
-            if args.output is None:
-                parser.error("--layout needs --output")
-            digest = write_tarball(args.layout, args.output, tags=args.tag, fmt=args.format)
-            print(f"load: wrote {args.output} ({args.format} archive of {digest})", file=sys.stderr)
-        if args.tarball is not None:
-            tarball = Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / args.tarball
-            print(f"load: loaded into {load(tarball)}", file=sys.stderr)
-    except OciError as exc:
-        return report_refusal(exc)
-    except Exception as exc:  # a bug is still a refusal: one JSON line, no traceback, no secret
-        return report_unexpected(exc)
+    if args.layout is not None:
+        if args.output is None:
+            parser.error("--layout needs --output")
+        digest = write_tarball(args.layout, args.output, tags=args.tag, fmt=args.format)
+        print(f"load: wrote {args.output} ({args.format} archive of {digest})", file=sys.stderr)
+    if args.tarball is not None:
+        tarball = Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / args.tarball
+        print(f"load: loaded into {load(tarball)}", file=sys.stderr)
     return 0
 
 

@@ -1,12 +1,12 @@
 """Deterministic layers: tar.gz, or plain tar.
 
-    python -m tools.oci.layer --spec SPEC.json --output LAYER.tar.gz --descriptor LAYER.json
+    python -m tools.oci.build.layer --spec SPEC.json --output LAYER.tar.gz --descriptor LAYER.json
 
 SPEC is {"entries": [{"src": path, "dest": "/abs/path"}, ...], "tars": [{"src": path,
 "prefix": "/abs/dir"}, ...], "compression": "gzip" | "zstd" | "none"}; an entry's "src" may be a file
 or omitted with "type": "dir"; entries may set "mode", "uid" and "gid". In Python, an entry
 may carry its bytes as "data" instead of "src", or be a "symlink" with a "target". "tars"
-are tar files other rules made (.tar, .tar.gz, .tar.zst: tools/oci/tar_input.py), their
+are tar files other rules made (.tar, .tar.gz, .tar.zst: tools/oci/build/tar_input.py), their
 members placed under "prefix". Output: sorted entries, parents added, mtime fixed
 (SOURCE_DATE_EPOCH or 0), uid/gid 0 and empty owner names, modes 0755 for directories and
 executables and 0644 otherwise, GNU tar format (no pax atime/ctime records); gzip (the
@@ -32,7 +32,7 @@ from typing import Any, Iterable
 
 from tools.oci.errors import OciError
 from tools.oci.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
-from tools.oci.tar_input import TarReader, tar_entries
+from tools.oci.build.tar_input import TarReader, tar_entries
 
 COMPRESS_LEVEL = 6
 COMPRESSIONS = ("gzip", "zstd", "none")
@@ -203,6 +203,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from tools.oci.worker import run  # a persistent worker under Bazel, a command line otherwise
+    from tools.oci.build.worker import run  # a persistent worker under Bazel, a command line otherwise
 
     raise SystemExit(run(main))

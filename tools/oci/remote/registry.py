@@ -1,188 +1,54 @@
 """A small OCI distribution client on httpx: manifests and blobs by digest (verified),
 HEAD checks, cross-repository mounts, monolithic and streamed uploads.
 
-Plain HTTP is used only for loopback registries; anything else is HTTPS. Bearer tokens (the
-`WWW-Authenticate: Bearer realm=...` challenge) are fetched on demand.
-
-Credential scope: a credential goes only to the registry it was found for. Authorization is
-attached only to requests whose origin (scheme, host, port) is the registry's own: an upload
-`Location` or a redirect to another host gets none. A token realm on another host gets the
-credential only over https and only within the registry's registrable domain (the Public
-Suffix List); otherwise the token is asked for anonymously, and a refusal says why the
-credential was withheld. Every token and credential is learned by attest.redact.
+Plain HTTP is used only for loopback registries; anything else is HTTPS. Who may see the
+credential, and the token dance: tools.oci.remote.auth.
 
 Deadlines: every answer's status line and headers arrive within DOCUMENT_DEADLINE_S
-(tools.oci.answer_deadline); a document (manifest, token, small blob) is read within
+(tools.oci.remote.answer_deadline); a document (manifest, token, small blob) is read within
 DOCUMENT_DEADLINE_S in all, body included; a streamed blob within its size at
 BLOB_MIN_BYTES_PER_S (at least BLOB_MIN_DEADLINE_S); a peer trickling bytes cannot hold a read
 open past them.
 """
 from __future__ import annotations
 
-import base64
 import hashlib
-import functools
-import ipaddress
-import math
-import re
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 import httpx
 
-from attest.redact import learn, redact_known
-from tools.oci.answer_deadline import answer_deadline, bound_answers
-from tools.oci.credentials import Credential, lookup
+from attest.redact import redact_known
 from tools.oci.errors import OciError
 from tools.oci.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
+from tools.oci.remote.answer_deadline import answer_deadline, bound_answers
+from tools.oci.remote.auth import LOOKUP, RegistryAuth, is_loopback, origin
+from tools.oci.remote.bodies import DETAIL_READ_BYTES, error_detail, read_bounded
+from tools.oci.remote.credentials import Credential
+from tools.oci.remote.reference import DIGEST_RE
 
 ACCEPT_MANIFESTS = ", ".join((OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST))
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 # Registries are untrusted: every read is bounded. A blob is never read past its descriptor's
-# size; documents read without a descriptor (manifests, tokens) have a per-kind cap.
+# size; documents read without a descriptor (manifests) have a per-kind cap.
 MAX_MANIFEST_BYTES = 4 << 20
-MAX_TOKEN_BYTES = 64 << 10
-LOOKUP = object()  # RegistryClient's default: look the credential up when the registry asks
 MAX_UNSIZED_BLOB_BYTES = 16 << 20
 ATTEMPTS = 3
 CHUNKED_UPLOAD_THRESHOLD = 256 << 20
 UPLOAD_CHUNK_BYTES = 64 << 20
 UPLOAD_READ_BYTES = 8 << 20  # file reads per upload write: fewer, larger writes to the socket
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-DOCKER_HUB = "registry-1.docker.io"
 DOCUMENT_DEADLINE_S = 120.0
 BLOB_MIN_DEADLINE_S = 120.0
 BLOB_MIN_BYTES_PER_S = 256 << 10
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-@dataclass(frozen=True)
-class Reference:
-    registry: str
-    repository: str
-    tag: str = ""
-    digest: str = ""
-
-    @classmethod
-    def parse(cls, text: str, *, require_digest: bool = False) -> "Reference":
-        rest, _, digest = text.partition("@")
-        if digest and not DIGEST_RE.fullmatch(digest):
-            raise OciError(f"{text}: digest must be sha256:<64 hex>", field="digest")
-        first, slash, remainder = rest.partition("/")
-        if not slash or not ("." in first or ":" in first or first == "localhost"):
-            registry, path = "docker.io", rest
-        else:
-            registry, path = first, remainder
-        name, colon, tag = path.rpartition(":")
-        if not colon or "/" in tag:
-            name, tag = path, ""
-        if registry in ("docker.io", "index.docker.io"):
-            registry = DOCKER_HUB
-            if "/" not in name:
-                name = "library/" + name
-        if not name or name != name.lower():
-            raise OciError(f"{text}: repository name must be lower case and non-empty", field="reference")
-        if require_digest and not digest:
-            raise OciError(f"{text} is not pinned: a base must be referenced by @sha256:<digest>", field="digest")
-        return cls(registry, name, tag, digest)
-
-    def __str__(self) -> str:
-        return f"{self.registry}/{self.repository}" + (f":{self.tag}" if self.tag else "") + \
-            (f"@{self.digest}" if self.digest else "")
 
 
 def _attempt_failed(attempt: int, what: str) -> None:
     print(redact_known(f"registry: attempt {attempt}/{ATTEMPTS} failed: {what}; retrying"), file=sys.stderr,
           flush=True)
     time.sleep(min(0.2 * 2 ** (attempt - 1), 5))
-
-
-def _bounded(response: httpx.Response, limit: int, what: str, *, truncate: bool = False,
-             deadline: float = math.inf) -> bytes:
-    """At most `limit` bytes of a streamed body, read by `deadline` (time.monotonic()); more is
-    refused (or cut, for error details), and so is a body still arriving at the deadline."""
-    body = bytearray()
-    for chunk in response.iter_bytes():  # as they arrive: a chunk size would wait to fill it
-        if time.monotonic() > deadline:
-            if truncate:
-                return bytes(body[:limit])
-            raise OciError(f"{what} was still arriving at its deadline (a peer trickling bytes)", field=what)
-        body += chunk
-        if len(body) > limit:
-            if truncate:
-                return bytes(body[:limit])
-            raise OciError(f"{what} is larger than the {limit} bytes allowed", field=what)
-    return bytes(body)
-
-
-DETAIL_READ_BYTES = 4096
-DETAIL_SHOWN_CHARS = 300
-
-
-def _detail(body: bytes) -> str:
-    """An error body's start, for a message: redacted before it is cut, so a secret the peer
-    echoes can never survive as a fragment at the cut."""
-    return redact_known(body[:DETAIL_READ_BYTES].decode("utf-8", "replace"))[:DETAIL_SHOWN_CHARS]
-
-
-def json_object(data: bytes, what: str) -> dict:
-    from attest.errors import AttestError
-    from attest.reader import loads_object
-
-    try:
-        return loads_object(data, label=what)
-    except AttestError as exc:
-        raise OciError(str(exc), field=what) from None
-
-
-def _is_loopback(registry: str) -> bool:
-    host = registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def origin(url: httpx.URL) -> tuple[str, str, int]:
-    """(scheme, host, port) of an absolute URL: where a credential may go."""
-    return url.scheme, url.host, url.port or DEFAULT_PORTS.get(url.scheme, 0)
-
-
-@functools.lru_cache(maxsize=1)
-def _public_suffixes():
-    from publicsuffixlist import PublicSuffixList  # the bundled list: no network
-
-    return PublicSuffixList()
-
-
-def registrable_domain(host: str) -> str | None:
-    """example.com for auth.example.com; None for an IP address or a public suffix itself."""
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-        return None
-    except ValueError:
-        pass
-    return _public_suffixes().privatesuffix(host.lower().rstrip("."))
-
-
-def realm_withholds(registry: httpx.URL, realm: httpx.URL) -> str:
-    """Why the registry's credential may not go to its token realm ("" when it may)."""
-    if origin(realm) == origin(registry):
-        return ""
-    if realm.scheme != "https":
-        return f"the token realm {realm.scheme}://{realm.netloc.decode()} is another host over plain http"
-    ours, theirs = registrable_domain(registry.host), registrable_domain(realm.host)
-    if ours is None or ours != theirs:
-        return (f"the token realm {realm.host} is not in the registry's registrable domain "
-                f"({ours or registry.host})")
-    return ""
 
 
 class RegistryClient:
@@ -193,12 +59,10 @@ class RegistryClient:
         """`credential`: by default looked up (tools/oci/credentials.py) when the registry first
         asks for one; None forces anonymous access."""
         self.registry = registry
-        self._credential = credential
-        self._basic: str | None = None
-        scheme = "http" if _is_loopback(registry) else "https"
+        scheme = "http" if is_loopback(registry) else "https"
         self.client = bound_answers(httpx.Client(base_url=f"{scheme}://{registry}", timeout=timeout,
                                                  follow_redirects=True, transport=transport))
-        self._tokens: dict[str, str] = {}
+        self.auth = RegistryAuth(registry, self.client, credential)
         self.origin = origin(self.client.base_url)
         self.document_deadline_s = DOCUMENT_DEADLINE_S
         self.uploaded_bytes = 0
@@ -219,64 +83,6 @@ class RegistryClient:
         self.close()
 
     # --- transport ---------------------------------------------------------------
-    def credential(self) -> Credential | None:
-        if self._credential is LOOKUP:
-            self._credential = lookup(self.registry)
-        return self._credential  # type: ignore[return-value]
-
-    def _refused(self, credential: Credential | None, status: int, scope: str) -> OciError:
-        if credential is None:
-            return OciError(f"{self.registry} requires credentials for {scope} (HTTP {status}) and none were found: "
-                            "`docker login`/`podman login`, a credential helper, or OMNI_REGISTRY_USERNAME, "
-                            "OMNI_REGISTRY_PASSWORD and OMNI_REGISTRY_HOST", field="registry")
-        return OciError(f"{self.registry} refused the credentials from {credential.source} for {scope} "
-                        f"(HTTP {status})", field="registry")
-
-    def _token(self, challenge: str, scope: str) -> str:
-        fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
-        if "realm" not in fields:
-            raise OciError(f"{self.registry}: unsupported auth challenge {challenge!r}", field="registry")
-        try:
-            realm = httpx.URL(fields["realm"])
-        except httpx.InvalidURL:
-            realm = None
-        if realm is None or realm.scheme not in ("http", "https") or not realm.host:
-            raise OciError(f"{self.registry}: the token realm {fields['realm']!r} is not an http(s) URL",
-                           field="registry")
-        params = {"scope": scope, **({"service": fields["service"]} if "service" in fields else {})}
-        withheld = realm_withholds(self.client.base_url, realm)
-        credential = self.credential() if not withheld else None
-        deadline = time.monotonic() + self.document_deadline_s
-        if credential is not None and credential.identity_token:
-            # Docker's identity token is an OAuth2 refresh token (distribution's token spec).
-            ask = {"method": "POST", "data": {**params, "grant_type": "refresh_token",
-                                              "refresh_token": credential.secret, "client_id": "omni"}}
-        else:
-            ask = {"method": "GET", "params": params,
-                   "auth": (credential.username, credential.secret) if credential is not None else None}
-        try:
-            with self.client.stream(url=realm, timeout=30, follow_redirects=False, **ask) as response:
-                status = response.status_code
-                data = _bounded(response, MAX_TOKEN_BYTES, f"{self.registry} token", deadline=deadline)
-        except httpx.TimeoutException as exc:
-            raise OciError(f"{self.registry}: token service did not answer in time: {exc}", field="registry") from None
-        except httpx.HTTPError as exc:
-            raise OciError(f"{self.registry}: token service cannot be reached: {type(exc).__name__}",
-                           field="registry") from None
-        if status in (401, 403):
-            if withheld:
-                raise OciError(f"{self.registry}: the token service refused an anonymous request for {scope} "
-                               f"(HTTP {status}); the registry's credential was withheld: {withheld}",
-                               field="registry")
-            raise self._refused(credential, status, scope)
-        if status != 200:
-            raise OciError(f"{self.registry}: token service answered HTTP {status} for {scope}", field="registry")
-        body = json_object(data, f"{self.registry} token response")
-        token = body.get("token") or body.get("access_token") or ""
-        token = token if isinstance(token, str) else ""
-        learn(token)
-        return token
-
     def request(self, method: str, url: str, *, repository: str, push: bool = False, stream: bool = False,
                 **kwargs) -> httpx.Response:
         """One request; idempotent ones (GET, HEAD, PUT of a manifest) are retried on 5xx and
@@ -304,7 +110,7 @@ class RegistryClient:
         HEAD is small; httpx's own read would wait on a trickling body forever)."""
         deadline = time.monotonic() + self.document_deadline_s
         try:
-            data = _bounded(response, MAX_MANIFEST_BYTES, f"{self.registry}: the answer to {what}", deadline=deadline)
+            data = read_bounded(response, MAX_MANIFEST_BYTES, f"{self.registry}: the answer to {what}", deadline=deadline)
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry}: the answer to {what} broke off: {exc}", field="registry") from None
         finally:
@@ -331,40 +137,26 @@ class RegistryClient:
                                         stream=True)
             except httpx.HTTPError as exc:
                 raise OciError(f"{self.registry}: {method} to another host failed: {exc}", field="registry") from None
-        if scope in self._tokens:
-            headers["Authorization"] = f"Bearer {self._tokens[scope]}"
-        elif self._basic:
-            headers["Authorization"] = self._basic
+        known = self.auth.known(scope)
+        if known:
+            headers["Authorization"] = known
         try:
-            request = self.client.build_request(method, url, headers=headers, **kwargs)
-            response = self.client.send(request, stream=True)
-            challenge = response.headers.get("WWW-Authenticate", "")
-            if response.status_code == 401 and challenge.lower().startswith("bearer") and scope not in self._tokens:
-                response.close()
-                self._tokens[scope] = self._token(challenge, scope)
-                headers["Authorization"] = f"Bearer {self._tokens[scope]}"
-                request = self.client.build_request(method, url, headers=headers, **kwargs)
-                response = self.client.send(request, stream=True)
-            elif response.status_code == 401 and challenge.lower().startswith("basic"):
-                response.close()
-                credential = self.credential()
-                if credential is None or self._basic:
-                    raise self._refused(credential, 401, scope)
-                self._basic = "Basic " + base64.b64encode(
-                    f"{credential.username}:{credential.secret}".encode()).decode()
-                headers["Authorization"] = self._basic
-                request = self.client.build_request(method, url, headers=headers, **kwargs)
-                response = self.client.send(request, stream=True)
-                if response.status_code == 401:
+            response = self.client.send(self.client.build_request(method, url, headers=headers, **kwargs), stream=True)
+            answer = self.auth.answer(response, scope, self.document_deadline_s)
+            if answer:
+                headers["Authorization"] = answer
+                response = self.client.send(self.client.build_request(method, url, headers=headers, **kwargs),
+                                            stream=True)
+                if response.status_code == 401 and answer.startswith("Basic "):
                     response.close()
-                    raise self._refused(credential, 401, scope)
+                    raise self.auth.refused(self.auth.credential(), 401, scope)
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry} cannot be reached ({method} {url}): {exc}", field="registry") from None
         return response
 
     def _expect(self, response: httpx.Response, ok: tuple[int, ...], what: str) -> httpx.Response:
         if response.status_code not in ok:
-            detail = _detail(response.content) if not response.is_stream_consumed or response.is_closed else ""
+            detail = error_detail(response.content) if not response.is_stream_consumed or response.is_closed else ""
             raise OciError(f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(),
                            field=what)
         return response
@@ -375,10 +167,10 @@ class RegistryClient:
         response = self.request("GET", url, repository=repository, stream=True, **kwargs)
         try:
             if response.status_code != 200:
-                detail = _detail(_bounded(response, DETAIL_READ_BYTES, what, truncate=True, deadline=deadline))
+                detail = error_detail(read_bounded(response, DETAIL_READ_BYTES, what, truncate=True, deadline=deadline))
                 raise OciError(f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(),
                                field=what)
-            return _bounded(response, limit, f"{self.registry}/{repository}: {what}", deadline=deadline), response
+            return read_bounded(response, limit, f"{self.registry}/{repository}: {what}", deadline=deadline), response
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry}: {what} broke off: {exc}", field=what) from None
         finally:

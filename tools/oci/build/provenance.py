@@ -1,7 +1,7 @@
 """The build provenance of an image: an in-toto Statement v1 with a SLSA provenance v1
 predicate, subject = the image manifest digest.
 
-    python -m tools.oci.provenance --name NAME --digest-file D --pins PINS.json \
+    python -m tools.oci.build.provenance --name NAME --digest-file D --pins PINS.json \
         --status STABLE_STATUS --lock requirements.lock [--lock images/debian.lock.json] --output OUT
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.oci.image import CHECKPOINT_LOCK_DEST, TOOLKIT_VERSION, load_pins_checked
+from tools.oci.build.image import CHECKPOINT_LOCK_DEST, TOOLKIT_VERSION, load_pins_checked
 from tools.oci.layout import read_layout
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"

@@ -1,6 +1,6 @@
 """One image index over the images of several platforms.
 
-    python -m tools.oci.index --output DIR --image LAYOUT ... [--digest-file FILE]
+    python -m tools.oci.build.index --output DIR --image LAYOUT ... [--digest-file FILE]
 
 Each image's platform is read from its own config (os, architecture, variant), never given
 twice; two images of one platform are refused. The output is an OCI layout whose one entry is
@@ -110,6 +110,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from tools.oci.worker import run  # a persistent worker under Bazel, a command line otherwise
+    from tools.oci.build.worker import run  # a persistent worker under Bazel, a command line otherwise
 
     raise SystemExit(run(main))

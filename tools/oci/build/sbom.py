@@ -1,6 +1,6 @@
 """An SPDX 2.3 JSON SBOM of an image: its Debian packages and Python distributions.
 
-    python -m tools.oci.sbom --name qwen_mi300x --digest-file D --output SBOM.spdx.json \
+    python -m tools.oci.build.sbom --name qwen_mi300x --digest-file D --output SBOM.spdx.json \
         [--debian PACKAGES.json ...] [--wheels WHEELS.json ...]
 
 Deterministic: creation time from SOURCE_DATE_EPOCH, packages sorted, the document
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from tools.oci.layer import source_date_epoch
+from tools.oci.build.layer import source_date_epoch
 
 TOOL = "omni-0.1.0"
 DEBIAN_DISTRO = {"bookworm": "debian-12", "trixie": "debian-13"}

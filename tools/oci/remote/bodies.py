@@ -1,0 +1,50 @@
+"""Bounded reads of what a registry answers: a body within its cap and its deadline, an error
+detail redacted before it is cut, a JSON document read once."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import httpx
+
+from attest.redact import redact_known
+from tools.oci.errors import OciError
+
+DETAIL_READ_BYTES = 4096
+DETAIL_SHOWN_CHARS = 300
+
+
+def read_bounded(
+    response: httpx.Response, limit: int, what: str, *, truncate: bool = False, deadline: float = math.inf
+) -> bytes:
+    """At most `limit` bytes of a streamed body, read by `deadline` (time.monotonic()); more is
+    refused (or cut, for error details), and so is a body still arriving at the deadline."""
+    body = bytearray()
+    for chunk in response.iter_bytes():  # as they arrive: a chunk size would wait to fill it
+        if time.monotonic() > deadline:
+            if truncate:
+                return bytes(body[:limit])
+            raise OciError(f"{what} was still arriving at its deadline (a peer trickling bytes)", field=what)
+        body += chunk
+        if len(body) > limit:
+            if truncate:
+                return bytes(body[:limit])
+            raise OciError(f"{what} is larger than the {limit} bytes allowed", field=what)
+    return bytes(body)
+
+
+def error_detail(body: bytes) -> str:
+    """An error body's start, for a message: redacted before it is cut, so a secret the peer
+    echoes can never survive as a fragment at the cut."""
+    return redact_known(body[:DETAIL_READ_BYTES].decode("utf-8", "replace"))[:DETAIL_SHOWN_CHARS]
+
+
+def json_object(data: bytes, what: str) -> dict:
+    from attest.errors import AttestError
+    from attest.reader import loads_object
+
+    try:
+        return loads_object(data, label=what)
+    except AttestError as exc:
+        raise OciError(str(exc), field=what) from None
