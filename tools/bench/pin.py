@@ -8,7 +8,7 @@ layer whites out) is pushed to a fresh docker-registry. Then, `--runs` times eac
 the other: `tools/pin`'s base resolution (manifest, config, every layer streamed, hashed and
 walked; a fresh process) and `crane export IMAGE - > /dev/null` (the streaming bound: the same
 bytes fetched, decompressed and flattened). Reported: the best of each, the ratio, and our peak
-resident memory (the target is at most 1.2x crane and under 200 MB).
+resident memory (the target is at most 1.0x crane and under 200 MB).
 """
 from __future__ import annotations
 
