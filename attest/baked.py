@@ -3,6 +3,7 @@
 Kept apart from the pin models (attest.pins): a process outside an image, or one that only
 needs the path, loads no model at all.
 """
+
 from __future__ import annotations
 
 import os

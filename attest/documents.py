@@ -6,6 +6,7 @@ Models are strict: unknown fields, wrong types and malformed digests are refused
 describe shape only; which values are acceptable (exact model ids, bindings, thresholds)
 is the caller's policy.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -74,17 +75,25 @@ def parse_document(model: type[DocumentT], value: dict[str, Any], *, label: str)
         raise validation_refusal(exc, label) from None
 
 
-def read_document(model: type[DocumentT], path: Path, *, label: str, max_bytes: int = MAX_JSON_BYTES,
-                  pinned_sha256: str = "", pin_field: str = "") -> tuple[DocumentT, str]:
+def read_document(
+    model: type[DocumentT],
+    path: Path,
+    *,
+    label: str,
+    max_bytes: int = MAX_JSON_BYTES,
+    pinned_sha256: str = "",
+    pin_field: str = "",
+) -> tuple[DocumentT, str]:
     """Read `path` once; when `pinned_sha256` is given, those exact bytes must have it before
     they are parsed. Returns the document and the sha256 of the bytes it came from."""
     read = read_file(path, label=label, max_bytes=max_bytes)
     if pinned_sha256 and read.sha256 != pinned_sha256:
-        raise AttestError(f"{label} SHA-256 does not match its pin {pin_field} (pinned {pinned_sha256}, "
-                          f"found {read.sha256})", field=pin_field or label)
+        raise AttestError(
+            f"{label} SHA-256 does not match its pin {pin_field} (pinned {pinned_sha256}, found {read.sha256})",
+            field=pin_field or label,
+        )
     return parse_document(model, loads_object(read.data, label=label, max_bytes=max_bytes), label=label), read.sha256
 
 
-def load_document(model: type[DocumentT], path: Path, *, label: str,
-                  max_bytes: int = MAX_JSON_BYTES) -> DocumentT:
+def load_document(model: type[DocumentT], path: Path, *, label: str, max_bytes: int = MAX_JSON_BYTES) -> DocumentT:
     return read_document(model, path, label=label, max_bytes=max_bytes)[0]

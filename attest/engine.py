@@ -9,6 +9,7 @@ in order, from direct_url.json's vcs_info, a `+g<hex>` local version, or
 at most an abbreviated commit there: a 40-hex pin matches an abbreviated commit only by a
 prefix of at least MIN_ABBREVIATED hex digits, and every report says "abbreviated".
 """
+
 from __future__ import annotations
 
 import os
@@ -30,7 +31,8 @@ MIN_ABBREVIATED = 9
 VERSION_COMMIT_RE = re.compile(r"\+(?:.*?[.])?g?([0-9a-f]{7,40})(?:[.]|$)", re.IGNORECASE)
 # setuptools-scm writes `__commit_id__ = commit_id = 'g62d4bc3c7'` (chained) or an annotated form.
 COMMIT_ID_RE = re.compile(
-    r"""^__commit_id__\s*(?::[^=]*)?=\s*(?:[A-Za-z_]\w*\s*=\s*)*['"]g?([0-9a-fA-F]{7,40})['"]""", re.MULTILINE)
+    r"""^__commit_id__\s*(?::[^=]*)?=\s*(?:[A-Za-z_]\w*\s*=\s*)*['"]g?([0-9a-fA-F]{7,40})['"]""", re.MULTILINE
+)
 FULL, ABBREVIATED, NO_COMMIT = "full", "abbreviated", "none"
 # The distribution names each pinnable engine is installed under; its import package is the
 # engine's own name (vllm, sglang).
@@ -57,17 +59,25 @@ class InstalledDistribution:
     def verify_files(self) -> RecordCheck:
         """Every file against RECORD; AttestError names the first that differs."""
         if not self.record_sha256:
-            raise AttestError(f"{self.dist_info}/RECORD is missing: the installed {self.name} cannot be verified",
-                              field=f"{self.dist_info.name}/RECORD")
+            raise AttestError(
+                f"{self.dist_info}/RECORD is missing: the installed {self.name} cannot be verified",
+                field=f"{self.dist_info.name}/RECORD",
+            )
         return verify_installed(self.site, list(self.record_rows), self.record_outside, self.dist_info.name)
 
     def locate(self, *parts: str) -> Path:
         return self.site.joinpath(*parts)
 
     def public_dict(self) -> dict[str, Any]:
-        return {"distribution": self.name, "version": self.version, "commit": self.commit or None,
-                "commit_kind": self.commit_kind, "commit_source": self.commit_source or None,
-                "record_sha256": self.record_sha256 or None, "dist_info": str(self.dist_info)}
+        return {
+            "distribution": self.name,
+            "version": self.version,
+            "commit": self.commit or None,
+            "commit_kind": self.commit_kind,
+            "commit_source": self.commit_source or None,
+            "record_sha256": self.record_sha256 or None,
+            "dist_info": str(self.dist_info),
+        }
 
 
 def _headers(data: bytes, label: str) -> dict[str, str]:
@@ -154,8 +164,9 @@ def distribution_dirs(site: SiteFiles, names: Sequence[str]) -> list[str]:
     return found
 
 
-def read_distribution(site: SiteFiles, dist_info: str, names: Sequence[str],
-                      package: str) -> InstalledDistribution | None:
+def read_distribution(
+    site: SiteFiles, dist_info: str, names: Sequence[str], package: str
+) -> InstalledDistribution | None:
     """The distribution of `site`/`dist_info` when its METADATA names one of `names`, with its
     commit and canonical RECORD digest. Unreadable or malformed metadata raises AttestError."""
     label = str(site.root / dist_info / "METADATA")
@@ -168,8 +179,18 @@ def read_distribution(site: SiteFiles, dist_info: str, names: Sequence[str],
     record = f"{dist_info}/RECORD"
     if site.exists(record):
         rows, outside = parse_record(site.read(record, max_bytes=MAX_RECORD_BYTES), str(site.root / record))
-    return InstalledDistribution(headers["name"], headers["version"], site.root, site.root / dist_info, commit,
-                                 kind, source, canonical_sha256(rows) if rows else "", tuple(rows), outside)
+    return InstalledDistribution(
+        headers["name"],
+        headers["version"],
+        site.root,
+        site.root / dist_info,
+        commit,
+        kind,
+        source,
+        canonical_sha256(rows) if rows else "",
+        tuple(rows),
+        outside,
+    )
 
 
 def find_installed(names: Sequence[str], package: str, search_path: Sequence[str]) -> InstalledDistribution | None:
@@ -191,8 +212,10 @@ def commit_matches(pinned: str, installed: InstalledDistribution | None) -> tupl
     if installed.commit_kind == FULL:
         return installed.commit == pinned, f"full commit from {installed.commit_source}"
     if len(installed.commit) < MIN_ABBREVIATED:
-        return False, (f"the installed commit {installed.commit} ({installed.commit_source}) is abbreviated to fewer "
-                       f"than {MIN_ABBREVIATED} hex digits")
+        return False, (
+            f"the installed commit {installed.commit} ({installed.commit_source}) is abbreviated to fewer "
+            f"than {MIN_ABBREVIATED} hex digits"
+        )
     return pinned.startswith(installed.commit), f"abbreviated commit {installed.commit} from {installed.commit_source}"
 
 
@@ -209,7 +232,11 @@ def engine_search_path(engine_python: str) -> list[str]:
     try:
         completed = subprocess.run(
             [engine_python, "-c", "import json, sys; print(json.dumps(sys.path))"],
-            capture_output=True, text=True, timeout=20, check=True, env=env,
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+            env=env,
         )
         paths = loads(completed.stdout, label=f"{engine_python}'s sys.path")
     except (OSError, subprocess.SubprocessError, AttestError):

@@ -1,4 +1,5 @@
 """The one error type of the attest domain, and how every command reports a refusal."""
+
 from __future__ import annotations
 
 import functools
@@ -31,16 +32,18 @@ def report_refusal(exc: Exception, secrets: tuple[str, ...] = ()) -> int:
 
     redact = redactor([*known_secrets(), *secrets])
     # Before encoding (the message may hold an escaped form) and after (encoding escapes again).
-    line = json.dumps({"ok": False, "error": redact(str(exc)), "field": redact(str(getattr(exc, "field", "")))},
-                      ensure_ascii=False)
+    line = json.dumps(
+        {"ok": False, "error": redact(str(exc)), "field": redact(str(getattr(exc, "field", "")))}, ensure_ascii=False
+    )
     print(redact(line), file=sys.stderr)
     return 2
 
 
 def report_unexpected(exc: BaseException, secrets: tuple[str, ...] = ()) -> int:
     """A bug is still a refusal: one JSON line (no traceback, no secret), exit 2."""
-    return report_refusal(AttestError(f"internal error: {type(exc).__name__}: {str(exc)[:500]}", field="internal"),
-                          secrets)
+    return report_refusal(
+        AttestError(f"internal error: {type(exc).__name__}: {str(exc)[:500]}", field="internal"), secrets
+    )
 
 
 def report_error(exc: BaseException, secrets: tuple[str, ...] = ()) -> int:

@@ -1,4 +1,5 @@
 """Write the JSON Schema of every attest document: `export_schemas OUT_DIR`."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,7 @@ SCHEMAS: dict[str, type[Document]] = {
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] in ("-h", "--help"):
-        print("usage: export_schemas OUT_DIR  (writes <document>.schema.json for each document)",
-              file=sys.stderr)
+        print("usage: export_schemas OUT_DIR  (writes <document>.schema.json for each document)", file=sys.stderr)
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)

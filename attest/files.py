@@ -1,4 +1,5 @@
 """Atomic file writes: a reader sees the old file or the new one, never a torn one."""
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,10 @@ def require_replaceable(path: Path, required_keys: frozenset[str], *, what: str,
     except AttestError:
         existing = {}
     if not required_keys <= set(existing):
-        raise AttestError(f"{path} exists and is not {what}; it was left as it is (choose another path, or move it "
-                          "aside)", field=field)
+        raise AttestError(
+            f"{path} exists and is not {what}; it was left as it is (choose another path, or move it aside)",
+            field=field,
+        )
 
 
 def canonical_json(value: Any) -> bytes:

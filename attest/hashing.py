@@ -3,6 +3,7 @@
 hashlib releases the GIL while digesting large buffers, so threads use every core
 without the start-up cost of processes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -70,8 +71,9 @@ def sha256_file(path: Path, *, on_bytes: Callable[[int], None] | None = None) ->
 class Progress:
     """A single self-overwriting stderr line: done/total bytes, rate, files."""
 
-    def __init__(self, total_bytes: int, total_files: int, label: str, stream: TextIO | None = None,
-                 enabled: bool | None = None) -> None:
+    def __init__(
+        self, total_bytes: int, total_files: int, label: str, stream: TextIO | None = None, enabled: bool | None = None
+    ) -> None:
         self.total_bytes, self.total_files, self.label = total_bytes, total_files, label
         self.stream = stream or sys.stderr
         self.enabled = total_bytes >= PROGRESS_AFTER_BYTES if enabled is None else enabled

@@ -6,6 +6,7 @@ committed; its sha256 is pinned in the image's pin document. From then on the hu
 untrusted: its listing is compared with the lock and every byte it serves is hashed
 against the lock, never against what the hub says.
 """
+
 from __future__ import annotations
 
 import re

@@ -5,6 +5,7 @@ A pin may be empty in a development build (never invented); a release build refu
 any empty pin, naming it. At start, every pinned value is compared with what is really
 there, and a difference refuses the start naming the pin and both values.
 """
+
 from __future__ import annotations
 
 import re
@@ -27,6 +28,7 @@ def _optional(pattern: re.Pattern[str], what: str):
         if value and not pattern.fullmatch(value):
             raise ValueError(f"must be empty (not pinned yet) or {what}")
         return value.lower()
+
     return AfterValidator(check)
 
 
@@ -82,8 +84,9 @@ class HardwarePin(Document):
     def _gpu_arch_for_gpus(cls, value: str, info: ValidationInfo) -> str:
         profile = info.data.get("profile")
         if profile is not None and (profile == "cpu_x86_64") != (not value):
-            raise ValueError(f"must be empty for the CPU profile and at least 1 character for a GPU profile "
-                             f"(profile {profile})")
+            raise ValueError(
+                f"must be empty for the CPU profile and at least 1 character for a GPU profile (profile {profile})"
+            )
         return value
 
 
@@ -100,10 +103,15 @@ class ImagePins(Document):
 
     def empty_pins(self) -> list[str]:
         """The pins a release build needs and this document leaves empty."""
-        empty = [name for name, value in (("base.digest", self.base.digest),
-                                          ("engine.commit or engine.record_sha256",
-                                           self.engine.commit or self.engine.record_sha256),
-                                          ("model.revision", self.model.revision)) if not value]
+        empty = [
+            name
+            for name, value in (
+                ("base.digest", self.base.digest),
+                ("engine.commit or engine.record_sha256", self.engine.commit or self.engine.record_sha256),
+                ("model.revision", self.model.revision),
+            )
+            if not value
+        ]
         if self.model.lock_sha256 == "":
             empty.append("model.lock_sha256")
         if self.speculator is not None and not self.speculator.revision:
@@ -138,9 +146,12 @@ class BakedImage(Document):
 def release_refusal(empty: list[str], source: str) -> AttestError:
     """What a release build (and anything else that needs every pin) says about empty pins."""
     one = len(empty) == 1
-    return AttestError(f"release build refused: {', '.join(empty)} {'is' if one else 'are'} empty in {source}; "
-                       f"fill {'it' if one else 'them'} with the real value (a digest or full commit); Omni never "
-                       "invents one", field=empty[0])
+    return AttestError(
+        f"release build refused: {', '.join(empty)} {'is' if one else 'are'} empty in {source}; "
+        f"fill {'it' if one else 'them'} with the real value (a digest or full commit); Omni never "
+        "invents one",
+        field=empty[0],
+    )
 
 
 def load_pins(path: Path) -> ImagePins:
@@ -148,8 +159,9 @@ def load_pins(path: Path) -> ImagePins:
 
 
 def mismatch(pin: str, pinned: str, actual: str, what: str) -> AttestError:
-    return AttestError(f"{what} differs from the image pin {pin}: pinned {pinned}, found {actual or 'nothing'}",
-                       field=pin)
+    return AttestError(
+        f"{what} differs from the image pin {pin}: pinned {pinned}, found {actual or 'nothing'}", field=pin
+    )
 
 
 def check_engine_identity(baked: BakedImage, engine: str, installed: InstalledDistribution | None) -> list[str]:
@@ -160,15 +172,21 @@ def check_engine_identity(baked: BakedImage, engine: str, installed: InstalledDi
     if pins.engine.name != engine:
         raise mismatch("engine.name", pins.engine.name, engine, "the engine this program starts")
     if not pins.engine.commit and not pins.engine.record_sha256:
-        return [f"engine.commit and engine.record_sha256 not pinned in this development image: "
-                f"{engine} identity not checked"]
+        return [
+            f"engine.commit and engine.record_sha256 not pinned in this development image: "
+            f"{engine} identity not checked"
+        ]
     if installed is None:
         raise AttestError(f"the pinned engine {engine} is not installed", field="engine.name")
     notes = []
     if pins.engine.record_sha256:
         if installed.record_sha256 != pins.engine.record_sha256:
-            raise mismatch("engine.record_sha256", pins.engine.record_sha256, installed.record_sha256,
-                           f"the installed {installed.name} {installed.version} RECORD digest")
+            raise mismatch(
+                "engine.record_sha256",
+                pins.engine.record_sha256,
+                installed.record_sha256,
+                f"the installed {installed.name} {installed.version} RECORD digest",
+            )
         notes.append(f"engine.record_sha256 matches the installed {installed.name} {installed.version}")
     if pins.engine.commit:
         matches, how = commit_matches(pins.engine.commit, installed)

@@ -1,5 +1,6 @@
 """Small checks shared by every document and caller: pinned revisions, SHA-256 digests,
 local roots, safe child files and bounded JSON reading."""
+
 from __future__ import annotations
 
 import errno
@@ -90,8 +91,7 @@ def safe_relative_name(name: str, label: str) -> str:
     elif any(part in ("", ".", "..") for part in name.split("/")):
         problem = "has an empty, '.' or '..' component"
     if problem:
-        raise AttestError(f"{label}: file name {name!r} {problem}; only plain relative paths are allowed",
-                          field=label)
+        raise AttestError(f"{label}: file name {name!r} {problem}; only plain relative paths are allowed", field=label)
     return name
 
 
@@ -140,8 +140,15 @@ def child_file(root: Path, relative: str, *, label: str) -> Path:
 
 
 # Variables that point the engine at places it writes (caches, temporary files).
-CACHE_VARIABLES = ("HOME", "XDG_CACHE_HOME", "HF_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR",
-                   "TORCHINDUCTOR_CACHE_DIR", "TMPDIR")
+CACHE_VARIABLES = (
+    "HOME",
+    "XDG_CACHE_HOME",
+    "HF_HOME",
+    "VLLM_CACHE_ROOT",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TMPDIR",
+)
 
 
 def writable_dir(path: str | Path, variable: str, *, create: bool, default_used: bool = False) -> Path:
@@ -163,8 +170,11 @@ def writable_dir(path: str | Path, variable: str, *, create: bool, default_used:
     if probe.exists() and not probe.is_dir():
         raise AttestError(f"{source} {text}: {probe} is not a directory: {fix}", field=variable)
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise AttestError(f"{source} {text} is not writable by uid {os.geteuid()} ({probe} is read-only or owned "
-                          f"by another user): {fix}", field=variable)
+        raise AttestError(
+            f"{source} {text} is not writable by uid {os.geteuid()} ({probe} is read-only or owned "
+            f"by another user): {fix}",
+            field=variable,
+        )
     return target
 
 
@@ -186,8 +196,11 @@ def require_writable_cache_env(environ: Mapping[str, str]) -> list[str]:
             checked.append(f"{name}={environ[name]}")
     tmpdir_bytes = len(environ.get("TMPDIR", "").encode("utf-8", "surrogateescape"))
     if tmpdir_bytes > MAX_TMPDIR_BYTES:
-        raise AttestError(f"TMPDIR is {tmpdir_bytes} bytes long: the engine's "
-                          f"local sockets live there (ipc://TMPDIR/<36-character id>) and a socket path holds at "
-                          f"most {SOCKET_PATH_MAX_BYTES} bytes; set TMPDIR to a directory of at most "
-                          f"{MAX_TMPDIR_BYTES} bytes (e.g. /tmp)", field="TMPDIR")
+        raise AttestError(
+            f"TMPDIR is {tmpdir_bytes} bytes long: the engine's "
+            f"local sockets live there (ipc://TMPDIR/<36-character id>) and a socket path holds at "
+            f"most {SOCKET_PATH_MAX_BYTES} bytes; set TMPDIR to a directory of at most "
+            f"{MAX_TMPDIR_BYTES} bytes (e.g. /tmp)",
+            field="TMPDIR",
+        )
     return checked

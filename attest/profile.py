@@ -5,6 +5,7 @@ its MTP layout, the hardware profile, the modes the image may choose, the DFlash
 may pair with, and how the server is started. The image's pins name the profile
 (`target_profile`); the launcher reads exactly that one (launcher.profiles).
 """
+
 from __future__ import annotations
 
 import re

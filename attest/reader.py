@@ -12,6 +12,7 @@ file, a peer or the environment comes through here:
 
 Any violation raises AttestError naming the document (`label`) and what was expected.
 """
+
 from __future__ import annotations
 
 import errno
@@ -56,8 +57,9 @@ def refuse_nul(path: str | os.PathLike[str], label: str) -> str:
     return text
 
 
-def read_file(path: str | os.PathLike[str], *, label: str, max_bytes: int, follow_symlinks: bool = True,
-              allow_empty: bool = False) -> UntrustedBytes:
+def read_file(
+    path: str | os.PathLike[str], *, label: str, max_bytes: int, follow_symlinks: bool = True, allow_empty: bool = False
+) -> UntrustedBytes:
     """Open once, fstat the descriptor, read at most `max_bytes` once, digest those bytes."""
     text = refuse_nul(path, label)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
@@ -144,8 +146,13 @@ def loads(data: bytes | str, *, label: str, max_bytes: int = MAX_JSON_BYTES, max
     if json_depth(raw) > max_depth:
         raise AttestError(f"{label} nests deeper than {max_depth} levels", field=label)
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant, parse_int=_bounded_int,
-                          parse_float=_bounded_float, object_pairs_hook=_unique_keys)
+        return json.loads(
+            raw.decode("utf-8"),
+            parse_constant=_refuse_constant,
+            parse_int=_bounded_int,
+            parse_float=_bounded_float,
+            object_pairs_hook=_unique_keys,
+        )
     except UnicodeDecodeError:
         raise AttestError(f"{label} is not valid UTF-8", field=label) from None
     except (ValueError, RecursionError) as exc:
@@ -159,8 +166,9 @@ def loads_object(data: bytes | str, *, label: str, max_bytes: int = MAX_JSON_BYT
     return value
 
 
-def read_json_file(path: str | os.PathLike[str], *, label: str, max_bytes: int = MAX_JSON_BYTES,
-                   follow_symlinks: bool = True) -> tuple[dict[str, Any], UntrustedBytes]:
+def read_json_file(
+    path: str | os.PathLike[str], *, label: str, max_bytes: int = MAX_JSON_BYTES, follow_symlinks: bool = True
+) -> tuple[dict[str, Any], UntrustedBytes]:
     """A JSON object from a file, and the exact bytes (with their digest) it was parsed from."""
     read = read_file(path, label=label, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
     return loads_object(read.data, label=label, max_bytes=max_bytes), read

@@ -13,6 +13,7 @@ The check opens every recorded file under the site without following a symlink, 
 and compares digest and size, and refuses files inside the distribution's packages that
 RECORD does not list (a planted module would otherwise run unrecorded).
 """
+
 from __future__ import annotations
 
 import base64
@@ -89,8 +90,11 @@ def parse_record(data: bytes, label: str) -> tuple[list[RecordRow], int]:
         safe_relative_name(path, f"{label} line {number}")
         algorithm, _, digest = hashed.partition("=")
         if algorithm not in ALGORITHMS or not digest or not size.isdigit():
-            raise AttestError(f"{label} line {number}: {path} has no usable hash and size "
-                              f"(expected sha256=<digest>,<bytes>, found {hashed!r},{size!r})", field=path)
+            raise AttestError(
+                f"{label} line {number}: {path} has no usable hash and size "
+                f"(expected sha256=<digest>,<bytes>, found {hashed!r},{size!r})",
+                field=path,
+            )
         result.append(RecordRow(path, algorithm, digest, int(size)))
     return result, outside
 
@@ -119,7 +123,8 @@ def verify_installed(site: Path, rows: list[RecordRow], outside: int, dist_info_
             raise AttestError(
                 f"{site / row.path} does not match its RECORD entry in {dist_info_name}: expected "
                 f"{row.algorithm}={row.digest} ({row.size} bytes), found {row.algorithm}={digest} ({size} bytes)",
-                field=row.path)
+                field=row.path,
+            )
         total += size
     recorded = {row.path for row in rows}
     packages = {row.path.partition("/")[0] for row in rows if "/" in row.path} - {dist_info_name}
@@ -127,13 +132,17 @@ def verify_installed(site: Path, rows: list[RecordRow], outside: int, dist_info_
         for name, is_link in walk_files(site / package):
             full = f"{package}/{name}"
             if is_link:
-                raise AttestError(f"{site / full} is a symlink inside the installed package (RECORD lists files only)",
-                                  field=full)
+                raise AttestError(
+                    f"{site / full} is a symlink inside the installed package (RECORD lists files only)", field=full
+                )
             # Only bytecode caches are tolerated: a .pyc elsewhere is importable sourceless, and
             # any other file in __pycache__ is not Python's.
             if full not in recorded and not ("/__pycache__/" in f"/{full}" and full.endswith(".pyc")):
-                raise AttestError(f"{site / full} is not listed in {dist_info_name}/RECORD: an unrecorded file "
-                                  f"inside the installed package", field=full)
+                raise AttestError(
+                    f"{site / full} is not listed in {dist_info_name}/RECORD: an unrecorded file "
+                    f"inside the installed package",
+                    field=full,
+                )
     return RecordCheck(len(rows), total, outside)
 
 
@@ -146,18 +155,20 @@ def wheel_canonical_sha256(wheel: Path) -> str:
     except zipfile.BadZipFile as exc:
         raise AttestError(f"{wheel} is not a wheel (zip): {exc}", field=str(wheel)) from None
     with archive:
-        records = [name for name in archive.namelist()
-                   if name.endswith(".dist-info/RECORD") and name.count("/") == 1]
+        records = [name for name in archive.namelist() if name.endswith(".dist-info/RECORD") and name.count("/") == 1]
         if len(records) != 1:
-            raise AttestError(f"{wheel} has {len(records)} top-level .dist-info/RECORD files, expected 1",
-                              field=str(wheel))
+            raise AttestError(
+                f"{wheel} has {len(records)} top-level .dist-info/RECORD files, expected 1", field=str(wheel)
+            )
         (record,) = records
         rows, _ = parse_record(archive.read(record), f"{wheel.name}:{record}")
     return canonical_sha256(rows)
 
 
-USAGE = ("usage: python -m attest.record WHEEL.whl | SITE/NAME.dist-info\n"
-         "Prints the canonical RECORD sha256 an image pin's engine.record_sha256 names.")
+USAGE = (
+    "usage: python -m attest.record WHEEL.whl | SITE/NAME.dist-info\n"
+    "Prints the canonical RECORD sha256 an image pin's engine.record_sha256 names."
+)
 
 
 def main(argv: list[str]) -> int:

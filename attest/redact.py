@@ -8,6 +8,7 @@ bearer tokens, the base64 `user:password` of a Basic header). `redacting_output(
 line a command prints on stdout and stderr pass through `redact_known`, retries and progress
 included.
 """
+
 from __future__ import annotations
 
 import base64
@@ -23,9 +24,18 @@ from urllib.parse import quote
 
 REDACTED = "[REDACTED]"
 # Environment variables whose values are secrets wherever they appear.
-SECRET_VARIABLES = ("API_KEY", "QWEN_API_KEY", "VLLM_API_KEY", "OMNI_GATE_API_KEY", "HF_TOKEN",
-                    "HUGGING_FACE_HUB_TOKEN", "OMNI_SIGNING_KEY", "COSIGN_PASSWORD", "OMNI_REGISTRY_PASSWORD",
-                    "OMNI_ACCEPTANCE_API_KEY")
+SECRET_VARIABLES = (
+    "API_KEY",
+    "QWEN_API_KEY",
+    "VLLM_API_KEY",
+    "OMNI_GATE_API_KEY",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "OMNI_SIGNING_KEY",
+    "COSIGN_PASSWORD",
+    "OMNI_REGISTRY_PASSWORD",
+    "OMNI_ACCEPTANCE_API_KEY",
+)
 MIN_SECRET_CHARS = 4  # shorter values ("0", "off") are switches, not secrets
 
 
@@ -35,9 +45,16 @@ def secret_forms(secret: str) -> list[str]:
         return []
     # shlex.quote leaves a safe string alone or wraps it in '...' with each ' spelled '"'"';
     # the inner spelling is what shows when a quoted argument is printed inside other quotes.
-    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1],
-             shlex.quote(secret), secret.replace("'", "'\"'\"'"), quote(secret, safe=""),
-             secret.encode("unicode_escape").decode("ascii")}
+    forms = {
+        secret,
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        repr(secret)[1:-1],
+        shlex.quote(secret),
+        secret.replace("'", "'\"'\"'"),
+        quote(secret, safe=""),
+        secret.encode("unicode_escape").decode("ascii"),
+    }
     return sorted((form for form in forms if form), key=len, reverse=True)
 
 
@@ -48,6 +65,7 @@ def redactor(secrets: Iterable[str]) -> Callable[[str], str]:
         for form in forms:
             text = text.replace(form, REDACTED)
         return text
+
     return redact
 
 

@@ -4,8 +4,9 @@ Each command (launcher, boot, gate, image tools) lists its environment variables
 tuple of `Setting`; `read_settings` parses an environment against it, refusing a bad
 value with the variable's name and the value seen, and remembers which defaults were
 used so a later refusal can say so. `--help` texts and the docs' tables are generated
-from the same tuples (`help_table`, `markdown_table`), and tests/docs_test.py keeps the docs equal.
+from the same tuples (`help_table`, `markdown_table`), and tests/system/docs_test.py keeps the docs equal.
 """
+
 from __future__ import annotations
 
 import re
@@ -102,6 +103,7 @@ def integer(low: int, high: int | None = None, *, expected: str = "") -> Parser:
             bound = f"{low}..{high}" if high is not None else f">= {low}"
             raise refuse(variable, raw, expected or f"an integer in {bound}")
         return value
+
     return parse
 
 
@@ -122,11 +124,13 @@ def choice(*options: str, aliases: Mapping[str, str] | None = None, lower: bool 
             named = [*options, *(aliases or {})]
             raise refuse(variable, raw, "one of " + ", ".join(dict.fromkeys(named)))
         return value
+
     return parse
 
 
-def read_settings(declarations: tuple[Setting, ...], env: Mapping[str, str],
-                  error: type[AttestError] = AttestError) -> tuple[dict[str, Any], frozenset[str]]:
+def read_settings(
+    declarations: tuple[Setting, ...], env: Mapping[str, str], error: type[AttestError] = AttestError
+) -> tuple[dict[str, Any], frozenset[str]]:
     """Parsed values by attribute, and the variables whose default was used."""
     values: dict[str, Any] = {}
     defaulted = set()
@@ -145,8 +149,11 @@ def read_settings(declarations: tuple[Setting, ...], env: Mapping[str, str],
 
 
 def default_warnings(declarations: tuple[Setting, ...], defaults_used: frozenset[str]) -> list[str]:
-    return [f"{setting.variable} is unset: {setting.warn_when_default}"
-            for setting in declarations if setting.warn_when_default and setting.variable in defaults_used]
+    return [
+        f"{setting.variable} is unset: {setting.warn_when_default}"
+        for setting in declarations
+        if setting.warn_when_default and setting.variable in defaults_used
+    ]
 
 
 def note_default(exc: AttestError, declarations: tuple[Setting, ...], defaults_used: frozenset[str]) -> AttestError:
@@ -165,7 +172,7 @@ def help_table(declarations: tuple[Setting, ...]) -> str:
 
 
 def markdown_table(declarations: tuple[Setting, ...]) -> str:
-    """A docs table of these settings (tests/docs_test.py keeps the page equal to it)."""
+    """A docs table of these settings (tests/system/docs_test.py keeps the page equal to it)."""
     rows = ["| variable | default | what |", "| --- | --- | --- |"]
     for s in declarations:
         default = "computed" if callable(s.default) else (f"`{s.default}`" if s.default else "unset")

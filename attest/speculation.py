@@ -1,6 +1,7 @@
 """The DFlash2 documents (schema_version "1"): the speculator attestation bound to its exact
 target, and the parity/benchmark gate. Imported only where a canary is judged or a gate
 is generated."""
+
 from __future__ import annotations
 
 from typing import Literal

@@ -5,6 +5,7 @@ planted anywhere on the way (or swapped in between a check and a use) makes the 
 instead of leading out of the root. Names must already be safe (attest.primitives.
 safe_relative_name).
 """
+
 from __future__ import annotations
 
 import errno
@@ -22,8 +23,7 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 def _refusal(name: str, exc: OSError, what: str) -> AttestError:
     if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-        return AttestError(f"{name}: a symlink or non-directory lies on its path inside the root ({what})",
-                           field=name)
+        return AttestError(f"{name}: a symlink or non-directory lies on its path inside the root ({what})", field=name)
     if exc.errno == errno.ENOENT:
         return AttestError(f"{name} is missing", field=name)
     return AttestError(f"{name} cannot be {what}: {exc.strerror}", field=name)

@@ -5,6 +5,7 @@ resolution vision; each failure raises BootError naming the check and what came 
 warm-up: prompt-size tiers and one concurrent batch whose output must read as Latin
 prose; it warns, never fails.
 """
+
 from __future__ import annotations
 
 import base64
@@ -22,19 +23,29 @@ from boot.state import save
 
 SMOKE_TIMEOUT_S = 300
 WARMUP_TIMEOUT_S = 600
-FILLER = ("The quick brown fox jumps over the lazy dog near the riverbank "
-          "while the sun sets slowly behind the distant hills. ")
+FILLER = (
+    "The quick brown fox jumps over the lazy dog near the riverbank "
+    "while the sun sets slowly behind the distant hills. "
+)
 BATCH_PROMPTS = (
     "Explain how a hash table handles collisions in two sentences.",
     "List the steps of the TCP three-way handshake.",
     "Describe a quiet morning in a small harbour town in two sentences.",
     "Explain in plain words why the sky is blue.",
 )
-LOOKUP_TOOL = {"type": "function", "function": {
-    "name": "lookup_fixture",
-    "description": "Retrieve a stored test value.",
-    "parameters": {"type": "object", "properties": {"key": {"type": "string"}},
-                   "required": ["key"], "additionalProperties": False}}}
+LOOKUP_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup_fixture",
+        "description": "Retrieve a stored test value.",
+        "parameters": {
+            "type": "object",
+            "properties": {"key": {"type": "string"}},
+            "required": ["key"],
+            "additionalProperties": False,
+        },
+    },
+}
 VISION_SIZE = (3024, 588)
 VISION_IMAGE_TOKENS = 1024
 
@@ -85,22 +96,30 @@ def vision_png() -> bytes:
     return buffer.getvalue()
 
 
-def smoke(api: Api, settings: BootSettings) -> None:
-    result = api.chat({"max_tokens": 32, "messages": [
-        {"role": "user", "content": "What is 19 + 23? Reply only with the number."}]})
-    choice = (result.get("choices") or [{}])[0]
-    if _content(result).strip() != "42" or choice.get("finish_reason") != "stop":
-        raise _fail("arithmetic", 'exactly "42" with finish_reason "stop"', result)
-    save(settings.state, "smoke.json", result)
-    print("Fresh inference passed: 19 + 23 = 42", flush=True)
-    if settings.smoke_quick:
-        return
-    common = {"max_tokens": 256}
-    structured = api.chat({**common, "messages": [
-        {"role": "user", "content": "Return an object whose answer is the integer 42."}],
-        "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": {
-            "type": "object", "properties": {"answer": {"type": "integer"}},
-            "required": ["answer"], "additionalProperties": False}}}})
+SMOKE_COMMON = {"max_tokens": 256}
+
+
+def _smoke_structured(api: Api, settings: BootSettings) -> None:
+    common = SMOKE_COMMON
+    structured = api.chat(
+        {
+            **common,
+            "messages": [{"role": "user", "content": "Return an object whose answer is the integer 42."}],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "answer",
+                    "strict": True,
+                    "schema": {
+                        "type": "object",
+                        "properties": {"answer": {"type": "integer"}},
+                        "required": ["answer"],
+                        "additionalProperties": False,
+                    },
+                },
+            },
+        }
+    )
     try:
         parsed = json.loads(_content(structured))
     except ValueError:
@@ -109,8 +128,12 @@ def smoke(api: Api, settings: BootSettings) -> None:
         raise _fail("structured_output", 'the JSON object {"answer": 42}', structured)
     save(settings.state, "smoke-structured.json", structured)
 
-    messages: list[dict[str, Any]] = [{"role": "user", "content":
-                                       "Use lookup_fixture to retrieve the value for key alpha. Do not guess."}]
+
+def _smoke_tools(api: Api, settings: BootSettings) -> None:
+    common = SMOKE_COMMON
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Use lookup_fixture to retrieve the value for key alpha. Do not guess."}
+    ]
     called = api.chat({**common, "messages": messages, "tools": [LOOKUP_TOOL]})
     assistant = called["choices"][0]["message"]
     calls = assistant.get("tool_calls") or []
@@ -128,10 +151,27 @@ def smoke(api: Api, settings: BootSettings) -> None:
         raise _fail("tool_continuation", "an answer containing 42 after the tool result", continued)
     save(settings.state, "smoke-tools.json", {"call": called, "continuation": continued})
 
+
+def _smoke_vision(api: Api, settings: BootSettings) -> None:
+    common = SMOKE_COMMON
     image = base64.b64encode(vision_png()).decode()
-    visual = api.chat({**common, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "Describe the two colored shapes and their left-to-right order. Be concise."},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + image}}]}]})
+    visual = api.chat(
+        {
+            **common,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": "Describe the two colored shapes and their left-to-right order. Be concise.",
+                        },
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + image}},
+                    ],
+                }
+            ],
+        }
+    )
     text = _content(visual).lower()
     missing = [word for word in ("red", "circle", "blue", "square") if word not in text]
     if missing:
@@ -140,6 +180,22 @@ def smoke(api: Api, settings: BootSettings) -> None:
     if "image_tokens" in details and details["image_tokens"] != VISION_IMAGE_TOKENS:
         raise _fail("vision_image_tokens", f"image_tokens == {VISION_IMAGE_TOKENS} at native resolution", visual)
     save(settings.state, "smoke-vision.json", visual)
+
+
+def smoke(api: Api, settings: BootSettings) -> None:
+    result = api.chat(
+        {"max_tokens": 32, "messages": [{"role": "user", "content": "What is 19 + 23? Reply only with the number."}]}
+    )
+    choice = (result.get("choices") or [{}])[0]
+    if _content(result).strip() != "42" or choice.get("finish_reason") != "stop":
+        raise _fail("arithmetic", 'exactly "42" with finish_reason "stop"', result)
+    save(settings.state, "smoke.json", result)
+    print("Fresh inference passed: 19 + 23 = 42", flush=True)
+    if settings.smoke_quick:
+        return
+    _smoke_structured(api, settings)
+    _smoke_tools(api, settings)
+    _smoke_vision(api, settings)
     print("Structured output, tool round trip and full-budget native vision passed.", flush=True)
 
 
@@ -170,15 +226,26 @@ def warmup(api: Api, settings: BootSettings) -> list[tuple[str, str]]:
     started = time.monotonic()
     for words in settings.warmup_prompt_words:
         prompt = FILLER * (words // 20 + 1) + "Summarise the text above in one sentence."
-        error, _ = _attempt(lambda: api.chat({"max_tokens": 24, "messages": [{"role": "user", "content": prompt}]},
-                                             timeout=WARMUP_TIMEOUT_S))
+        error, _ = _attempt(
+            lambda: api.chat(
+                {"max_tokens": 24, "messages": [{"role": "user", "content": prompt}]}, timeout=WARMUP_TIMEOUT_S
+            )
+        )
         if error:
             print(f"warm-up prompt (~{words} words) failed: {error}", flush=True)
     batch = settings.max_running_requests
     prompts = (list(BATCH_PROMPTS) * ((batch + 3) // 4))[:batch]
     with ThreadPoolExecutor(batch) as pool:
-        outcomes = list(pool.map(lambda p: _attempt(lambda: api.chat(
-            {"max_tokens": 48, "messages": [{"role": "user", "content": p}]}, timeout=WARMUP_TIMEOUT_S)), prompts))
+        outcomes = list(
+            pool.map(
+                lambda p: _attempt(
+                    lambda: api.chat(
+                        {"max_tokens": 48, "messages": [{"role": "user", "content": p}]}, timeout=WARMUP_TIMEOUT_S
+                    )
+                ),
+                prompts,
+            )
+        )
     garbled = []
     for prompt, (error, text) in zip(prompts, outcomes):
         if error:
@@ -186,13 +253,19 @@ def warmup(api: Api, settings: BootSettings) -> list[tuple[str, str]]:
         elif not looks_like_latin_prose(text):
             garbled.append((prompt, text))
     if garbled:
-        print(f"WARNING: BATCH OUTPUT SANITY CHECK FAILED: {len(garbled)}/{batch} requests of a batch of {batch} "
-              "(MAX_RUNNING_REQUESTS) did not return Latin prose. Concurrent requests at this batch size are "
-              "returning garbage (NaN target logits at batch >= 3 were seen before).", flush=True)
+        print(
+            f"WARNING: BATCH OUTPUT SANITY CHECK FAILED: {len(garbled)}/{batch} requests of a batch of {batch} "
+            "(MAX_RUNNING_REQUESTS) did not return Latin prose. Concurrent requests at this batch size are "
+            "returning garbage (NaN target logits at batch >= 3 were seen before).",
+            flush=True,
+        )
         for prompt, text in garbled:
             print(f"  batch of {batch}: {prompt[:40]!r} -> {text[:80]!r}", flush=True)
     else:
         print(f"Batch output sanity check passed: batch of {batch} returned Latin prose.", flush=True)
-    print(f"Warm-up done in {time.monotonic() - started:.0f}s "
-          f"({len(settings.warmup_prompt_words)} prompt sizes + one batch of {batch})", flush=True)
+    print(
+        f"Warm-up done in {time.monotonic() - started:.0f}s "
+        f"({len(settings.warmup_prompt_words)} prompt sizes + one batch of {batch})",
+        flush=True,
+    )
     return garbled

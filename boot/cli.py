@@ -11,6 +11,7 @@ Commands:
 A refusal exits 2 with one line {"ok": false, "error": ..., "field": ...} on stderr.
 Settings (environment variables):
 """
+
 from __future__ import annotations
 
 import json
@@ -19,11 +20,11 @@ from typing import Sequence
 
 import httpx
 
+from attest.baked import load_baked
 from attest.engine import ENGINE_DISTRIBUTIONS, engine_search_path, find_installed
 from attest.errors import AttestError, refusing_main, report_refusal
-from attest.baked import load_baked
-from attest.primitives import writable_dir
 from attest.pins import check_engine_identity, check_model_revision
+from attest.primitives import writable_dir
 from attest.settings import note_default
 from boot.settings import REVISION, SETTINGS, BootSettings, help_table
 
@@ -39,8 +40,7 @@ def check_image_pins(settings: BootSettings, command: str) -> list[str]:
     if settings.model_revision:
         notes.append(check_model_revision(baked, settings.model_revision, "MODEL_REVISION"))
     if command == "run":
-        installed = find_installed(ENGINE_DISTRIBUTIONS["sglang"], "sglang",
-                                   engine_search_path(settings.engine_python))
+        installed = find_installed(ENGINE_DISTRIBUTIONS["sglang"], "sglang", engine_search_path(settings.engine_python))
         notes.extend(check_engine_identity(baked, "sglang", installed))
     return notes
 
@@ -60,29 +60,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = BootSettings.from_env()
         if command != "health":  # every other command writes its receipt or results to STATE_PATH
-            writable_dir(settings.state, "STATE_PATH", create=True,
-                         default_used="STATE_PATH" in settings.defaults_used)
+            writable_dir(settings.state, "STATE_PATH", create=True, default_used="STATE_PATH" in settings.defaults_used)
         for note in check_image_pins(settings, command):
             print(f"pins: {note}", file=sys.stderr)
         if command == "prepare":
             from boot.prepare import prepare
+
             prepare(settings)
             return 0
         if command == "verify":
             from boot.prepare import verify_only
+
             verify_only(settings, full="--full" in args)
             return 0
         from boot.api import Api
+
         if command == "health":
             print(json.dumps(Api(settings).get("/health", timeout=10)))
             return 0
         if command == "smoke":
             from boot.api import smoke
+
             smoke(Api(settings), settings)
             return 0
         from boot.api import smoke, warmup
         from boot.prepare import prepare
         from boot.serve import serve
+
         prepare(settings)
 
         def acceptance() -> None:
@@ -90,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 api = Api(settings)
                 smoke(api, settings)
                 warmup(api, settings)
+
         return serve(settings, after_healthy=acceptance)
     except AttestError as exc:
         return report_refusal(exc if settings is None else note_default(exc, SETTINGS, settings.defaults_used))
@@ -97,8 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = exc.response.status_code
         field = "API_KEY" if status in (401, 403) else "SERVER_PORT"
         hint = " (the API key in API_KEY is missing or not the server's)" if field == "API_KEY" else ""
-        return report_refusal(AttestError(f"local server answered HTTP {status} to {exc.request.url}{hint}",
-                                          field=field))
+        return report_refusal(
+            AttestError(f"local server answered HTTP {status} to {exc.request.url}{hint}", field=field)
+        )
     except httpx.HTTPError as exc:
-        return report_refusal(AttestError(f"local server request failed: {type(exc).__name__}: {exc} "
-                                          f"(is SGLang up on SERVER_PORT={settings.port}?)", field="SERVER_PORT"))
+        return report_refusal(
+            AttestError(
+                f"local server request failed: {type(exc).__name__}: {exc} "
+                f"(is SGLang up on SERVER_PORT={settings.port}?)",
+                field="SERVER_PORT",
+            )
+        )

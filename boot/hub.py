@@ -6,6 +6,7 @@ endpoint, user agent). The byte stream is handled here because the download must
 in the same pass that writes it and be bounded by the lock's size; huggingface_hub's
 downloaders verify nothing against a local lock.
 """
+
 from __future__ import annotations
 
 import math
@@ -70,29 +71,39 @@ class Limits:
 def _endpoint(endpoint: str) -> str:
     """HF_ENDPOINT as boot's settings parsed it, else huggingface_hub's default."""
     from huggingface_hub import constants
+
     return (endpoint or constants.ENDPOINT).rstrip("/")
 
 
 def _session() -> httpx.Client:
     from huggingface_hub.utils import get_session
+
     return get_session()
 
 
 def _headers() -> dict[str, str]:
     from huggingface_hub.utils import build_hf_headers
+
     return build_hf_headers()
 
 
-def fetch_model_info(repo: str, ref: str, *, stall_s: float, endpoint: str = "",
-                     deadline: float = math.inf) -> tuple[str, list[LockedFile]]:
+def fetch_model_info(
+    repo: str, ref: str, *, stall_s: float, endpoint: str = "", deadline: float = math.inf
+) -> tuple[str, list[LockedFile]]:
     """The 40-hex commit the hub names for `ref` (a revision, branch or tag) and its file
     listing there, read bounded and checked strictly; `deadline` (time.monotonic()) bounds the
     whole read, each wait at most `stall_s`."""
     url = f"{_endpoint(endpoint)}/api/models/{repo}/revision/{quote(ref, safe='')}"
     where = f"hub metadata of {repo}@{ref} ({url})"
     try:
-        with _session().stream("GET", url, params={"blobs": "true"}, headers=_headers(),
-                               timeout=httpx.Timeout(stall_s), follow_redirects=True) as response:
+        with _session().stream(
+            "GET",
+            url,
+            params={"blobs": "true"},
+            headers=_headers(),
+            timeout=httpx.Timeout(stall_s),
+            follow_redirects=True,
+        ) as response:
             body = bytearray()
             for chunk in response.iter_bytes():
                 body += chunk
@@ -102,8 +113,9 @@ def fetch_model_info(repo: str, ref: str, *, stall_s: float, endpoint: str = "",
                     raise BootError(f"reading {where} passed its deadline", field="deadline")
             status = response.status_code
     except httpx.HTTPError as exc:
-        raise BootError(f"cannot read {where}: {type(exc).__name__}: {exc} (check HF_ENDPOINT and the network)",
-                        field="HF_ENDPOINT") from None
+        raise BootError(
+            f"cannot read {where}: {type(exc).__name__}: {exc} (check HF_ENDPOINT and the network)", field="HF_ENDPOINT"
+        ) from None
     if status != 200:
         raise BootError(f"{where} answered HTTP {status}: {bytes(body[:200])!r}", field="HF_ENDPOINT")
     try:
@@ -112,15 +124,18 @@ def fetch_model_info(repo: str, ref: str, *, stall_s: float, endpoint: str = "",
         raise BootError(str(exc), field="HF_ENDPOINT") from None
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise BootError(f"{where} is malformed at {'.'.join(map(str, first['loc']))}: {first['msg']}",
-                        field="HF_ENDPOINT") from None
+        raise BootError(
+            f"{where} is malformed at {'.'.join(map(str, first['loc']))}: {first['msg']}", field="HF_ENDPOINT"
+        ) from None
     if not REVISION_RE.fullmatch(info.sha):
         raise BootError(f"{where} names commit {info.sha[:80]!r}; expected 40 hex digits", field="HF_ENDPOINT")
     files = []
     for sibling in info.siblings:
         if sibling.lfs and sibling.size is not None and sibling.size != sibling.lfs.size:
-            raise BootError(f"hub metadata of {sibling.rfilename!r} gives two sizes: {sibling.size} and LFS "
-                            f"{sibling.lfs.size}", field=sibling.rfilename)
+            raise BootError(
+                f"hub metadata of {sibling.rfilename!r} gives two sizes: {sibling.size} and LFS {sibling.lfs.size}",
+                field=sibling.rfilename,
+            )
         entry: dict[str, Any] = {"path": sibling.rfilename, "size": sibling.lfs.size if sibling.lfs else sibling.size}
         if sibling.lfs:
             entry["sha256"] = sibling.lfs.sha256
@@ -142,9 +157,15 @@ def fetch_listing(repo: str, revision: str, *, stall_s: float, endpoint: str = "
 
 
 def lock_from_listing(repo: str, revision: str, files: list[LockedFile], trust: str) -> CheckpointLock:
-    document = {"schema_version": "1", "repo": repo, "revision": revision, "trust": trust,
-                "files": [item.model_dump(mode="json", exclude_none=True) for item in
-                          sorted(files, key=lambda item: item.path)]}
+    document = {
+        "schema_version": "1",
+        "repo": repo,
+        "revision": revision,
+        "trust": trust,
+        "files": [
+            item.model_dump(mode="json", exclude_none=True) for item in sorted(files, key=lambda item: item.path)
+        ],
+    }
     try:
         return parse_document(CheckpointLock, document, label="hub metadata")
     except AttestError as exc:
@@ -155,16 +176,20 @@ def compare_with_lock(lock: CheckpointLock, listing: list[LockedFile]) -> None:
     """Any difference between the hub's listing and the lock refuses, naming the file."""
     hub = {item.path: item for item in listing}
     for name in sorted(set(hub) - set(lock.by_path)):
-        raise BootError(f"the hub lists {name}, which the checkpoint lock does not: refusing a listing that "
-                        "differs from the lock", field=name)
+        raise BootError(
+            f"the hub lists {name}, which the checkpoint lock does not: refusing a listing that differs from the lock",
+            field=name,
+        )
     for item in lock.files:
         theirs = hub.get(item.path)
         if theirs is None:
             raise BootError(f"the hub does not list {item.path}, which the checkpoint lock does", field=item.path)
         for what, ours, other in (("size", item.size, theirs.size), (item.algorithm, item.digest, theirs.digest)):
             if ours != other:
-                raise BootError(f"hub metadata differs from the checkpoint lock for {item.path}: {what} lock "
-                                f"{ours}, hub {other}", field=item.path)
+                raise BootError(
+                    f"hub metadata differs from the checkpoint lock for {item.path}: {what} lock {ours}, hub {other}",
+                    field=item.path,
+                )
 
 
 class DownloadProgress:
@@ -195,24 +220,30 @@ class DownloadProgress:
         rate = self.done / max(now - self.started, 1e-6)
         eta = (self.total - self.done) / rate if rate > 0 else float("inf")
         eta_text = f"{eta:.0f} s" if eta != float("inf") else "unknown"
-        print(f"downloading checkpoint: {self.done_files}/{self.files} files, {self.done / 1e9:.2f}/"
-              f"{self.total / 1e9:.2f} GB, {rate / 1e6:.1f} MB/s, ETA {eta_text}", file=sys.stderr, flush=True)
+        print(
+            f"downloading checkpoint: {self.done_files}/{self.files} files, {self.done / 1e9:.2f}/"
+            f"{self.total / 1e9:.2f} GB, {rate / 1e6:.1f} MB/s, ETA {eta_text}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 class _Retry(Exception):
     pass
 
 
-def _fetch_once(url: str, item: LockedFile, partial: Path, limits: Limits, deadline: float,
-                progress: DownloadProgress) -> Path:
+def _fetch_once(
+    url: str, item: LockedFile, partial: Path, limits: Limits, deadline: float, progress: DownloadProgress
+) -> Path:
     """One attempt: stream into a temporary file, hashing as it is written."""
     fd, temporary = tempfile.mkstemp(prefix="part-", dir=partial)
     digest = new_digest(item.algorithm, item.size)
     received = flushed = 0
     try:
         with os.fdopen(fd, "wb") as sink:
-            with _session().stream("GET", url, headers=_headers(), follow_redirects=True,
-                                   timeout=httpx.Timeout(limits.stall_s)) as response:
+            with _session().stream(
+                "GET", url, headers=_headers(), follow_redirects=True, timeout=httpx.Timeout(limits.stall_s)
+            ) as response:
                 if response.status_code != 200:
                     retry = response.status_code in RETRYABLE_STATUS
                     message = f"{item.path}: the hub answered HTTP {response.status_code}"
@@ -222,8 +253,11 @@ def _fetch_once(url: str, item: LockedFile, partial: Path, limits: Limits, deadl
                     if received > item.size:
                         raise _Retry(f"{item.path}: the hub sent more than the lock's {item.size} bytes")
                     if time.monotonic() > deadline:
-                        raise BootError(f"{item.path}: the download passed its deadline of {limits.deadline_s:g} s "
-                                        "(DOWNLOAD_DEADLINE_S)", field="DOWNLOAD_DEADLINE_S")
+                        raise BootError(
+                            f"{item.path}: the download passed its deadline of {limits.deadline_s:g} s "
+                            "(DOWNLOAD_DEADLINE_S)",
+                            field="DOWNLOAD_DEADLINE_S",
+                        )
                     digest.update(chunk)
                     sink.write(chunk)
                     progress.add(len(chunk))
@@ -237,8 +271,10 @@ def _fetch_once(url: str, item: LockedFile, partial: Path, limits: Limits, deadl
         if received != item.size:
             raise _Retry(f"{item.path}: truncated download ({received} of the lock's {item.size} bytes)")
         if digest.hexdigest() != item.digest:
-            raise _Retry(f"{item.path}: the hub served other bytes ({item.algorithm} expected {item.digest}, "
-                         f"received {digest.hexdigest()})")
+            raise _Retry(
+                f"{item.path}: the hub served other bytes ({item.algorithm} expected {item.digest}, "
+                f"received {digest.hexdigest()})"
+            )
         return Path(temporary)
     except httpx.TimeoutException:
         os.unlink(temporary)
@@ -254,8 +290,17 @@ def _fetch_once(url: str, item: LockedFile, partial: Path, limits: Limits, deadl
         raise
 
 
-def download_file(repo: str, revision: str, item: LockedFile, model: Path, partial: Path, limits: Limits,
-                  deadline: float, progress: DownloadProgress, endpoint: str = "") -> os.stat_result:
+def download_file(
+    repo: str,
+    revision: str,
+    item: LockedFile,
+    model: Path,
+    partial: Path,
+    limits: Limits,
+    deadline: float,
+    progress: DownloadProgress,
+    endpoint: str = "",
+) -> os.stat_result:
     """The file, verified against the lock as it arrived, in place; bounded retries; never
     half-written. Returns the placed file's stat (its bytes are not read again)."""
     from huggingface_hub import hf_hub_url
@@ -278,9 +323,14 @@ def download_file(repo: str, revision: str, item: LockedFile, model: Path, parti
         except AttestError as exc:
             temporary.unlink(missing_ok=True)
             raise BootError(str(exc), field=item.path) from None
-        if found is None or (found.st_ino, found.st_dev, found.st_size) != (placed.st_ino, placed.st_dev, placed.st_size):
+        if found is None or (found.st_ino, found.st_dev, found.st_size) != (
+            placed.st_ino,
+            placed.st_dev,
+            placed.st_size,
+        ):
             raise BootError(f"{item.path} was replaced right after it was placed", field=item.path)
         progress.file_done()
         return found
-    raise BootError(f"{item.path}: no verified download after {limits.attempts} attempts; last: {failures[-1]}",
-                    field=item.path)
+    raise BootError(
+        f"{item.path}: no verified download after {limits.attempts} attempts; last: {failures[-1]}", field=item.path
+    )

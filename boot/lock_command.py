@@ -8,6 +8,7 @@ lists every file of the revision with its size and digest. Review it, commit it,
 its sha256 (printed) as `model.lock_sha256` in the image's pin document: from then on the
 hub is only checked against it. Exits 0 with the sha256 on stdout, 2 with one JSON line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,30 +28,35 @@ from boot.settings import REPO, REVISION, url_or_empty
 
 @refusing_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="boot-lock", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="boot-lock", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repo", default=REPO)
     parser.add_argument("--revision", default=REVISION, help="a full 40-hex commit (default: boot's pin)")
-    parser.add_argument("--output", type=Path, required=True,
-                        help="where to write the lock (relative to where `bazel run` was started)")
+    parser.add_argument(
+        "--output", type=Path, required=True, help="where to write the lock (relative to where `bazel run` was started)"
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing file at --output")
     parser.add_argument("--stall-timeout", type=float, default=120.0, help="seconds without bytes (default 120)")
     args = parser.parse_args(argv)
     revision = require_revision(args.revision, "--revision")
-    output = args.output if args.output.is_absolute() else Path(
-        os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / args.output
+    output = (
+        args.output if args.output.is_absolute() else Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / args.output
+    )
     if output.exists() and not args.force:
         raise BootError(f"--output {output} exists; pass --force to replace it", field="--output")
-    require_replaceable(output, frozenset({"repo", "revision", "files"}), what="a checkpoint lock",
-                        field="--output")
+    require_replaceable(output, frozenset({"repo", "revision", "files"}), what="a checkpoint lock", field="--output")
     endpoint = url_or_empty(os.environ.get("HF_ENDPOINT", ""), "HF_ENDPOINT")
     listing = hub.fetch_listing(args.repo, revision, stall_s=args.stall_timeout, endpoint=endpoint)
     lock = hub.lock_from_listing(args.repo, revision, listing, REVIEWED)
     data = lock.document_bytes()
     write_atomic(output, data)
     digest = hashlib.sha256(data).hexdigest()
-    print(f"boot-lock: wrote {output}: {len(lock.files)} files, {lock.total_bytes / 1e9:.2f} GB at {revision}; "
-          f"review it, commit it, and pin model.lock_sha256 = {digest}", file=sys.stderr)
+    print(
+        f"boot-lock: wrote {output}: {len(lock.files)} files, {lock.total_bytes / 1e9:.2f} GB at {revision}; "
+        f"review it, commit it, and pin model.lock_sha256 = {digest}",
+        file=sys.stderr,
+    )
     print(digest)
     return 0
 

@@ -6,6 +6,7 @@ arrives. It then writes the receipt and publishes its verdict in the model root;
 ranks wait for that verdict (bound to the same lock) and check their own view of every
 file before starting.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,22 +20,31 @@ from typing import Literal
 
 from pydantic import Field
 
+from attest.baked import load_baked
 from attest.documents import Document, parse_document
 from attest.errors import AttestError
 from attest.files import canonical_json, write_atomic
-from attest.lock import LOCK_FILE, REFUSED_MARKER, REVIEWED, TRUST_ON_FIRST_USE, CheckpointLock, load_lock
-from attest.baked import load_baked
+from attest.lock import (
+    LOCK_FILE,
+    PARTIAL_DIR,
+    PUBLISHED_LOCK,
+    REFUSED_MARKER,
+    REVIEWED,
+    TRUST_ON_FIRST_USE,
+    VERIFIED_MARKER,
+    CheckpointLock,
+    load_lock,
+)
 from attest.pins import BakedImage
+from attest.primitives import writable_dir
 from attest.reader import read_json_file
 from attest.redact import redact_known
-from attest.primitives import writable_dir
 from attest.tree import stat_regular
 from boot import hub
 from boot.errors import BootError
 from boot.receipt import Identity, Receipt, load_receipt, save_receipt, withdraw_receipt
 from boot.settings import REPO, REVISION, BootSettings
-from boot.verify import (PARTIAL_DIR, PUBLISHED_LOCK, VERIFIED_MARKER, VerifyReport, check_local, finish,
-                         first_problem)
+from boot.verify import VerifyReport, check_local, finish, first_problem
 
 POLL_S = 5.0
 UNPINNED = "unpinned"
@@ -53,12 +63,19 @@ class LockInUse:
 
     def warn(self) -> None:
         if self.trust == TRUST_ON_FIRST_USE:
-            print(f"WARNING: TRUST ON FIRST USE: the checkpoint lock {self.source} was derived from the hub, not "
-                  f"reviewed; pin a reviewed lock (CHECKPOINT_LOCK and its sha256 {self.sha256}) for production",
-                  file=sys.stderr, flush=True)
+            print(
+                f"WARNING: TRUST ON FIRST USE: the checkpoint lock {self.source} was derived from the hub, not "
+                f"reviewed; pin a reviewed lock (CHECKPOINT_LOCK and its sha256 {self.sha256}) for production",
+                file=sys.stderr,
+                flush=True,
+            )
         elif self.trust == UNPINNED:
-            print(f"WARNING: the checkpoint lock {self.source} is not pinned (no image pin model.lock_sha256, "
-                  f"CHECKPOINT_LOCK_SHA256 unset); its sha256 is {self.sha256}", file=sys.stderr, flush=True)
+            print(
+                f"WARNING: the checkpoint lock {self.source} is not pinned (no image pin model.lock_sha256, "
+                f"CHECKPOINT_LOCK_SHA256 unset); its sha256 is {self.sha256}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 class MarkedFile(Document):
@@ -88,16 +105,21 @@ class VerifiedMarker(Document):
 def pinned_lock_sha256(settings: BootSettings, baked: BakedImage | None) -> str:
     image_pin = (baked.pins.model.lock_sha256 or "") if baked else ""
     if image_pin and settings.checkpoint_lock_sha256 and image_pin != settings.checkpoint_lock_sha256:
-        raise BootError(f"CHECKPOINT_LOCK_SHA256 {settings.checkpoint_lock_sha256} differs from the image pin "
-                        f"model.lock_sha256 {image_pin}", field="CHECKPOINT_LOCK_SHA256")
+        raise BootError(
+            f"CHECKPOINT_LOCK_SHA256 {settings.checkpoint_lock_sha256} differs from the image pin "
+            f"model.lock_sha256 {image_pin}",
+            field="CHECKPOINT_LOCK_SHA256",
+        )
     return image_pin or settings.checkpoint_lock_sha256
 
 
 def _checked(lock: CheckpointLock, data: bytes, trust: str, source: str) -> LockInUse:
     for what, ours, theirs in (("repo", REPO, lock.repo), ("revision", REVISION, lock.revision)):
         if ours != theirs:
-            raise BootError(f"the checkpoint lock {source} is for {what} {theirs}, boot pins {ours}",
-                            field=f"checkpoint lock.{what}")
+            raise BootError(
+                f"the checkpoint lock {source} is for {what} {theirs}, boot pins {ours}",
+                field=f"checkpoint lock.{what}",
+            )
     return LockInUse(lock, data, trust, source)
 
 
@@ -123,9 +145,11 @@ def resolve_lock(settings: BootSettings, baked: BakedImage | None, *, derive: bo
             raise BootError(f"the checkpoint lock {path} has sha256 {sha256}; {field} pins {pinned}", field=field)
         return _checked(lock, data, lock.trust if pinned else UNPINNED, str(path))
     if pinned:
-        raise BootError(f"the pinned checkpoint lock is missing: {path} (CHECKPOINT_LOCK"
-                        f"{', default' if 'CHECKPOINT_LOCK' in settings.defaults_used else ''})",
-                        field="CHECKPOINT_LOCK")
+        raise BootError(
+            f"the pinned checkpoint lock is missing: {path} (CHECKPOINT_LOCK"
+            f"{', default' if 'CHECKPOINT_LOCK' in settings.defaults_used else ''})",
+            field="CHECKPOINT_LOCK",
+        )
     kept = settings.state / LOCK_FILE
     if kept.exists():
         lock, data = _load(kept, str(kept))
@@ -140,29 +164,47 @@ def resolve_lock(settings: BootSettings, baked: BakedImage | None, *, derive: bo
 
 
 def _limits(settings: BootSettings) -> hub.Limits:
-    return hub.Limits(settings.download_stall_s, settings.download_deadline_s, settings.download_attempts,
-                      settings.download_workers)
+    return hub.Limits(
+        settings.download_stall_s, settings.download_deadline_s, settings.download_attempts, settings.download_workers
+    )
 
 
 def fetch_missing(settings: BootSettings, in_use: LockInUse, names: list[str]) -> dict[str, Identity]:
     """Download `names` (files missing or wrong on disk) after the hub's listing matched the
     lock; each is hashed as it arrives. Returns each placed file's identity."""
     lock = in_use.lock
-    listing = hub.fetch_listing(lock.repo, lock.revision, stall_s=settings.download_stall_s,
-                                endpoint=settings.hf_endpoint)
+    listing = hub.fetch_listing(
+        lock.repo, lock.revision, stall_s=settings.download_stall_s, endpoint=settings.hf_endpoint
+    )
     hub.compare_with_lock(lock, listing)
     items = [lock.by_path[name] for name in names]
     writable_dir(settings.model, "MODEL_PATH", create=False, default_used="MODEL_PATH" in settings.defaults_used)
     partial = settings.model / PARTIAL_DIR
     partial.mkdir(mode=0o700, exist_ok=True)
     total = sum(item.size for item in items)
-    print(f"downloading {len(items)} file(s), {total / 1e9:.2f} GB, from {settings.hf_endpoint or 'the hub'}",
-          file=sys.stderr, flush=True)
+    print(
+        f"downloading {len(items)} file(s), {total / 1e9:.2f} GB, from {settings.hf_endpoint or 'the hub'}",
+        file=sys.stderr,
+        flush=True,
+    )
     progress = hub.DownloadProgress(total, len(items), enabled=total >= 64 << 20)
     deadline = time.monotonic() + settings.download_deadline_s
     with ThreadPoolExecutor(settings.download_workers) as pool:
-        futures = [pool.submit(hub.download_file, lock.repo, lock.revision, item, settings.model, partial,
-                               _limits(settings), deadline, progress, settings.hf_endpoint) for item in items]
+        futures = [
+            pool.submit(
+                hub.download_file,
+                lock.repo,
+                lock.revision,
+                item,
+                settings.model,
+                partial,
+                _limits(settings),
+                deadline,
+                progress,
+                settings.hf_endpoint,
+            )
+            for item in items
+        ]
         errors = [future.exception() for future in futures]
     try:
         partial.rmdir()
@@ -175,9 +217,15 @@ def fetch_missing(settings: BootSettings, in_use: LockInUse, names: list[str]) -
 
 
 def publish(settings: BootSettings, in_use: LockInUse, receipt: Receipt) -> None:
-    marker = VerifiedMarker(revision=REVISION, lock_sha256=in_use.sha256, trust=in_use.trust, files={
-        name: MarkedFile(size=identity.size, mtime_ns=identity.mtime_ns, inode=identity.inode)
-        for name, identity in receipt.files.items()})
+    marker = VerifiedMarker(
+        revision=REVISION,
+        lock_sha256=in_use.sha256,
+        trust=in_use.trust,
+        files={
+            name: MarkedFile(size=identity.size, mtime_ns=identity.mtime_ns, inode=identity.inode)
+            for name, identity in receipt.files.items()
+        },
+    )
     if in_use.trust != REVIEWED:
         # Other ranks have no reviewed lock either: they take this one, bound by the marker's digest.
         write_atomic(settings.model / PUBLISHED_LOCK, in_use.data)
@@ -199,8 +247,11 @@ def publish_refusal(settings: BootSettings, refusal: AttestError) -> None:
     try:
         write_atomic(settings.model / REFUSED_MARKER, canonical_json(marker.model_dump(mode="json")))
     except OSError as exc:
-        print(f"could not tell the other ranks about the refusal ({settings.model / REFUSED_MARKER}: "
-              f"{exc.strerror})", file=sys.stderr, flush=True)
+        print(
+            f"could not tell the other ranks about the refusal ({settings.model / REFUSED_MARKER}: {exc.strerror})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def model_root(settings: BootSettings, *, create: bool) -> Path:
@@ -223,26 +274,33 @@ def _require_some_checkpoint(settings: BootSettings, lock) -> None:
     refuse before withdrawing the receipt, which still vouches for the real one."""
     if not any(os.path.lexists(settings.model / item.path) for item in lock.files):
         source = "MODEL_PATH" + (" (default)" if "MODEL_PATH" in settings.defaults_used else "")
-        raise BootError(f"no checkpoint at {source} {settings.model}: none of the lock's {len(lock.files)} files "
-                        f"(e.g. {lock.files[0].path}) is there; is MODEL_PATH right? The receipt in "
-                        f"{settings.state} (STATE_PATH) is kept", field="MODEL_PATH")
+        raise BootError(
+            f"no checkpoint at {source} {settings.model}: none of the lock's {len(lock.files)} files "
+            f"(e.g. {lock.files[0].path}) is there; is MODEL_PATH right? The receipt in "
+            f"{settings.state} (STATE_PATH) is kept",
+            field="MODEL_PATH",
+        )
 
 
-def verify_rank0(settings: BootSettings, in_use: LockInUse, *, download: bool, rehash_all: bool = False,
-                 quiet: bool = False) -> VerifyReport:
+def verify_rank0(
+    settings: BootSettings, in_use: LockInUse, *, download: bool, rehash_all: bool = False, quiet: bool = False
+) -> VerifyReport:
     started = time.monotonic()
     receipt, refused = load_receipt(settings.state, lock_sha256=in_use.sha256, revision=REVISION)
     if refused:
         if not download and not rehash_all:
-            raise BootError(f"the receipt is refused: {refused}; run `boot verify --full` or `boot prepare`",
-                            field="verification.json")
+            raise BootError(
+                f"the receipt is refused: {refused}; run `boot verify --full` or `boot prepare`",
+                field="verification.json",
+            )
         print(f"receipt refused: {refused}; re-hashing every file", file=sys.stderr, flush=True)
     lock = in_use.lock
     if not download:
         _require_some_checkpoint(settings, lock)
     withdraw_verdicts(settings)  # from here on files may change: nothing claims "verified"
-    check = check_local(settings.model, lock, receipt, rehash_all=rehash_all, workers=settings.verify_workers,
-                        quiet=quiet)
+    check = check_local(
+        settings.model, lock, receipt, rehash_all=rehash_all, workers=settings.verify_workers, quiet=quiet
+    )
     if check.problems and download:
         for name, problem in check.problems.items():
             if "is missing" not in problem:
@@ -285,10 +343,17 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
 
 
 def _refuse_with_rank0(settings: BootSettings) -> None:
-    refused = _read_published(settings, REFUSED_MARKER, RefusedMarker, 64 << 10,
-                              f"Rank {settings.node_rank}: rank 0 published a refusal that cannot be read: ")
-    raise BootError(f"Rank {settings.node_rank}: rank 0 refused the checkpoint, so this rank does not start: "
-                    f"{refused.error}", field=refused.field or REFUSED_MARKER)
+    refused = _read_published(
+        settings,
+        REFUSED_MARKER,
+        RefusedMarker,
+        64 << 10,
+        f"Rank {settings.node_rank}: rank 0 published a refusal that cannot be read: ",
+    )
+    raise BootError(
+        f"Rank {settings.node_rank}: rank 0 refused the checkpoint, so this rank does not start: {refused.error}",
+        field=refused.field or REFUSED_MARKER,
+    )
 
 
 def wait_for_rank0(settings: BootSettings, baked: BakedImage | None, *, poll_s: float | None = None) -> None:
@@ -312,11 +377,16 @@ def wait_for_rank0(settings: BootSettings, baked: BakedImage | None, *, poll_s: 
                     in_use = _checked(lock, data, TRUST_ON_FIRST_USE, str(published))
             if in_use is not None and marker.lock_sha256 == in_use.sha256:
                 break
-            seen = (f"rank 0's verdict is bound to lock {marker.lock_sha256}, "
-                    f"this rank's is {in_use.sha256 if in_use else 'missing'}")
+            seen = (
+                f"rank 0's verdict is bound to lock {marker.lock_sha256}, "
+                f"this rank's is {in_use.sha256 if in_use else 'missing'}"
+            )
         if time.monotonic() >= deadline:
-            raise BootError(f"Rank {settings.node_rank}: no verified checkpoint from rank 0 in {settings.model} "
-                            f"within {settings.rank_wait_s} s ({seen})", field="RANK_WAIT_TIMEOUT_S")
+            raise BootError(
+                f"Rank {settings.node_rank}: no verified checkpoint from rank 0 in {settings.model} "
+                f"within {settings.rank_wait_s} s ({seen})",
+                field="RANK_WAIT_TIMEOUT_S",
+            )
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
     in_use.warn()
     for item in in_use.lock.files:
@@ -327,10 +397,15 @@ def wait_for_rank0(settings: BootSettings, baked: BakedImage | None, *, poll_s: 
             raise BootError(str(exc), field=item.path) from None
         view = MarkedFile(size=found.st_size, mtime_ns=found.st_mtime_ns, inode=found.st_ino) if found else None
         if expected is None or view != expected or expected.size != item.size:
-            raise BootError(f"Rank {settings.node_rank}: {item.path} differs from rank 0's verified view "
-                            f"(rank 0 {expected}, here {view})", field=item.path)
-    print(f"Rank {settings.node_rank}: checkpoint verified by rank 0 against the {in_use.trust} lock "
-          f"{in_use.sha256}", flush=True)
+            raise BootError(
+                f"Rank {settings.node_rank}: {item.path} differs from rank 0's verified view "
+                f"(rank 0 {expected}, here {view})",
+                field=item.path,
+            )
+    print(
+        f"Rank {settings.node_rank}: checkpoint verified by rank 0 against the {in_use.trust} lock {in_use.sha256}",
+        flush=True,
+    )
 
 
 def prepare(settings: BootSettings) -> VerifyReport | None:
@@ -357,8 +432,11 @@ def _prepare_rank0(settings: BootSettings, baked: BakedImage | None) -> VerifyRe
     in_use.warn()
     if settings.skip_verify:
         withdraw_verdicts(settings)
-        missing = [item.path for item in in_use.lock.files
-                   if (found := stat_regular(settings.model, item.path)) is None or found.st_size != item.size]
+        missing = [
+            item.path
+            for item in in_use.lock.files
+            if (found := stat_regular(settings.model, item.path)) is None or found.st_size != item.size
+        ]
         if missing:
             fetch_missing(settings, in_use, missing)
         print("SKIP_VERIFY=1 - not re-hashing the checkpoint (downloads were hashed as they arrived)", flush=True)
@@ -372,8 +450,10 @@ def verify_only(settings: BootSettings, *, full: bool) -> VerifyReport:
     print(f"verifying {model} (MODEL_PATH)", file=sys.stderr, flush=True)
     in_use = resolve_lock(settings, load_baked(), derive=False)
     if in_use is None:
-        raise BootError(f"no checkpoint lock: {settings.checkpoint_lock} (CHECKPOINT_LOCK) is missing and "
-                        f"{settings.state / LOCK_FILE} was never derived; run `boot prepare` first",
-                        field="CHECKPOINT_LOCK")
+        raise BootError(
+            f"no checkpoint lock: {settings.checkpoint_lock} (CHECKPOINT_LOCK) is missing and "
+            f"{settings.state / LOCK_FILE} was never derived; run `boot prepare` first",
+            field="CHECKPOINT_LOCK",
+        )
     in_use.warn()
     return verify_rank0(settings, in_use, download=False, rehash_all=full)

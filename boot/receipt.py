@@ -11,6 +11,7 @@ refused (exit 2, naming it): a key another user wrote or can read could sign a f
 What this cannot stop: root on the host (it can read the key, or change the bytes under a
 mounted filesystem), which docs/boot.md's security notes say.
 """
+
 from __future__ import annotations
 
 import errno
@@ -44,8 +45,13 @@ class Identity(Document):
 
     @classmethod
     def of(cls, stat: os.stat_result) -> "Identity":
-        return cls(size=stat.st_size, mtime_ns=stat.st_mtime_ns, ctime_ns=stat.st_ctime_ns, inode=stat.st_ino,
-                   device=stat.st_dev)
+        return cls(
+            size=stat.st_size,
+            mtime_ns=stat.st_mtime_ns,
+            ctime_ns=stat.st_ctime_ns,
+            inode=stat.st_ino,
+            device=stat.st_dev,
+        )
 
 
 class Receipt(Document):
@@ -76,8 +82,11 @@ def _key(state: Path, *, create: bool) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
-        raise BootError(f"the receipt key cannot be read: {path} ({why}); expected a regular file owned by uid "
-                        f"{os.geteuid()} with mode 0600", field=str(path)) from None
+        raise BootError(
+            f"the receipt key cannot be read: {path} ({why}); expected a regular file owned by uid "
+            f"{os.geteuid()} with mode 0600",
+            field=str(path),
+        ) from None
     try:
         info = os.fstat(fd)  # of what was opened: no swap between the check and the read
         problems = []
@@ -88,15 +97,21 @@ def _key(state: Path, *, create: bool) -> bytes | None:
         if info.st_mode & 0o077:
             problems.append(f"has mode {stat.S_IMODE(info.st_mode):04o}")
         if problems:
-            raise BootError(f"the receipt key {path} {' and '.join(problems)}; expected a file owned by uid "
-                            f"{os.geteuid()} with mode 0600 (a key others wrote or can read could sign a forged "
-                            "receipt: remove it, and the next prepare makes a new one)", field=str(path))
+            raise BootError(
+                f"the receipt key {path} {' and '.join(problems)}; expected a file owned by uid "
+                f"{os.geteuid()} with mode 0600 (a key others wrote or can read could sign a forged "
+                "receipt: remove it, and the next prepare makes a new one)",
+                field=str(path),
+            )
         data = os.read(fd, MAX_KEY_BYTES + 1)
     finally:
         os.close(fd)
     if not MIN_KEY_BYTES <= len(data) <= MAX_KEY_BYTES:
-        raise BootError(f"the receipt key {path} holds {len(data)} bytes; at least {MIN_KEY_BYTES} and at most "
-                        f"{MAX_KEY_BYTES} allowed", field=str(path))
+        raise BootError(
+            f"the receipt key {path} holds {len(data)} bytes; at least {MIN_KEY_BYTES} and at most "
+            f"{MAX_KEY_BYTES} allowed",
+            field=str(path),
+        )
     return data
 
 

@@ -4,6 +4,7 @@ The API key goes to SGLang on its command line (`--api-key`): SGLang takes it no
 else, so it is visible to local processes through /proc on the serving host. It is
 stored 0600 in STATE_PATH and redacted from every log line we print.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,8 @@ ENGRAM_LAYERS = (1, 14)
 def gpu_lines() -> list[str]:
     try:
         output = subprocess.check_output(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"], text=True, timeout=30)
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"], text=True, timeout=30
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise BootError(f"nvidia-smi could not list the GPUs: {exc}", field="nvidia-smi") from None
     lines = output.strip().splitlines()
@@ -46,7 +48,9 @@ def check_ram_offload(settings: BootSettings, meminfo: Path = Path("/proc/meminf
     if not settings.allow_ram_offload:
         raise BootError(
             "RAM Engram offload pins ~189 GiB into host RAM, which on DGX Spark is the same pool as the GPU. "
-            "Use OFFLOAD_MODE=nvme (default). Set ALLOW_RAM_OFFLOAD=1 to override.", field="ALLOW_RAM_OFFLOAD")
+            "Use OFFLOAD_MODE=nvme (default). Set ALLOW_RAM_OFFLOAD=1 to override.",
+            field="ALLOW_RAM_OFFLOAD",
+        )
     index_path = settings.model / "model.safetensors.index.json"
     try:
         index = read_json_object(index_path, label=str(index_path))["weight_map"]
@@ -59,14 +63,18 @@ def check_ram_offload(settings: BootSettings, meminfo: Path = Path("/proc/meminf
     if available < needed:
         raise BootError(
             f"RAM offload needs at least {needed / 2**30:.1f} GiB available; found {available / 2**30:.1f}. "
-            "Use nvme mode.", field="OFFLOAD_MODE")
+            "Use nvme mode.",
+            field="OFFLOAD_MODE",
+        )
 
 
 def check_bind(settings: BootSettings) -> None:
     if settings.host not in LOOPBACK_HOSTS and not settings.api_key and not settings.internal_only:
         raise BootError(
             f"serving on {settings.host} with no API key: set API_KEY, bind HOST=127.0.0.1, or declare the network "
-            "internal-only with CONTAINER_INTERNAL_ONLY=1", field="API_KEY")
+            "internal-only with CONTAINER_INTERNAL_ONLY=1",
+            field="API_KEY",
+        )
 
 
 @dataclass(frozen=True)
@@ -85,9 +93,10 @@ def _table(value: Path | None, variable: str, notes: list[str]) -> str | None:
             return str(value)
     except OSError:
         pass
-    notes.append(f"{variable}={value} not found; " + ("staying on the verify-all schedule"
-                                                      if variable == "DSPARK_SPS_TABLE" else
-                                                      "not passing a confidence table"))
+    notes.append(
+        f"{variable}={value} not found; "
+        + ("staying on the verify-all schedule" if variable == "DSPARK_SPS_TABLE" else "not passing a confidence table")
+    )
     return None
 
 
@@ -96,41 +105,73 @@ def sglang_args(settings: BootSettings) -> LaunchPlan:
     if not CONTEXT_RANGE[0] <= context <= CONTEXT_RANGE[1]:
         raise BootError("Context must be 4096 through the model limit 1048576", field="CONTEXT_LENGTH")
     args = [
-        "--model-path", str(settings.model),
-        "--served-model-name", settings.served_model_name,
-        "--trust-remote-code", "--load-format", "safetensors",
-        "--tp-size", str(settings.tp_size), "--ep-size", str(settings.ep_size),
-        "--attention-backend", settings.attention_backend,
-        "--moe-runner-backend", settings.moe_runner_backend,
-        "--mem-fraction-static", settings.mem_fraction_static,
-        "--chunked-prefill-size", str(settings.chunked_prefill_size),
-        "--context-length", str(context),
-        "--max-running-requests", str(settings.max_running_requests),
-        "--cuda-graph-max-bs-decode", str(settings.cuda_graph_max_bs_decode),
-        "--random-seed", "0",
+        "--model-path",
+        str(settings.model),
+        "--served-model-name",
+        settings.served_model_name,
+        "--trust-remote-code",
+        "--load-format",
+        "safetensors",
+        "--tp-size",
+        str(settings.tp_size),
+        "--ep-size",
+        str(settings.ep_size),
+        "--attention-backend",
+        settings.attention_backend,
+        "--moe-runner-backend",
+        settings.moe_runner_backend,
+        "--mem-fraction-static",
+        settings.mem_fraction_static,
+        "--chunked-prefill-size",
+        str(settings.chunked_prefill_size),
+        "--context-length",
+        str(context),
+        "--max-running-requests",
+        str(settings.max_running_requests),
+        "--cuda-graph-max-bs-decode",
+        str(settings.cuda_graph_max_bs_decode),
+        "--random-seed",
+        "0",
         "--enable-decoder-swa-bounded-replay",
         "--enable-cache-report",
-        "--tool-call-parser", settings.tool_call_parser,
-        "--reasoning-parser", settings.reasoning_parser,
-        "--host", settings.host,
-        "--port", str(settings.port),
+        "--tool-call-parser",
+        settings.tool_call_parser,
+        "--reasoning-parser",
+        settings.reasoning_parser,
+        "--host",
+        settings.host,
+        "--port",
+        str(settings.port),
     ]
     notes: list[str] = []
     if settings.spec_algo:
-        args += ["--speculative-algorithm", settings.spec_algo,
-                 "--speculative-dspark-block-size", str(settings.dspark_block_size)]
+        args += [
+            "--speculative-algorithm",
+            settings.spec_algo,
+            "--speculative-dspark-block-size",
+            str(settings.dspark_block_size),
+        ]
         # Ragged verify needs a profiled SPS cost table (python -m sglang.benchmark.dspark_sps_profiler);
         # without one the planner verifies everything and DSpark buys nothing.
         if table := _table(settings.dspark_sps_table, "DSPARK_SPS_TABLE", notes):
-            args += ["--speculative-dspark-sps-table-path", table,
-                     "--speculative-dspark-align-verify-tokens-to-graph-tier"]
+            args += [
+                "--speculative-dspark-sps-table-path",
+                table,
+                "--speculative-dspark-align-verify-tokens-to-graph-tier",
+            ]
         if sts := _table(settings.dspark_sts_table, "DSPARK_STS_TABLE", notes):
             args += ["--speculative-dspark-confidence-sts-path", sts]
     if settings.nnodes > 1:
         if not settings.dist_init_addr:
             raise BootError("DIST_INIT_ADDR is required when NNODES>1", field="DIST_INIT_ADDR")
-        args += ["--nnodes", str(settings.nnodes), "--node-rank", str(settings.node_rank),
-                 "--dist-init-addr", settings.dist_init_addr]
+        args += [
+            "--nnodes",
+            str(settings.nnodes),
+            "--node-rank",
+            str(settings.node_rank),
+            "--dist-init-addr",
+            settings.dist_init_addr,
+        ]
     # Pin the KV pool: sized from free memory at load it varies ~2x between boots, and on
     # unified memory a bigger pool comes out of host RAM and stalls the head on reclaim.
     if settings.max_total_tokens:
@@ -149,8 +190,9 @@ class Server:
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], secret: str) -> None:
         self.redact = redactor(secret)
-        self.process = subprocess.Popen(list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True, start_new_session=True)
+        self.process = subprocess.Popen(
+            list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
         self._logs = threading.Thread(target=self._pump, daemon=True)
         self._logs.start()
 
@@ -181,10 +223,14 @@ def wait_healthy(settings: BootSettings, server: Server, client: httpx.Client, *
         except httpx.HTTPError:
             time.sleep(poll_s)
     if server.process.poll() is not None:
-        raise BootError(f"SGLang exited with code {server.process.returncode} before it became healthy; "
-                        "inspect the container logs", field="server")
-    raise BootError(f"Server failed to become healthy within READY_TIMEOUT_S={settings.ready_timeout_s}s; "
-                    "inspect container logs", field="READY_TIMEOUT_S")
+        raise BootError(
+            f"SGLang exited with code {server.process.returncode} before it became healthy; inspect the container logs",
+            field="server",
+        )
+    raise BootError(
+        f"Server failed to become healthy within READY_TIMEOUT_S={settings.ready_timeout_s}s; inspect container logs",
+        field="READY_TIMEOUT_S",
+    )
 
 
 SGLANG_MODULE = "sglang.launch_server"
@@ -205,8 +251,13 @@ def server_command(settings: BootSettings, plan: LaunchPlan) -> tuple[list[str],
     return argv, env
 
 
-def serve(settings: BootSettings, *, after_healthy: Callable[[], None] | None = None,
-          meminfo: Path = Path("/proc/meminfo"), poll_s: float = 5.0) -> int:
+def serve(
+    settings: BootSettings,
+    *,
+    after_healthy: Callable[[], None] | None = None,
+    meminfo: Path = Path("/proc/meminfo"),
+    poll_s: float = 5.0,
+) -> int:
     """Start SGLang, forward SIGTERM/SIGINT to its group, wait healthy, run `after_healthy`
     (smoke and warm-up) on rank 0, then wait for the server to end."""
     plan = sglang_args(settings)
@@ -216,10 +267,20 @@ def serve(settings: BootSettings, *, after_healthy: Callable[[], None] | None = 
         check_ram_offload(settings, meminfo)
     for note in plan.notes:
         print(note, flush=True)
-    save(settings.state, "launch.json", {
-        "revision": REVISION, "offload_mode": plan.offload_mode, "args": plan.args, "gpus": gpus,
-        "nnodes": settings.nnodes, "node_rank": settings.node_rank, "tp": settings.tp_size, "ep": settings.ep_size,
-    })
+    save(
+        settings.state,
+        "launch.json",
+        {
+            "revision": REVISION,
+            "offload_mode": plan.offload_mode,
+            "args": plan.args,
+            "gpus": gpus,
+            "nnodes": settings.nnodes,
+            "node_rank": settings.node_rank,
+            "tp": settings.tp_size,
+            "ep": settings.ep_size,
+        },
+    )
     if settings.api_key:
         store_api_key(settings.state, settings.api_key)
     argv, env = server_command(settings, plan)

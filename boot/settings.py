@@ -5,6 +5,7 @@ refuses a bad value at start, naming the variable and the value seen; `--help` a
 docs/boot.md's table are generated from the same declarations. The pinned repository and
 revision live here too.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from attest.settings import (Setting, ascii_integer, flag, help_table as _help_table, integer,
-                             markdown_table as _markdown_table, optional_path, path, read_settings, real, refuse,
-                             text, token)
+from attest.settings import (
+    Setting,
+    ascii_integer,
+    flag,
+    integer,
+    optional_path,
+    path,
+    read_settings,
+    real,
+    refuse,
+    text,
+    token,
+)
+from attest.settings import help_table as _help_table
+from attest.settings import markdown_table as _markdown_table
 from boot.errors import BootError
 
 REPO = "deepseek-ai/DeepSeek-V4.1-Flash"
@@ -105,28 +118,53 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SERVER_PORT", "port", "8888", integer(1, 65535, expected="an integer in 1..65535"), "API port"),
     Setting("HOST", "host", "0.0.0.0", token, "bind address of the API"),
     Setting("API_KEY", "api_key", "", api_key, "API key clients must send; empty, none, off, dummy or 0: none"),
-    Setting("CONTAINER_INTERNAL_ONLY", "internal_only", "0", flag,
-            "1: the network is internal-only, so a wildcard bind without a key is allowed"),
+    Setting(
+        "CONTAINER_INTERNAL_ONLY",
+        "internal_only",
+        "0",
+        flag,
+        "1: the network is internal-only, so a wildcard bind without a key is allowed",
+    ),
     Setting("NNODES", "nnodes", "1", integer(1, 64), "number of nodes"),
     Setting("NODE_RANK", "node_rank", "0", integer(0, 63), "this node's rank (0 downloads and verifies)"),
     Setting("TP_SIZE", "tp_size", _tp_default, integer(1, 512), "tensor parallel size (default: TP, else 3)"),
-    Setting("EP_SIZE", "ep_size", lambda env: env.get("TP_SIZE", _tp_default(env)), integer(1, 512),
-            "expert parallel size (default: TP_SIZE)"),
+    Setting(
+        "EP_SIZE",
+        "ep_size",
+        lambda env: env.get("TP_SIZE", _tp_default(env)),
+        integer(1, 512),
+        "expert parallel size (default: TP_SIZE)",
+    ),
     Setting("DIST_INIT_ADDR", "dist_init_addr", "", text, "host:port of rank 0, required when NNODES>1"),
     Setting("SERVED_MODEL_NAME", "served_model_name", "deepseek-v4.1-flash", token, "model name the API serves"),
-    Setting("MODEL_REVISION", "model_revision", "", revision_or_empty,
-            "optional: the revision the operator expects; checked against the image pin"),
+    Setting(
+        "MODEL_REVISION",
+        "model_revision",
+        "",
+        revision_or_empty,
+        "optional: the revision the operator expects; checked against the image pin",
+    ),
     Setting("CHECKPOINT_LOCK", "checkpoint_lock", DEFAULT_LOCK_PATH, path, "the checkpoint lock file"),
-    Setting("CHECKPOINT_LOCK_SHA256", "checkpoint_lock_sha256", "", sha256_or_empty,
-            "the lock's sha256 when no image pin gives it"),
+    Setting(
+        "CHECKPOINT_LOCK_SHA256",
+        "checkpoint_lock_sha256",
+        "",
+        sha256_or_empty,
+        "the lock's sha256 when no image pin gives it",
+    ),
     Setting("HF_ENDPOINT", "hf_endpoint", "", url_or_empty, "hub or mirror to download from (huggingface_hub)"),
     Setting("DOWNLOAD_STALL_S", "download_stall_s", "120", seconds, "give up on a file after this long with no bytes"),
     Setting("DOWNLOAD_DEADLINE_S", "download_deadline_s", "21600", seconds, "deadline of the whole download"),
     Setting("DOWNLOAD_ATTEMPTS", "download_attempts", "3", integer(1, 20), "attempts per file before refusing"),
     Setting("DOWNLOAD_WORKERS", "download_workers", "4", integer(1, 32), "files downloaded in parallel"),
     Setting("VERIFY_WORKERS", "verify_workers", "0", integer(0, 256), "hashing threads (0: one per core)"),
-    Setting("RANK_WAIT_TIMEOUT_S", "rank_wait_s", "3600", integer(0, 10**7),
-            "ranks > 0: how long to wait for rank 0's verified checkpoint"),
+    Setting(
+        "RANK_WAIT_TIMEOUT_S",
+        "rank_wait_s",
+        "3600",
+        integer(0, 10**7),
+        "ranks > 0: how long to wait for rank 0's verified checkpoint",
+    ),
     Setting("READY_TIMEOUT_S", "ready_timeout_s", "3600", integer(1, 10**7), "how long SGLang may take to be healthy"),
     Setting("SKIP_PREPARE", "skip_prepare", "0", exactly_one, "1: use the checkpoint as it is (no download, no lock)"),
     Setting("SKIP_VERIFY", "skip_verify", "0", exactly_one, "1: do not re-hash files already on disk"),
@@ -134,19 +172,44 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SMOKE_QUICK", "smoke_quick", "0", exactly_one, "1: only the arithmetic smoke check"),
     Setting("WARMUP", "warmup", "1", not_off, "0, off or false: no warm-up"),
     Setting("WARMUP_PROMPT_WORDS", "warmup_prompt_words", "12,200,900,3600", word_counts, "warm-up prompt sizes"),
-    Setting("SGLANG_PYTHON", "engine_python", "", lambda raw, var: text(raw, var) or sys.executable,
-            "the interpreter that has SGLang (default: this one)"),
+    Setting(
+        "SGLANG_PYTHON",
+        "engine_python",
+        "",
+        lambda raw, var: text(raw, var) or sys.executable,
+        "the interpreter that has SGLang (default: this one)",
+    ),
     Setting("OFFLOAD_MODE", "offload_mode", "nvme", offload_mode, "where the Engram tables live"),
     Setting("ALLOW_RAM_OFFLOAD", "allow_ram_offload", "0", exactly_one, "1: allow OFFLOAD_MODE=ram"),
-    Setting("CONTEXT_LENGTH", "context_length", "409600",
-            integer(-10**12, 10**12, expected="an integer"), "context length (4096..1048576)"),
+    Setting(
+        "CONTEXT_LENGTH",
+        "context_length",
+        "409600",
+        integer(-(10**12), 10**12, expected="an integer"),
+        "context length (4096..1048576)",
+    ),
     Setting("MEM_FRACTION_STATIC", "mem_fraction_static", "0.95", fraction, "SGLang --mem-fraction-static"),
-    Setting("CHUNKED_PREFILL_SIZE", "chunked_prefill_size", "2048",
-            integer(0, 10**9, expected="a non-negative integer"), "SGLang --chunked-prefill-size"),
-    Setting("MAX_RUNNING_REQUESTS", "max_running_requests", "4",
-            integer(1, 100_000, expected="a non-negative integer of at least 1"), "SGLang --max-running-requests"),
-    Setting("CUDA_GRAPH_MAX_BS_DECODE", "cuda_graph_max_bs_decode", lambda env: env.get("MAX_RUNNING_REQUESTS", "4"),
-            integer(0, 100_000, expected="a non-negative integer"), "default: MAX_RUNNING_REQUESTS"),
+    Setting(
+        "CHUNKED_PREFILL_SIZE",
+        "chunked_prefill_size",
+        "2048",
+        integer(0, 10**9, expected="a non-negative integer"),
+        "SGLang --chunked-prefill-size",
+    ),
+    Setting(
+        "MAX_RUNNING_REQUESTS",
+        "max_running_requests",
+        "4",
+        integer(1, 100_000, expected="a non-negative integer of at least 1"),
+        "SGLang --max-running-requests",
+    ),
+    Setting(
+        "CUDA_GRAPH_MAX_BS_DECODE",
+        "cuda_graph_max_bs_decode",
+        lambda env: env.get("MAX_RUNNING_REQUESTS", "4"),
+        integer(0, 100_000, expected="a non-negative integer"),
+        "default: MAX_RUNNING_REQUESTS",
+    ),
     Setting("ATTENTION_BACKEND", "attention_backend", "dsv4", token, "SGLang --attention-backend"),
     Setting("MOE_RUNNER_BACKEND", "moe_runner_backend", "flashinfer_mxfp4", token, "SGLang --moe-runner-backend"),
     Setting("TOOL_CALL_PARSER", "tool_call_parser", "deepseekv41", token, "SGLang --tool-call-parser"),
@@ -155,8 +218,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DSPARK_BLOCK_SIZE", "dspark_block_size", "5", integer(1, 64), "DSpark block size"),
     Setting("DSPARK_SPS_TABLE", "dspark_sps_table", "", optional_path, "profiled SPS cost table (file)"),
     Setting("DSPARK_STS_TABLE", "dspark_sts_table", "", optional_path, "confidence STS table (file)"),
-    Setting("MAX_TOTAL_TOKENS", "max_total_tokens", "0", integer(0, 10**12, expected="a non-negative integer"),
-            "pin the KV pool size (0: SGLang sizes it)"),
+    Setting(
+        "MAX_TOTAL_TOKENS",
+        "max_total_tokens",
+        "0",
+        integer(0, 10**12, expected="a non-negative integer"),
+        "pin the KV pool size (0: SGLang sizes it)",
+    ),
     Setting("EXTRA_SGLANG_ARGS", "extra_sglang_args", "", extra_args, "further SGLang arguments (shell-quoted)"),
 )
 
@@ -221,8 +289,10 @@ class BootSettings:
         values, defaulted = read_settings(SETTINGS, env, BootError)
         settings = cls(**values, defaults_used=defaulted, passthrough_env=env)
         if not settings.node_rank < settings.nnodes:
-            raise BootError(f"NODE_RANK must be in 0..NNODES-1 (NNODES={settings.nnodes}, NODE_RANK="
-                            f"{settings.node_rank})", field="NODE_RANK")
+            raise BootError(
+                f"NODE_RANK must be in 0..NNODES-1 (NNODES={settings.nnodes}, NODE_RANK={settings.node_rank})",
+                field="NODE_RANK",
+            )
         return settings
 
     @property
@@ -235,5 +305,5 @@ def help_table() -> str:
 
 
 def markdown_table() -> str:
-    """docs/boot.md's table of boot's settings (tests/docs_test.py keeps them equal)."""
+    """docs/boot.md's table of boot's settings (tests/system/docs_test.py keeps them equal)."""
     return _markdown_table(SETTINGS)

@@ -1,4 +1,5 @@
 """State files under STATE_PATH: JSON written atomically, the API key file at 0600."""
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@ while hashed. Expected digests come only from the lock. A file whose identity ma
 receipt (boot.receipt) is not re-hashed; `--full` re-hashes everything. Files the lock does
 not list are refused where the engine would load them, listed otherwise.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from attest.errors import AttestError
 from attest.hashing import Progress, digest_fd
-from attest.lock import PARTIAL_DIR, PUBLISHED_LOCK, VERIFIED_MARKER, WORKING_NAMES, CheckpointLock, LockedFile
+from attest.lock import WORKING_NAMES, CheckpointLock, LockedFile
 from attest.reader import loads_object
 from attest.tree import open_regular, stat_regular, walk_files
 from boot.errors import BootError
@@ -28,8 +29,21 @@ WEIGHT_INDEX = "model.safetensors.index.json"
 OWN_NAMES = WORKING_NAMES
 # What SGLang, transformers and the tokenizers load from a model directory: code under
 # --trust-remote-code, weights, configs, tokenizer and template files.
-ENGINE_LOADED_SUFFIXES = (".py", ".pyc", ".so", ".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model",
-                          ".tiktoken", ".txt", ".jinja")
+ENGINE_LOADED_SUFFIXES = (
+    ".py",
+    ".pyc",
+    ".so",
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".gguf",
+    ".json",
+    ".model",
+    ".tiktoken",
+    ".txt",
+    ".jinja",
+)
 MAX_INDEX_BYTES = 64 * 1024 * 1024
 
 
@@ -75,16 +89,26 @@ def _hash_one(model: Path, item: LockedFile, progress: Progress) -> tuple[Identi
         return None, f"{item.path} cannot be read: {exc.strerror or exc}"
     finally:
         progress.file_done()
-    if (before.st_size, before.st_mtime_ns, before.st_ctime_ns) != (after.st_size, after.st_mtime_ns,
-                                                                     after.st_ctime_ns):
+    if (before.st_size, before.st_mtime_ns, before.st_ctime_ns) != (
+        after.st_size,
+        after.st_mtime_ns,
+        after.st_ctime_ns,
+    ):
         return None, f"checkpoint file changed while it was hashed: {item.path}"
     if digest != item.digest:
         return None, f"Hash mismatch: {item.path} ({item.algorithm} expected {item.digest}, found {digest})"
     return Identity.of(after), ""
 
 
-def check_local(model: Path, lock: CheckpointLock, receipt: Receipt | None, *, rehash_all: bool = False,
-                workers: int = 0, quiet: bool = False) -> LocalCheck:
+def check_local(
+    model: Path,
+    lock: CheckpointLock,
+    receipt: Receipt | None,
+    *,
+    rehash_all: bool = False,
+    workers: int = 0,
+    quiet: bool = False,
+) -> LocalCheck:
     """Every locked file on disk, hashed unless the receipt vouches for its exact identity."""
     result = LocalCheck()
     to_hash: list[LockedFile] = []
@@ -97,8 +121,9 @@ def check_local(model: Path, lock: CheckpointLock, receipt: Receipt | None, *, r
         if found is None:
             result.problems[item.path] = f"checkpoint file is missing: {item.path} (under {model})"
         elif found.st_size != item.size:
-            result.problems[item.path] = (f"Wrong file size: {item.path} (expected {item.size} bytes, "
-                                          f"found {found.st_size})")
+            result.problems[item.path] = (
+                f"Wrong file size: {item.path} (expected {item.size} bytes, found {found.st_size})"
+            )
         elif not rehash_all and receipt is not None and receipt.files.get(item.path) == Identity.of(found):
             result.good[item.path] = Identity.of(found)
             result.reused += 1
@@ -150,29 +175,43 @@ def check_weight_index(model: Path, lock: CheckpointLock) -> None:
         raise BootError(f"{WEIGHT_INDEX} has no readable weight_map", field=WEIGHT_INDEX)
     missing = sorted(set(weight_map.values()) - set(lock.by_path))
     if missing:
-        raise BootError(f"weight index names shards that the checkpoint lock does not list: {missing[:5]}",
-                        field=WEIGHT_INDEX)
+        raise BootError(
+            f"weight index names shards that the checkpoint lock does not list: {missing[:5]}", field=WEIGHT_INDEX
+        )
 
 
-def finish(model: Path, lock: CheckpointLock, check: LocalCheck, *, started: float, trust: str,
-           quiet: bool = False) -> VerifyReport:
+def finish(
+    model: Path, lock: CheckpointLock, check: LocalCheck, *, started: float, trust: str, quiet: bool = False
+) -> VerifyReport:
     """The checks after every file matched: nothing unexpected, the index covered."""
     refused, extra = unexpected_files(model, lock)
     if refused:
-        raise BootError(f"files in {model} that the checkpoint lock does not list and the engine would load: "
-                        f"{refused[:5]}{' …' if len(refused) > 5 else ''}; remove them", field=refused[0].split(" ")[0])
+        raise BootError(
+            f"files in {model} that the checkpoint lock does not list and the engine would load: "
+            f"{refused[:5]}{' …' if len(refused) > 5 else ''}; remove them",
+            field=refused[0].split(" ")[0],
+        )
     if extra and not quiet:
-        print(f"note: {len(extra)} file(s) in {model} are not in the checkpoint lock (not loaded by the engine): "
-              f"{extra[:5]}", file=sys.stderr, flush=True)
+        print(
+            f"note: {len(extra)} file(s) in {model} are not in the checkpoint lock (not loaded by the engine): "
+            f"{extra[:5]}",
+            file=sys.stderr,
+            flush=True,
+        )
     check_weight_index(model, lock)
     seconds = time.monotonic() - started
-    report = VerifyReport(len(lock.files), check.hashed, check.reused, check.hashed_bytes, seconds, trust,
-                          check.downloaded, tuple(extra))
+    report = VerifyReport(
+        len(lock.files), check.hashed, check.reused, check.hashed_bytes, seconds, trust, check.downloaded, tuple(extra)
+    )
     if not quiet:
-        print(f"Verified {report.files} files against the {trust} checkpoint lock in {seconds:.2f} s: "
-              f"{report.downloaded} downloaded and hashed as they arrived, {report.hashed} hashed from disk "
-              f"({report.hashed_bytes / 1e9:.2f} GB, {report.throughput_mb_s:.0f} MB/s), {report.reused} unchanged "
-              "since the receipt", file=sys.stderr, flush=True)
+        print(
+            f"Verified {report.files} files against the {trust} checkpoint lock in {seconds:.2f} s: "
+            f"{report.downloaded} downloaded and hashed as they arrived, {report.hashed} hashed from disk "
+            f"({report.hashed_bytes / 1e9:.2f} GB, {report.throughput_mb_s:.0f} MB/s), {report.reused} unchanged "
+            "since the receipt",
+            file=sys.stderr,
+            flush=True,
+        )
     return report
 
 

@@ -5,6 +5,7 @@ The image runs `python3 -I -S omni-run MODULE ...`: -I ignores PYTHONPATH and th
 site, -S leaves the engine's site-packages out, so our pinned dependencies never mix
 with the engine's. The engine itself is exec'd later with its own environment.
 """
+
 import runpy
 import sys
 

@@ -3,9 +3,10 @@
     bazel run //images:update_digests
 
 Run it after a change that changes an image (code in the images, pins, locks, tools) and
-commit the file with the change: //tests:digests_test then holds every host that builds
+commit the file with the change: //tests/system:digests_test then holds every host that builds
 this commit to these digests, and explains a difference by layer and first file.
 """
+
 import os
 import sys
 from pathlib import Path
@@ -24,5 +25,4 @@ if __name__ == "__main__":
     if not workspace:
         raise SystemExit("update_digests: run it with `bazel run //images:update_digests`")
     output = Path(workspace) / "images" / "digests.json"
-    raise SystemExit(main(["update", "--output", str(output),
-                           *(f"{name}=images/{name}.layout" for name in IMAGES)]))
+    raise SystemExit(main(["update", "--output", str(output), *(f"{name}=images/{name}.layout" for name in IMAGES)]))

@@ -3,6 +3,7 @@
 Nothing here loads weight data except optional shard hashing, which the attestation asks
 for by listing per-shard digests.
 """
+
 from __future__ import annotations
 
 import os
@@ -76,8 +77,9 @@ def _exact_text_config(config: dict[str, Any], profile: "TargetProfile") -> tupl
         )
     text_config, prefix = profile.text_fields(config)
     if text_config is None:
-        raise LauncherError(f"target config has no {profile.text_config} object",
-                            field=f"config.json:{profile.text_config}")
+        raise LauncherError(
+            f"target config has no {profile.text_config} object", field=f"config.json:{profile.text_config}"
+        )
     for key, expected in profile.text_shape.items():
         value = text_config.get(key)
         # Exact JSON types: true is not 1, 1.0 is not 1.
@@ -100,15 +102,23 @@ def _indexed_shards(root: Path, index_path: Path, index: dict[str, Any]) -> tupl
     if not isinstance(weight_map, dict) or not weight_map:
         raise LauncherError("target weight index has no weight_map", field=f"{index_path.name}:weight_map")
     if not all(isinstance(value, str) for value in weight_map.values()):
-        raise LauncherError("target weight index maps a tensor to something other than a file name",
-                            field=f"{index_path.name}:weight_map")
+        raise LauncherError(
+            "target weight index maps a tensor to something other than a file name",
+            field=f"{index_path.name}:weight_map",
+        )
     names = sorted(set(weight_map.values()))
     return weight_map, {name: child_file(root, name, label="target weight shard") for name in names}
 
 
 def build_checkpoint_attestation(
-    model_path: Path, *, model_id: str, revision: str, hash_shards: bool = False, workers: int = 0,
-    path_setting: str = "MODEL_PATH", revision_setting: str = "MODEL_REVISION",
+    model_path: Path,
+    *,
+    model_id: str,
+    revision: str,
+    hash_shards: bool = False,
+    workers: int = 0,
+    path_setting: str = "MODEL_PATH",
+    revision_setting: str = "MODEL_REVISION",
     profile: "TargetProfile | None" = None,
 ) -> CheckpointAttestation:
     """Describe a local checkpoint without loading weights (unless `hash_shards`).
@@ -157,8 +167,7 @@ def _verify_shard_digests(attested: list[ShardDigest], shards: dict[str, Path], 
         actual = path.stat().st_size
         if actual != listed[name].size:
             raise LauncherError(
-                f"target weight shard {name} has {actual} bytes, its attestation says {listed[name].size}",
-                field=name,
+                f"target weight shard {name} has {actual} bytes, its attestation says {listed[name].size}", field=name
             )
     digests = hash_files_parallel(shards.values(), label="verifying shards", workers=workers)
     for name, path in shards.items():
@@ -171,8 +180,9 @@ def _verify_shard_digests(attested: list[ShardDigest], shards: dict[str, Path], 
     return len(shards)
 
 
-def _native_mtp(text_config: dict[str, Any], prefix: str, tensor_names: set[str],
-                profile: "TargetProfile") -> tuple[bool, str]:
+def _native_mtp(
+    text_config: dict[str, Any], prefix: str, tensor_names: set[str], profile: "TargetProfile"
+) -> tuple[bool, str]:
     layout = profile.mtp
     if layout is None:
         return False, f"the target profile {profile.name} has no native MTP layout"
@@ -217,13 +227,16 @@ def inspect_target_checkpoint(
             f"exact checkpoint attestation is missing; expected {CHECKPOINT_ATTESTATION_FILE} at {manifest_path}",
             field="QWEN_CHECKPOINT_MANIFEST_PATH",
         )
-    expected = require_sha256(expected_manifest_sha256, "QWEN_CHECKPOINT_MANIFEST_SHA256") \
-        if expected_manifest_sha256 else ""
+    expected = (
+        require_sha256(expected_manifest_sha256, "QWEN_CHECKPOINT_MANIFEST_SHA256") if expected_manifest_sha256 else ""
+    )
     # One read: the pin is checked on exactly the bytes that are parsed (no swap in between).
     read = read_file(manifest_path, label=ATTESTATION, max_bytes=MAX_JSON_BYTES)
     if expected and read.sha256 != expected:
-        raise LauncherError(f"checkpoint attestation SHA-256 does not match its external pin (pinned {expected}, "
-                            f"found {read.sha256})", field="QWEN_CHECKPOINT_MANIFEST_SHA256")
+        raise LauncherError(
+            f"checkpoint attestation SHA-256 does not match its external pin (pinned {expected}, found {read.sha256})",
+            field="QWEN_CHECKPOINT_MANIFEST_SHA256",
+        )
     manifest = parse_document(CheckpointAttestation, loads_object(read.data, label=ATTESTATION), label=ATTESTATION)
     if manifest.model_id != model_id:
         raise LauncherError("checkpoint attestation model_id does not match MODEL_ID", field=f"{ATTESTATION}.model_id")
@@ -239,8 +252,7 @@ def inspect_target_checkpoint(
     index, index_sha = _read_json(index_path, "target weight index")
     if index_sha != manifest.weight_index_sha256:
         raise LauncherError(
-            "checkpoint weight index SHA-256 does not match its attestation",
-            field=f"{ATTESTATION}.weight_index_sha256",
+            "checkpoint weight index SHA-256 does not match its attestation", field=f"{ATTESTATION}.weight_index_sha256"
         )
     weight_map, shards = _indexed_shards(root, index_path, index)
     if len(shards) != manifest.expected_shard_count:

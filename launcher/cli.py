@@ -4,6 +4,7 @@ Exit codes: 0 after --inspect-only/--explain, 2 on any refusal (JSON on stderr:
 {"ok": false, "error": ..., "field": ...}), 127 if exec returned. Otherwise the process
 becomes the vLLM server.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,16 +13,16 @@ import os
 import sys
 from typing import Callable, Mapping, Sequence
 
-from attest.errors import AttestError, refusing_main, report_refusal
-from launcher.checkpoint import inspect_target_checkpoint
-from attest.engine import engine_search_path
 from attest.baked import baked_path, load_baked
+from attest.engine import engine_search_path
+from attest.errors import AttestError, refusing_main, report_refusal
 from attest.primitives import require_writable_cache_env
+from attest.settings import note_default
+from launcher.checkpoint import inspect_target_checkpoint
 from launcher.engine_probe import probe_installed_vllm
 from launcher.hardware import detect_nvidia_gpus, detect_rocm_architectures
 from launcher.selection import explanation_table, select_mode
 from launcher.server import OFFLINE_ENV, build_server_command
-from attest.settings import note_default
 from launcher.settings import SETTINGS, LauncherSettings, help_table
 from launcher.target import PROFILE_SETTING, select_target_profile
 
@@ -37,11 +38,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         epilog="settings (environment variables):\n" + help_table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--inspect-only", action="store_true",
-                        help="validate and print the decision without starting vLLM or loading a model")
-    parser.add_argument("--explain", action="store_true",
-                        help="judge every mode (autoregressive, native MTP, DFlash2 canary), print why each is "
-                        "accepted or rejected (JSON on stdout, a table on stderr); never starts vLLM")
+    parser.add_argument(
+        "--inspect-only",
+        action="store_true",
+        help="validate and print the decision without starting vLLM or loading a model",
+    )
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="judge every mode (autoregressive, native MTP, DFlash2 canary), print why each is "
+        "accepted or rejected (JSON on stdout, a table on stderr); never starts vLLM",
+    )
     return parser.parse_args(argv)
 
 
@@ -102,8 +109,10 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
     if os.environ.get("API_KEY"):
         warnings.append("API_KEY is set but this launcher reads QWEN_API_KEY (API_KEY is boot's): it is ignored")
     if command.api_key_transport == "command_line":
-        warnings.append("the installed vLLM does not read VLLM_API_KEY: the API key is on the server's command "
-                        "line, readable by local processes through /proc")
+        warnings.append(
+            "the installed vLLM does not read VLLM_API_KEY: the API key is on the server's command "
+            "line, readable by local processes through /proc"
+        )
     if warnings:
         report["warnings"] = warnings
         for warning in warnings:

@@ -2,6 +2,7 @@
 
 Any failed check raises LauncherError; the selector turns that into a recorded fallback.
 """
+
 from __future__ import annotations
 
 import os
@@ -9,21 +10,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from attest.documents import DocumentT, read_document
-from attest.speculation import (
-    PARITY_CASES,
-    SPECULATOR_ATTESTATION_FILE,
-    DFlash2Gate,
-    SpeculatorAttestation,
-)
-from attest.hashing import sha256_file
 from attest.errors import AttestError
+from attest.hashing import sha256_file
 from attest.primitives import child_file, local_root, require_revision, require_sha256
+from attest.profile import DrafterProfile
 from attest.reader import read_json_file, refuse_nul
+from attest.speculation import PARITY_CASES, SPECULATOR_ATTESTATION_FILE, DFlash2Gate, SpeculatorAttestation
 from launcher.checkpoint import CheckpointInspection
 from launcher.engine_probe import VllmCapabilities
 from launcher.errors import LauncherError
 from launcher.settings import LauncherSettings
-from attest.profile import DrafterProfile
 
 SPECULATOR = "DFlash2 attestation"
 GATE = "DFlash2 gate"
@@ -31,7 +27,9 @@ REQUIRED_CONCURRENCY = {1, 2}
 MIN_SAMPLES_PER_MODE = 100
 
 
-def _pinned(model: type[DocumentT], path: Path, label: str, pinned: str, pin_field: str) -> tuple[DocumentT | None, str]:
+def _pinned(
+    model: type[DocumentT], path: Path, label: str, pinned: str, pin_field: str
+) -> tuple[DocumentT | None, str]:
     """One read: the pin is checked on exactly the bytes that are parsed. (None, why) when
     the bytes do not have the pinned sha256."""
     try:
@@ -44,7 +42,9 @@ def _pinned(model: type[DocumentT], path: Path, label: str, pinned: str, pin_fie
 
 def _drafter(target: CheckpointInspection) -> DrafterProfile:
     if target.profile.dflash2 is None:
-        raise LauncherError(f"the target profile {target.profile.name} allows no DFlash2 canary", field="INFERENCE_MODE")
+        raise LauncherError(
+            f"the target profile {target.profile.name} allows no DFlash2 canary", field="INFERENCE_MODE"
+        )
     return target.profile.dflash2
 
 
@@ -57,12 +57,16 @@ def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) 
     config_path = child_file(root, "config.json", label="DFlash2 config")
     config, config_read = read_json_file(config_path, label="DFlash2 config")
     if config.get("architectures") != [drafter.architecture]:
-        raise LauncherError(f"DFlash2 config does not declare {drafter.architecture}", field="DFlash2 config.architectures")
+        raise LauncherError(
+            f"DFlash2 config does not declare {drafter.architecture}", field="DFlash2 config.architectures"
+        )
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type.strip():
         # vLLM reads a draft model's config.json through transformers, which refuses it without one.
-        raise LauncherError(f"DFlash2 config has no model_type (found {model_type!r}); vLLM cannot load it",
-                            field="DFlash2 config.model_type")
+        raise LauncherError(
+            f"DFlash2 config has no model_type (found {model_type!r}); vLLM cannot load it",
+            field="DFlash2 config.model_type",
+        )
     for key, expected in drafter.shape.items():
         if config.get(key) != expected:
             raise LauncherError(
@@ -71,8 +75,10 @@ def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) 
                 field=f"DFlash2 config.{key}",
             )
     declared = config.get("dflash_config")
-    if not isinstance(declared, dict) or \
-            {key: declared.get(key) for key in drafter.drafter_config} != drafter.drafter_config:
+    if (
+        not isinstance(declared, dict)
+        or {key: declared.get(key) for key in drafter.drafter_config} != drafter.drafter_config
+    ):
         raise LauncherError(
             "DFlash2 config does not match the exact published drafter shape", field="DFlash2 config.dflash_config"
         )
@@ -80,13 +86,18 @@ def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) 
     expected_manifest_sha = require_sha256(settings.dflash2_manifest_sha256, "DFLASH2_MANIFEST_SHA256")
     if not os.path.lexists(manifest_path):
         raise LauncherError(f"DFlash2 attestation is missing: {manifest_path}", field=SPECULATOR_ATTESTATION_FILE)
-    manifest, mismatch = _pinned(SpeculatorAttestation, manifest_path, SPECULATOR, expected_manifest_sha,
-                                 "DFLASH2_MANIFEST_SHA256")
+    manifest, mismatch = _pinned(
+        SpeculatorAttestation, manifest_path, SPECULATOR, expected_manifest_sha, "DFLASH2_MANIFEST_SHA256"
+    )
     if manifest is None:
-        raise LauncherError(f"DFlash2 attestation file SHA-256 does not match the pinned value: {mismatch}",
-                            field="DFLASH2_MANIFEST_SHA256")
+        raise LauncherError(
+            f"DFlash2 attestation file SHA-256 does not match the pinned value: {mismatch}",
+            field="DFLASH2_MANIFEST_SHA256",
+        )
     if manifest.model_id != drafter.model_id:
-        raise LauncherError("DFlash2 attestation has the wrong schema or exact model_id", field=f"{SPECULATOR}.model_id")
+        raise LauncherError(
+            "DFlash2 attestation has the wrong schema or exact model_id", field=f"{SPECULATOR}.model_id"
+        )
     if manifest.revision != revision:
         raise LauncherError("DFlash2 attestation revision does not match its pin", field=f"{SPECULATOR}.revision")
     if (manifest.target.model_id, manifest.target.revision) != (target.model_id, target.revision):
@@ -94,9 +105,13 @@ def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) 
             "DFlash2 attestation is not bound to the exact target checkpoint", field=f"{SPECULATOR}.target"
         )
     if config_read.sha256 != manifest.config_sha256:
-        raise LauncherError("DFlash2 config SHA-256 does not match its attestation", field=f"{SPECULATOR}.config_sha256")
+        raise LauncherError(
+            "DFlash2 config SHA-256 does not match its attestation", field=f"{SPECULATOR}.config_sha256"
+        )
     if len(manifest.weight_files) != 1:
-        raise LauncherError("DFlash2 attestation must list its one exact weight file", field=f"{SPECULATOR}.weight_files")
+        raise LauncherError(
+            "DFlash2 attestation must list its one exact weight file", field=f"{SPECULATOR}.weight_files"
+        )
     for item in manifest.weight_files:
         if item.path != drafter.weight_file:
             raise LauncherError(
@@ -150,10 +165,7 @@ def _check_gate_document(gate: DFlash2Gate, binding: dict[str, str], min_improve
 
 
 def verify_dflash2_gate(
-    settings: LauncherSettings,
-    target: CheckpointInspection,
-    vllm: VllmCapabilities,
-    hardware_arches: Sequence[str],
+    settings: LauncherSettings, target: CheckpointInspection, vllm: VllmCapabilities, hardware_arches: Sequence[str]
 ) -> dict[str, Any]:
     """The speculative config of a DFlash2 canary whose every gate passed; else raises."""
     drafter = _drafter(target)
@@ -181,11 +193,14 @@ def verify_dflash2_gate(
     expected_gate_sha = require_sha256(settings.dflash2_gate_sha256, "QWEN_DFLASH2_GATE_SHA256")
     if not os.path.lexists(refuse_nul(settings.dflash2_gate_path, "QWEN_DFLASH2_GATE_PATH")):
         raise LauncherError(f"DFlash2 gate is missing: {settings.dflash2_gate_path}", field="QWEN_DFLASH2_GATE_PATH")
-    gate, mismatch = _pinned(DFlash2Gate, settings.dflash2_gate_path, GATE, expected_gate_sha,
-                             "QWEN_DFLASH2_GATE_SHA256")
+    gate, mismatch = _pinned(
+        DFlash2Gate, settings.dflash2_gate_path, GATE, expected_gate_sha, "QWEN_DFLASH2_GATE_SHA256"
+    )
     if gate is None:
-        raise LauncherError(f"DFlash2 parity/benchmark gate SHA-256 does not match its pin: {mismatch}",
-                            field="QWEN_DFLASH2_GATE_SHA256")
+        raise LauncherError(
+            f"DFlash2 parity/benchmark gate SHA-256 does not match its pin: {mismatch}",
+            field="QWEN_DFLASH2_GATE_SHA256",
+        )
     binding = {
         "engine": "vllm",
         "target_model_id": target.model_id,
@@ -197,8 +212,4 @@ def verify_dflash2_gate(
         "gpu_arch": hardware.gpu_arch,
     }
     _check_gate_document(gate, binding, settings.dflash2_min_p95_improvement_percent)
-    return {
-        "method": "dflash",
-        "model": str(speculator_root),
-        "num_speculative_tokens": drafter.speculative_tokens,
-    }
+    return {"method": "dflash", "model": str(speculator_root), "num_speculative_tokens": drafter.speculative_tokens}

@@ -4,6 +4,7 @@ Importing vllm (or torch) can initialise an accelerator, so nothing here imports
 The probe may look into another interpreter's environment (the engine's), found by asking
 that interpreter for its sys.path, which imports nothing of vLLM either.
 """
+
 from __future__ import annotations
 
 import re
@@ -13,9 +14,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from attest.engine import ENGINE_DISTRIBUTIONS, InstalledDistribution, commit_matches, find_installed
-from attest.record import RecordCheck
 from attest.errors import AttestError
 from attest.reader import read_file
+from attest.record import RecordCheck
 
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 API_KEY_ENV = "VLLM_API_KEY"
@@ -137,14 +138,18 @@ def probe_installed_vllm(search_path: Sequence[str] | None = None, *, verify_rec
     every installed file is checked against RECORD first (AttestError names a mismatch)."""
     distribution = find_installed(VLLM_DISTRIBUTIONS, "vllm", list(search_path or sys.path))
     if distribution is None:
-        return VllmCapabilities(installed=False, reasons=(
-            f"vLLM distribution is not installed (looked for {', '.join(VLLM_DISTRIBUTIONS)})",))
+        return VllmCapabilities(
+            installed=False,
+            reasons=(f"vLLM distribution is not installed (looked for {', '.join(VLLM_DISTRIBUTIONS)})",),
+        )
     version = distribution.version
     try:
         root = distribution.locate("vllm").resolve(strict=True)
     except (OSError, RuntimeError):
         return VllmCapabilities(
-            installed=True, version=version, reasons=("installed vLLM package root is unreadable",),
+            installed=True,
+            version=version,
+            reasons=("installed vLLM package root is unreadable",),
             identity=distribution,
         )
     record_check = distribution.verify_files() if verify_record else None
@@ -170,16 +175,23 @@ def probe_installed_vllm(search_path: Sequence[str] | None = None, *, verify_rec
     )
     reasons: list[str] = []
     if not ar_ok:
-        reasons.append("Qwen3.5 target model or a usable server entry point (entrypoints/cli, "
-                       "entrypoints/openai/api_server.py) is absent")
+        reasons.append(
+            "Qwen3.5 target model or a usable server entry point (entrypoints/cli, "
+            "entrypoints/openai/api_server.py) is absent"
+        )
     if not mtp_ok:
         reasons.append("native Qwen3.5 MTP source/config support was not proven")
     if not dflash_ok:
         reasons.append("DFlash2 model/worker/registry support was not proven")
     if not commit:
-        reasons.append("installed vLLM source commit is not available from wheel metadata"
-                       + (f" (only the abbreviated {distribution.commit} from {distribution.commit_source})"
-                          if distribution.commit else ""))
+        reasons.append(
+            "installed vLLM source commit is not available from wheel metadata"
+            + (
+                f" (only the abbreviated {distribution.commit} from {distribution.commit_source})"
+                if distribution.commit
+                else ""
+            )
+        )
     return VllmCapabilities(
         installed=True,
         version=version,

@@ -1,4 +1,5 @@
 """The launcher's error type: every refusal of the launcher's own policy."""
+
 from __future__ import annotations
 
 from attest.errors import AttestError

@@ -2,6 +2,7 @@
 
 Never imports torch and never opens a socket. Missing tools mean "nothing found".
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,9 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> str:
     import subprocess  # only where a vendor tool exists: a start without one does not pay for it
 
     try:
-        completed = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=VENDOR_TOOL_TIMEOUT_S, env=env)
+        completed = subprocess.run(
+            argv, check=False, capture_output=True, text=True, timeout=VENDOR_TOOL_TIMEOUT_S, env=env
+        )
     except (OSError, subprocess.SubprocessError):
         return ""
     return (completed.stdout + "\n" + completed.stderr)[:MAX_REPORT_CHARS]

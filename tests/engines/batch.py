@@ -1,5 +1,6 @@
 """The helpers' shared loop: parse each ARGV of a JSON list on stdin, print the results as
 one `OMNI-RESULT <json>` line (the engines print their own logs around it)."""
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@ parse each ARGV of a JSON list on stdin with vLLM's own parser, then EngineArgs.
 An ARGV starting with `serve` is what follows `python -m vllm.entrypoints.cli.main` (parsed as
 `vllm serve` builds its parser); any other is what follows `python -m
 vllm.entrypoints.openai.api_server` (parsed as that module's main builds its parser)."""
+
 from __future__ import annotations
 
 
@@ -26,14 +27,17 @@ def parse(argv: list[str]) -> dict:
         validate = validate_parsed_serve_args
     # Our flags must be full option names: argparse would also accept unambiguous prefixes.
     options = sorted(options_parser._option_string_actions)
-    unknown = [arg.split("=", 1)[0] for arg in argv if arg.startswith("--")
-               and arg.split("=", 1)[0] not in options_parser._option_string_actions]
+    unknown = [
+        arg.split("=", 1)[0]
+        for arg in argv
+        if arg.startswith("--") and arg.split("=", 1)[0] not in options_parser._option_string_actions
+    ]
     args = parser.parse_args(argv)
     validate(args)
     if getattr(args, "model_tag", None):
         args.model = args.model_tag
     engine = AsyncEngineArgs.from_cli_args(args)
-    return ({
+    return {
         "not_full_option_names": unknown,
         "option_count": len(options),
         "model": engine.model,
@@ -50,7 +54,7 @@ def parse(argv: list[str]) -> dict:
         "api_key": args.api_key,
         "enable_auto_tool_choice": args.enable_auto_tool_choice,
         "tool_call_parser": args.tool_call_parser,
-    })
+    }
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Debian control-file stanzas (Packages indexes, package control files) and dependency
 fields. Written by hand because the standard library has no deb822 parser and the
 python-debian package pulls in more than these 40 lines do."""
+
 from __future__ import annotations
 
 import re

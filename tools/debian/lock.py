@@ -14,6 +14,7 @@ maintainer-script dependencies are not needed: the base runs no maintainer scrip
 Each package gets its exact version, sha256 and download URLs (Debian's archive, the
 snapshot archive as fallback).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,19 @@ ROOTS = ("python3-minimal", "libpython3.11-stdlib")
 DATA_ONLY = ("ca-certificates", "tzdata")
 # Essential packages a real system has but a runtime base that runs no shell scripts
 # does not need; dependencies on them are not followed.
-SKIPPED = {"debconf", "debconf-2.0", "perl-base", "dpkg", "install-info", "base-files", "libc-bin",
-           "readline-common", "media-types", "mime-support", "netbase"}
+SKIPPED = {
+    "debconf",
+    "debconf-2.0",
+    "perl-base",
+    "dpkg",
+    "install-info",
+    "base-files",
+    "libc-bin",
+    "readline-common",
+    "media-types",
+    "mime-support",
+    "netbase",
+}
 
 
 def _get(client: httpx.Client, url: str) -> bytes:
@@ -67,8 +79,13 @@ def packages_index(client: httpx.Client, arch: str) -> tuple[dict[str, dict[str,
     return index, fields["Date"]
 
 
-def resolve(index: dict[str, dict[str, str]], arch: str, roots: tuple[str, ...] = ROOTS,
-            data_only: tuple[str, ...] = DATA_ONLY, present: frozenset[str] = frozenset()) -> list[dict[str, str]]:
+def resolve(
+    index: dict[str, dict[str, str]],
+    arch: str,
+    roots: tuple[str, ...] = ROOTS,
+    data_only: tuple[str, ...] = DATA_ONLY,
+    present: frozenset[str] = frozenset(),
+) -> list[dict[str, str]]:
     chosen: dict[str, dict[str, str]] = {}
     order: list[str] = []
 
@@ -83,8 +100,9 @@ def resolve(index: dict[str, dict[str, str]], arch: str, roots: tuple[str, ...] 
         if follow:
             for field in ("Pre-Depends", "Depends"):
                 for group in alternatives(stanza.get(field, "")):
-                    pick = next((n for n in group if n in index and index[n]["Package"] in chosen), None) or \
-                        next((n for n in group if n in index and index[n]["Package"] not in SKIPPED), None)
+                    pick = next((n for n in group if n in index and index[n]["Package"] in chosen), None) or next(
+                        (n for n in group if n in index and index[n]["Package"] not in SKIPPED), None
+                    )
                     if pick is None:
                         if all(n in SKIPPED or (n in index and index[n]["Package"] in SKIPPED) for n in group):
                             continue
@@ -111,21 +129,28 @@ def lock_entry(stanza: dict[str, str], snapshot: str) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lock_debian", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="lock_debian", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     default = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY", ".")) / "images" / "debian.lock.json"
     parser.add_argument("--output", type=Path, default=default)
     parser.add_argument("--roots", nargs="+", default=list(ROOTS), help="packages whose closure is locked")
-    parser.add_argument("--no-data-only", action="store_true",
-                        help=f"leave out the data-only packages ({', '.join(DATA_ONLY)})")
+    parser.add_argument(
+        "--no-data-only", action="store_true", help=f"leave out the data-only packages ({', '.join(DATA_ONLY)})"
+    )
     parser.add_argument("--over", type=Path, help="a base lock: its packages are not locked again")
     args = parser.parse_args(argv)
     base_dir = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY", "."))
     output = base_dir / args.output
     data_only = () if args.no_data_only else DATA_ONLY
     over = json.loads((base_dir / args.over).read_text()) if args.over else None
-    lock: dict[str, object] = {"release": RELEASE, "component": COMPONENT, "roots": list(args.roots),
-                               "data_only": list(data_only), "packages": {}}
+    lock: dict[str, object] = {
+        "release": RELEASE,
+        "component": COMPONENT,
+        "roots": list(args.roots),
+        "data_only": list(data_only),
+        "packages": {},
+    }
     if args.over:
         lock["over"] = args.over.name
     with httpx.Client(timeout=120, follow_redirects=True) as client:
@@ -134,11 +159,14 @@ def main(argv: list[str] | None = None) -> int:
             snapshot = email.utils.parsedate_to_datetime(date).strftime("%Y%m%dT%H%M%SZ")
             lock["release_date"] = date
             present = frozenset(p["name"] for p in over["packages"][arch]) if over else frozenset()
-            entries = [lock_entry(stanza, snapshot)
-                       for stanza in resolve(index, arch, tuple(args.roots), data_only, present)]
+            entries = [
+                lock_entry(stanza, snapshot) for stanza in resolve(index, arch, tuple(args.roots), data_only, present)
+            ]
             lock["packages"][arch] = entries  # type: ignore[index]
-            print(f"lock_debian: {arch}: {len(entries)} packages, "
-                  f"{sum(e['size'] for e in entries) / 1e6:.1f} MB", file=sys.stderr)
+            print(
+                f"lock_debian: {arch}: {len(entries)} packages, {sum(e['size'] for e in entries) / 1e6:.1f} MB",
+                file=sys.stderr,
+            )
     tmp = output.with_suffix(".tmp")
     tmp.write_text(json.dumps(lock, indent=2) + "\n")
     tmp.replace(output)

@@ -12,6 +12,7 @@ scripts never run). The layer is normalised like every other.
 Without --passwd and --group it is an add-on layer over such a base (a lock made with
 `--over`): the packages' files and status records only, no CA bundle, users or mount points.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tools.debian.control import stanzas
-from tools.oci.errors import OciError
 from tools.oci.build.layer import source_date_epoch, write_layer
+from tools.oci.errors import OciError
 
 CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 STATUS_DIR = "var/lib/dpkg/status.d"
@@ -39,10 +40,10 @@ def ar_members(data: bytes, where: str) -> dict[str, bytes]:
         raise OciError(f"{where} is not a Debian package (no ar header)", field=where)
     members, offset = {}, 8
     while offset + 60 <= len(data):
-        header = data[offset:offset + 60]
+        header = data[offset : offset + 60]
         name = header[:16].decode().strip().rstrip("/")
         size = int(header[48:58].decode().strip())
-        members[name] = data[offset + 60:offset + 60 + size]
+        members[name] = data[offset + 60 : offset + 60 + size]
         offset += 60 + size + (size % 2)
     return members
 
@@ -50,9 +51,11 @@ def ar_members(data: bytes, where: str) -> dict[str, bytes]:
 def _zstd_decompress(payload: bytes) -> bytes:
     try:
         from compression import zstd  # Python 3.14+  # novermin (guarded: 3.11 takes the except)
+
         return zstd.decompress(payload)
     except ImportError:
         import zstandard  # a stream reader: Debian's frames need not record their size
+
         return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(payload)).read()
 
 
@@ -63,6 +66,7 @@ def _open_tar(members: dict[str, bytes], prefix: str, where: str) -> tarfile.Tar
                 payload = lzma.decompress(payload)
             elif name.endswith(".gz"):
                 import gzip
+
                 payload = gzip.decompress(payload)
             elif name.endswith(".zst"):
                 payload = _zstd_decompress(payload)
@@ -79,12 +83,15 @@ def unpack(deb: Path, entry: dict[str, Any], tree: dict[str, dict[str, Any]]) ->
     data = deb.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != entry["sha256"]:
-        raise OciError(f"{deb.name}: downloaded bytes do not match the lock (sha256 {digest}, "
-                       f"lock says {entry['sha256']})", field=entry["name"])
+        raise OciError(
+            f"{deb.name}: downloaded bytes do not match the lock (sha256 {digest}, lock says {entry['sha256']})",
+            field=entry["name"],
+        )
     members = ar_members(data, deb.name)
     with _open_tar(members, "control.tar", deb.name) as control_tar:
-        control_files = {_clean(m.name): control_tar.extractfile(m).read() for m in control_tar.getmembers()
-                         if m.isfile()}
+        control_files = {
+            _clean(m.name): control_tar.extractfile(m).read() for m in control_tar.getmembers() if m.isfile()
+        }
     control = next(stanzas(control_files["control"].decode()))
     with _open_tar(members, "data.tar", deb.name) as data_tar:
         for member in data_tar.getmembers():
@@ -105,20 +112,34 @@ def unpack(deb: Path, entry: dict[str, Any], tree: dict[str, dict[str, Any]]) ->
                 tree[name] = {"dest": name, "data": data_tar.extractfile(member).read(), "mode": mode}
     status = control_files["control"].decode().rstrip("\n").split("\n")
     status.insert(1, "Status: install ok installed")
-    tree[f"{STATUS_DIR}/{control['Package']}"] = {"dest": f"{STATUS_DIR}/{control['Package']}",
-                                                  "data": ("\n".join(status) + "\n").encode(), "mode": 0o644}
+    tree[f"{STATUS_DIR}/{control['Package']}"] = {
+        "dest": f"{STATUS_DIR}/{control['Package']}",
+        "data": ("\n".join(status) + "\n").encode(),
+        "mode": 0o644,
+    }
     if "md5sums" in control_files:
         tree[f"{STATUS_DIR}/{control['Package']}.md5sums"] = {
-            "dest": f"{STATUS_DIR}/{control['Package']}.md5sums", "data": control_files["md5sums"], "mode": 0o644}
+            "dest": f"{STATUS_DIR}/{control['Package']}.md5sums",
+            "data": control_files["md5sums"],
+            "mode": 0o644,
+        }
     if (control["Package"], control["Version"]) != (entry["name"], entry["version"]):
-        raise OciError(f"{deb.name} is {control['Package']} {control['Version']}, the lock says "
-                       f"{entry['name']} {entry['version']}", field=entry["name"])
-    return {"name": entry["name"], "version": entry["version"], "architecture": entry["architecture"],
-            "sha256": entry["sha256"]}
+        raise OciError(
+            f"{deb.name} is {control['Package']} {control['Version']}, the lock says "
+            f"{entry['name']} {entry['version']}",
+            field=entry["name"],
+        )
+    return {
+        "name": entry["name"],
+        "version": entry["version"],
+        "architecture": entry["architecture"],
+        "sha256": entry["sha256"],
+    }
 
 
-def build(lock: dict[str, Any], arch: str, debs: Path, passwd: Path | None, group: Path | None,
-          output: Path) -> tuple[dict, list]:
+def build(
+    lock: dict[str, Any], arch: str, debs: Path, passwd: Path | None, group: Path | None, output: Path
+) -> tuple[dict, list]:
     entries = lock["packages"].get(arch)
     if not entries:
         raise OciError(f"the Debian lock has no packages for {arch}", field="arch")
@@ -131,10 +152,12 @@ def build(lock: dict[str, Any], arch: str, debs: Path, passwd: Path | None, grou
         packages.append(unpack(deb, entry, tree))
     if passwd is None or group is None:
         return write_layer(tree.values(), output, mtime=source_date_epoch()), packages
-    certificates = sorted(name for name in tree if name.startswith("usr/share/ca-certificates/")
-                          and name.endswith(".crt") and "data" in tree[name])
-    tree[CA_BUNDLE] = {"dest": CA_BUNDLE, "data": b"".join(tree[name]["data"] for name in certificates),
-                       "mode": 0o644}
+    certificates = sorted(
+        name
+        for name in tree
+        if name.startswith("usr/share/ca-certificates/") and name.endswith(".crt") and "data" in tree[name]
+    )
+    tree[CA_BUNDLE] = {"dest": CA_BUNDLE, "data": b"".join(tree[name]["data"] for name in certificates), "mode": 0o644}
     tree["etc/passwd"] = {"dest": "etc/passwd", "data": passwd.read_bytes(), "mode": 0o644}
     tree["etc/group"] = {"dest": "etc/group", "data": group.read_bytes(), "mode": 0o644}
     tree["tmp"] = {"dest": "tmp", "type": "dir", "mode": 0o1777}
@@ -148,8 +171,9 @@ def build(lock: dict[str, Any], arch: str, debs: Path, passwd: Path | None, grou
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rootfs", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="rootfs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     for flag in ("--lock", "--debs", "--output", "--descriptor", "--packages"):
         parser.add_argument(flag, type=Path, required=True)
     for flag in ("--passwd", "--group"):
@@ -159,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     if (args.passwd is None) != (args.group is None):
         parser.error("--passwd and --group go together: both for a base, neither for an add-on layer")
     try:
-        descriptor, packages = build(json.loads(args.lock.read_text()), args.arch, args.debs, args.passwd,
-                                     args.group, args.output)
+        descriptor, packages = build(
+            json.loads(args.lock.read_text()), args.arch, args.debs, args.passwd, args.group, args.output
+        )
     except OciError as exc:
         print(f"rootfs: {exc}", file=sys.stderr)
         return 2

@@ -1,6 +1,7 @@
 """What a deployment needs to know about an image, read from the image itself (its OCI layout):
 the digest, the config (user, variables, volumes, ports, labels) and the pin document baked
 at /etc/omni/image.json. Nothing here is typed twice: the manifests are generated from it."""
+
 from __future__ import annotations
 
 import gzip
@@ -15,8 +16,8 @@ from attest.documents import parse_document
 from attest.errors import AttestError
 from attest.pins import BakedImage
 from tools.deploy.errors import DeployError
-from tools.oci.errors import OciError
 from tools.oci.build.image import BAKED_DEST, GROUPS_LABEL, TITLE
+from tools.oci.errors import OciError
 from tools.oci.layout import read_blob, read_layout
 
 BAKED_PATH = BAKED_DEST.lstrip("/")  # as a tar member names it
@@ -40,15 +41,20 @@ class ImageContract:
 
 
 def _baked_layer(layout: Path, manifest: dict[str, Any]) -> bytes:
-    layers = [layer for layer in manifest.get("layers") or []
-              if (layer.get("annotations") or {}).get(TITLE) == BAKED_DEST]
+    layers = [
+        layer for layer in manifest.get("layers") or [] if (layer.get("annotations") or {}).get(TITLE) == BAKED_DEST
+    ]
     if not layers:
-        raise DeployError(f"{layout} has no layer titled /{BAKED_PATH}: only an omni_image carries the pins and "
-                          "runtime contract the manifests are generated from", field=BAKED_PATH)
+        raise DeployError(
+            f"{layout} has no layer titled /{BAKED_PATH}: only an omni_image carries the pins and "
+            "runtime contract the manifests are generated from",
+            field=BAKED_PATH,
+        )
     layer = layers[-1]  # an image built on another omni_image: its own document is the one that shows
     if int(layer.get("size", 0)) > MAX_BAKED_LAYER:
-        raise DeployError(f"the /{BAKED_PATH} layer is {layer.get('size')} bytes (at most {MAX_BAKED_LAYER})",
-                          field=BAKED_PATH)
+        raise DeployError(
+            f"the /{BAKED_PATH} layer is {layer.get('size')} bytes (at most {MAX_BAKED_LAYER})", field=BAKED_PATH
+        )
     try:
         data = read_blob(layout, layer["digest"])
         with tarfile.open(fileobj=io.BytesIO(gzip.decompress(data))) as tar:
@@ -63,11 +69,14 @@ def _baked_layer(layout: Path, manifest: dict[str, Any]) -> bytes:
 def _user(value: str) -> tuple[int, int]:
     uid, _, gid = value.partition(":")
     if not (uid.isascii() and uid.isdigit() and gid.isascii() and gid.isdigit()):
-        raise DeployError(f"the image's user is {value!r}; Kubernetes runAsUser/runAsGroup need numeric uid:gid",
-                          field="config.User")
+        raise DeployError(
+            f"the image's user is {value!r}; Kubernetes runAsUser/runAsGroup need numeric uid:gid", field="config.User"
+        )
     if int(uid) == 0:
-        raise DeployError("the image runs as root (uid 0); the manifests set runAsNonRoot and would never start it",
-                          field="config.User")
+        raise DeployError(
+            "the image runs as root (uid 0); the manifests set runAsNonRoot and would never start it",
+            field="config.User",
+        )
     return int(uid), int(gid)
 
 
@@ -101,11 +110,13 @@ def read_contract(layout: Path) -> ImageContract:
     runtime = config.get("config") or {}
     labels = dict(runtime.get("Labels") or {})
     if TEST_ONLY_LABEL in labels:
-        raise DeployError(f"this image is labelled {TEST_ONLY_LABEL}: {labels[TEST_ONLY_LABEL]}",
-                          field=TEST_ONLY_LABEL)
+        raise DeployError(f"this image is labelled {TEST_ONLY_LABEL}: {labels[TEST_ONLY_LABEL]}", field=TEST_ONLY_LABEL)
     if "omni.runtime.root" in labels:
-        raise DeployError(f"this image runs as root ({labels['omni.runtime.root']}); the generated manifests "
-                          "run only non-root images", field="engine.needs_root")
+        raise DeployError(
+            f"this image runs as root ({labels['omni.runtime.root']}); the generated manifests "
+            "run only non-root images",
+            field="engine.needs_root",
+        )
     try:
         baked = parse_document(BakedImage, json.loads(_baked_layer(layout, manifest)), label="/" + BAKED_PATH)
     except (AttestError, ValueError) as exc:
@@ -113,6 +124,14 @@ def read_contract(layout: Path) -> ImageContract:
     env = dict(item.partition("=")[::2] for item in runtime.get("Env") or [])
     uid, gid = _user(runtime.get("User") or "")
     return ImageContract(
-        digest=digest, name=baked.image, uid=uid, gid=gid, groups=_groups(labels.get(GROUPS_LABEL, "")),
-        env=env, volumes=tuple(sorted(runtime.get("Volumes") or {})),
-        ports=_ports(runtime.get("ExposedPorts") or {}), labels=labels, baked=baked)
+        digest=digest,
+        name=baked.image,
+        uid=uid,
+        gid=gid,
+        groups=_groups(labels.get(GROUPS_LABEL, "")),
+        env=env,
+        volumes=tuple(sorted(runtime.get("Volumes") or {})),
+        ports=_ports(runtime.get("ExposedPorts") or {}),
+        labels=labels,
+        baked=baked,
+    )

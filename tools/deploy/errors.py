@@ -1,4 +1,5 @@
 """The deploy domain's one error type."""
+
 from __future__ import annotations
 
 from attest.errors import AttestError

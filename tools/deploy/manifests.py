@@ -1,6 +1,7 @@
 """Kubernetes resources for an Omni image, generated from its contract (tools/deploy/contract.py)
 and the operator's choices (Options): a Deployment and Service for the single-GPU launcher
 image, a LeaderWorkerSet and Service for the multi-node boot image. Pure functions: no I/O."""
+
 from __future__ import annotations
 
 import math
@@ -84,22 +85,29 @@ def _setting(settings: tuple, name: str) -> Any:
     for setting in settings:
         if setting.variable == name:
             return setting
-    raise DeployError(f"{name} is no longer a setting of this program; the deploy generator is out of step",
-                      field=name)
+    raise DeployError(f"{name} is no longer a setting of this program; the deploy generator is out of step", field=name)
 
 
 def _managed(target: Target) -> dict[str, str]:
     """Variables the manifest sets itself, and why an operator may not."""
     if target.program == "launcher":
-        names = {"QWEN_API_KEY": "comes from the Secret (--secret)", "QWEN_PORT": "is the image's exposed port",
-                 "QWEN_BIND_HOST": "is 0.0.0.0 so the Service reaches the pod",
-                 "QWEN_CONTAINER_INTERNAL_ONLY": "is 1: the pod network is cluster-internal"}
+        names = {
+            "QWEN_API_KEY": "comes from the Secret (--secret)",
+            "QWEN_PORT": "is the image's exposed port",
+            "QWEN_BIND_HOST": "is 0.0.0.0 so the Service reaches the pod",
+            "QWEN_CONTAINER_INTERNAL_ONLY": "is 1: the pod network is cluster-internal",
+        }
         settings = launcher_settings.SETTINGS
     else:
-        names = {"API_KEY": "comes from the Secret (--secret)", "HF_TOKEN": "comes from --hf-token-secret",
-                 "SERVER_PORT": "is the image's exposed port", "NNODES": "comes from LeaderWorkerSet",
-                 "NODE_RANK": "comes from LeaderWorkerSet", "DIST_INIT_ADDR": "comes from LeaderWorkerSet",
-                 "HOST": "is 0.0.0.0 so the Service reaches the leader"}
+        names = {
+            "API_KEY": "comes from the Secret (--secret)",
+            "HF_TOKEN": "comes from --hf-token-secret",
+            "SERVER_PORT": "is the image's exposed port",
+            "NNODES": "comes from LeaderWorkerSet",
+            "NODE_RANK": "comes from LeaderWorkerSet",
+            "DIST_INIT_ADDR": "comes from LeaderWorkerSet",
+            "HOST": "is 0.0.0.0 so the Service reaches the leader",
+        }
         settings = boot_settings.SETTINGS
     for name in names:
         if name != "HF_TOKEN":
@@ -110,22 +118,35 @@ def _managed(target: Target) -> dict[str, str]:
 def check_options(contract: ImageContract, options: Options, secrets: tuple[str, ...]) -> Target:
     target = TARGETS.get(contract.baked.pins.hardware.profile)
     if target is None:
-        raise DeployError(f"no deployment is defined for hardware.profile {contract.baked.pins.hardware.profile!r} "
-                          f"(known: {', '.join(sorted(TARGETS))})", field="hardware.profile")
+        raise DeployError(
+            f"no deployment is defined for hardware.profile {contract.baked.pins.hardware.profile!r} "
+            f"(known: {', '.join(sorted(TARGETS))})",
+            field="hardware.profile",
+        )
     if not DNS_LABEL_RE.fullmatch(options.namespace):
-        raise DeployError(f"--namespace {options.namespace!r} is not a DNS label (lower case, digits, '-')",
-                          field="--namespace")
-    for flag, value in (("--secret", options.secret), ("--model-pvc", options.model_pvc),
-                        ("--hf-token-secret", options.hf_token_secret), ("--rdma-network", options.rdma_network)):
+        raise DeployError(
+            f"--namespace {options.namespace!r} is not a DNS label (lower case, digits, '-')", field="--namespace"
+        )
+    for flag, value in (
+        ("--secret", options.secret),
+        ("--model-pvc", options.model_pvc),
+        ("--hf-token-secret", options.hf_token_secret),
+        ("--rdma-network", options.rdma_network),
+    ):
         if value and not DNS_SUBDOMAIN_RE.fullmatch(value):
             raise DeployError(f"{flag} {value!r} is not a Kubernetes object name", field=flag)
     if bool(options.model_pvc) == bool(options.model_host_path):
-        raise DeployError("name where the checkpoint is: exactly one of --model-pvc NAME or --model-host-path PATH",
-                          field="--model-pvc")
-    if options.model_host_path and (not options.model_host_path.startswith("/") or ".." in
-                                    options.model_host_path.split("/")):
-        raise DeployError(f"--model-host-path {options.model_host_path!r} must be an absolute path without '..'",
-                          field="--model-host-path")
+        raise DeployError(
+            "name where the checkpoint is: exactly one of --model-pvc NAME or --model-host-path PATH",
+            field="--model-pvc",
+        )
+    if options.model_host_path and (
+        not options.model_host_path.startswith("/") or ".." in options.model_host_path.split("/")
+    ):
+        raise DeployError(
+            f"--model-host-path {options.model_host_path!r} must be an absolute path without '..'",
+            field="--model-host-path",
+        )
     if options.network not in ("pod", "host"):
         raise DeployError(f"--network {options.network!r}: expected pod or host", field="--network")
     if target.group_size == 1 and (options.network != "pod" or options.rdma_network):
@@ -143,25 +164,34 @@ def check_options(contract: ImageContract, options: Options, secrets: tuple[str,
         if name.startswith("LWS_"):
             raise DeployError(f"--env {name}: LeaderWorkerSet injects the LWS_ variables", field=name)
         if SECRET_NAME_RE.search(name) or any(secret and secret in value for secret in secrets):
-            raise DeployError(f"--env {name}: a secret never goes in a manifest's plain value; put it in a "
-                              "Secret", field=name)
+            raise DeployError(
+                f"--env {name}: a secret never goes in a manifest's plain value; put it in a Secret", field=name
+            )
         if any(unicodedata.category(char) in UNPRINTABLE_CATEGORIES for char in value):
             raise DeployError(f"--env {name}: the value has a control character", field=name)
     return target
 
 
 def _labels(name: str, component: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": name, "app.kubernetes.io/component": component,
-            "app.kubernetes.io/part-of": PART_OF}
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": PART_OF,
+    }
 
 
 def _provenance(contract: ImageContract) -> dict[str, str]:
     """Pod annotations that say what runs: the digest and every pin."""
     pins = contract.baked.pins
-    notes = {"omni.image.digest": contract.digest, "omni.base.digest": pins.base.digest,
-             "omni.engine": pins.engine.name, "omni.engine.commit": pins.engine.commit,
-             "omni.engine.record_sha256": pins.engine.record_sha256, "omni.model.id": pins.model.id,
-             "omni.model.revision": pins.model.revision}
+    notes = {
+        "omni.image.digest": contract.digest,
+        "omni.base.digest": pins.base.digest,
+        "omni.engine": pins.engine.name,
+        "omni.engine.commit": pins.engine.commit,
+        "omni.engine.record_sha256": pins.engine.record_sha256,
+        "omni.model.id": pins.model.id,
+        "omni.model.revision": pins.model.revision,
+    }
     if pins.model.lock_sha256:
         notes["omni.model.lock_sha256"] = pins.model.lock_sha256
     if pins.speculator is not None:
@@ -175,8 +205,12 @@ def _secret_env(variable: str, secret: str, key: str) -> dict[str, Any]:
 
 
 def _http_probe(port: int, period_s: int, timeout_s: int, failures: int) -> dict[str, Any]:
-    return {"httpGet": {"path": HEALTH_PATH, "port": port}, "periodSeconds": period_s,
-            "timeoutSeconds": timeout_s, "failureThreshold": failures}
+    return {
+        "httpGet": {"path": HEALTH_PATH, "port": port},
+        "periodSeconds": period_s,
+        "timeoutSeconds": timeout_s,
+        "failureThreshold": failures,
+    }
 
 
 def _probes(port: int, startup_s: int) -> dict[str, Any]:
@@ -189,22 +223,29 @@ def _probes(port: int, startup_s: int) -> dict[str, Any]:
     }
 
 
-def _volumes(contract: ImageContract, options: Options, target: Target, *, model_writable: bool
-             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(
+    contract: ImageContract, options: Options, target: Target, *, model_writable: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """One volume per volume the image declares (the model's from the flags, the rest emptyDir),
     and /dev/shm in memory."""
     model_path = contract.env.get("MODEL_PATH", "")
-    model_mount = next((path for path in contract.volumes
-                        if model_path == path or model_path.startswith(path.rstrip("/") + "/")), "")
+    model_mount = next(
+        (path for path in contract.volumes if model_path == path or model_path.startswith(path.rstrip("/") + "/")), ""
+    )
     if not model_mount:
-        raise DeployError(f"MODEL_PATH {model_path!r} is under none of the image's volumes "
-                          f"({', '.join(contract.volumes)})", field="MODEL_PATH")
+        raise DeployError(
+            f"MODEL_PATH {model_path!r} is under none of the image's volumes ({', '.join(contract.volumes)})",
+            field="MODEL_PATH",
+        )
     volumes, mounts = [], []
     for path in contract.volumes:
         name = path.strip("/").replace("/", "-").replace("_", "-").lower() or "root"
         if path == model_mount:
-            source = ({"persistentVolumeClaim": {"claimName": options.model_pvc, "readOnly": not model_writable}}
-                      if options.model_pvc else {"hostPath": {"path": options.model_host_path, "type": "Directory"}})
+            source = (
+                {"persistentVolumeClaim": {"claimName": options.model_pvc, "readOnly": not model_writable}}
+                if options.model_pvc
+                else {"hostPath": {"path": options.model_host_path, "type": "Directory"}}
+            )
             mounts.append({"name": name, "mountPath": path, "readOnly": not model_writable})
         else:
             source = {"emptyDir": {}}
@@ -215,19 +256,35 @@ def _volumes(contract: ImageContract, options: Options, target: Target, *, model
     return volumes, mounts
 
 
-def _pod_spec(contract: ImageContract, options: Options, target: Target, *, env: list[dict[str, Any]],
-              probes: dict[str, Any], model_writable: bool, capabilities: tuple[str, ...] = ()) -> dict[str, Any]:
+def _pod_spec(
+    contract: ImageContract,
+    options: Options,
+    target: Target,
+    *,
+    env: list[dict[str, Any]],
+    probes: dict[str, Any],
+    model_writable: bool,
+    capabilities: tuple[str, ...] = (),
+) -> dict[str, Any]:
     volumes, mounts = _volumes(contract, options, target, model_writable=model_writable)
-    security: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": contract.uid, "runAsGroup": contract.gid,
-                                "seccompProfile": {"type": "RuntimeDefault"}}
+    security: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "runAsUser": contract.uid,
+        "runAsGroup": contract.gid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     if contract.groups:
         security["supplementalGroups"] = [gid for _, gid in contract.groups]
     if model_writable:  # a fresh volume is root's: the download needs it group-writable
         security["fsGroup"] = contract.gid
         security["fsGroupChangePolicy"] = "OnRootMismatch"
     container_security: dict[str, Any] = {
-        "runAsNonRoot": True, "privileged": False, "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+        "runAsNonRoot": True,
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     if capabilities:
         container_security["capabilities"]["add"] = list(capabilities)
     container = {
@@ -238,8 +295,11 @@ def _pod_spec(contract: ImageContract, options: Options, target: Target, *, env:
         "resources": {"limits": {target.gpu_resource: 1}, "requests": {target.gpu_resource: 1}},
         "securityContext": container_security,
         "volumeMounts": mounts,
-        **({"ports": [{"name": "http", "containerPort": port, "protocol": "TCP"} for port in contract.ports]}
-           if probes else {}),
+        **(
+            {"ports": [{"name": "http", "containerPort": port, "protocol": "TCP"} for port in contract.ports]}
+            if probes
+            else {}
+        ),
         **probes,
     }
     spec: dict[str, Any] = {
@@ -263,32 +323,44 @@ def _operator_env(options: Options) -> list[dict[str, Any]]:
 
 def _port(contract: ImageContract) -> int:
     if len(contract.ports) != 1:
-        raise DeployError(f"the image exposes {len(contract.ports)} ports; expected one API port",
-                          field="config.ExposedPorts")
+        raise DeployError(
+            f"the image exposes {len(contract.ports)} ports; expected one API port", field="config.ExposedPorts"
+        )
     return contract.ports[0]
 
 
 def _service(name: str, namespace: str, port: int, selector: dict[str, str], labels: dict[str, str]) -> dict:
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {"type": "ClusterIP", "selector": selector,
-                     "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
 
 
 def launcher_resources(contract: ImageContract, options: Options, target: Target) -> list[dict[str, Any]]:
     name, port = k8s_name(contract.name), _port(contract)
     default_port = int(_setting(launcher_settings.SETTINGS, "QWEN_PORT").default)
     if port != default_port:
-        raise DeployError(f"the image exposes {port} but the launcher listens on {default_port}",
-                          field="config.ExposedPorts")
-    env = [{"name": "QWEN_BIND_HOST", "value": "0.0.0.0"}, {"name": "QWEN_CONTAINER_INTERNAL_ONLY", "value": "1"},
-           _secret_env("QWEN_API_KEY", options.secret or f"{name}-api-key", API_KEY_SECRET_KEY),
-           *_operator_env(options)]
+        raise DeployError(
+            f"the image exposes {port} but the launcher listens on {default_port}", field="config.ExposedPorts"
+        )
+    env = [
+        {"name": "QWEN_BIND_HOST", "value": "0.0.0.0"},
+        {"name": "QWEN_CONTAINER_INTERNAL_ONLY", "value": "1"},
+        _secret_env("QWEN_API_KEY", options.secret or f"{name}-api-key", API_KEY_SECRET_KEY),
+        *_operator_env(options),
+    ]
     startup_s = options.startup_timeout_s or LAUNCHER_STARTUP_S
     labels = _labels(name, "server")
     pod = _pod_spec(contract, options, target, env=env, probes=_probes(port, startup_s), model_writable=False)
     deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
         "metadata": {"name": name, "namespace": options.namespace, "labels": labels},
         "spec": {
             "replicas": 1,
@@ -319,11 +391,13 @@ def boot_resources(contract: ImageContract, options: Options, target: Target) ->
     default_port = int(_setting(boot_settings.SETTINGS, "SERVER_PORT").default)
     if port != default_port:
         raise DeployError(f"the image exposes {port} but boot listens on {default_port}", field="config.ExposedPorts")
-    group = [{"name": "NNODES", "value": f"$({LWS_GROUP_SIZE})"},
-             {"name": "NODE_RANK", "value": f"$({LWS_WORKER_INDEX})"},
-             {"name": "DIST_INIT_ADDR", "value": f"$({LWS_LEADER_ADDRESS}):{options.dist_port}"},
-             {"name": "HOST", "value": "0.0.0.0"},
-             _secret_env("API_KEY", options.secret or f"{name}-api-key", API_KEY_SECRET_KEY)]
+    group = [
+        {"name": "NNODES", "value": f"$({LWS_GROUP_SIZE})"},
+        {"name": "NODE_RANK", "value": f"$({LWS_WORKER_INDEX})"},
+        {"name": "DIST_INIT_ADDR", "value": f"$({LWS_LEADER_ADDRESS}):{options.dist_port}"},
+        {"name": "HOST", "value": "0.0.0.0"},
+        _secret_env("API_KEY", options.secret or f"{name}-api-key", API_KEY_SECRET_KEY),
+    ]
     if options.hf_token_secret:
         group.append(_secret_env("HF_TOKEN", options.hf_token_secret, HF_TOKEN_SECRET_KEY))
     env = group + _operator_env(options)
@@ -332,15 +406,21 @@ def boot_resources(contract: ImageContract, options: Options, target: Target) ->
     annotations = _provenance(contract)
     if options.rdma_network:
         annotations["k8s.v1.cni.cncf.io/networks"] = options.rdma_network
-    leader = _pod_spec(contract, options, target, env=env,
-                       probes=_probes(port, options.startup_timeout_s or _boot_startup_s(options)),
-                       model_writable=True, capabilities=capabilities)
+    leader = _pod_spec(
+        contract,
+        options,
+        target,
+        env=env,
+        probes=_probes(port, options.startup_timeout_s or _boot_startup_s(options)),
+        model_writable=True,
+        capabilities=capabilities,
+    )
     # Workers serve no HTTP: no probes; they only read the checkpoint rank 0 verified.
-    worker = _pod_spec(contract, options, target, env=env, probes={}, model_writable=False,
-                       capabilities=capabilities)
+    worker = _pod_spec(contract, options, target, env=env, probes={}, model_writable=False, capabilities=capabilities)
     labels = _labels(name, "server")
     lws = {
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
         "metadata": {"name": name, "namespace": options.namespace, "labels": labels},
         "spec": {
             "replicas": 1,
@@ -350,10 +430,14 @@ def boot_resources(contract: ImageContract, options: Options, target: Target) ->
                 "size": target.group_size,
                 # One lost rank breaks the whole NCCL group: restart the group, not the pod.
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": {"metadata": {"labels": _labels(name, "leader"), "annotations": annotations},
-                                   "spec": leader},
-                "workerTemplate": {"metadata": {"labels": _labels(name, "worker"), "annotations": annotations},
-                                   "spec": worker},
+                "leaderTemplate": {
+                    "metadata": {"labels": _labels(name, "leader"), "annotations": annotations},
+                    "spec": leader,
+                },
+                "workerTemplate": {
+                    "metadata": {"labels": _labels(name, "worker"), "annotations": annotations},
+                    "spec": worker,
+                },
             },
         },
     }

@@ -4,7 +4,7 @@
     bazel run //tools/docs:rules_reference -- --write # rewrite the block in docs/images.md
 
 Every public name of tools/defs.bzl is documented: rules with their attributes, macros with
-their docstring, providers with their fields. `tests/docs_test.py` keeps the block in step and
+their docstring, providers with their fields. `tests/system/docs_test.py` keeps the block in step and
 refuses a public rule, attribute or macro without a doc.
 
 Written here rather than with stardoc, whose Bazel module does not resolve offline: the .bzl
@@ -12,6 +12,7 @@ files are evaluated as Python with stand-ins for the Starlark built-ins their to
 (`load`, `rule`, `attr.*`, `provider`, `Label`, ...). Function bodies never run, so only the
 declarations are read, and a .bzl file whose top level needs another built-in fails loudly.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = "tools/defs.bzl"
 PAGE = "docs/images.md"
-BEGIN = "<!-- rules:begin (generated from the rules' doc= strings by tools/docs/rules_reference.py; tests/docs_test.py keeps it equal) -->"
+BEGIN = "<!-- rules:begin (generated from the rules' doc= strings by tools/docs/rules_reference.py; tests/system/docs_test.py keeps it equal) -->"
 END = "<!-- rules:end -->"
 
 
@@ -75,14 +76,22 @@ class _Label(str):
 
 class _Attr:
     def __getattr__(self, kind: str) -> Callable[..., Attribute]:
-        def declare(doc: str = "", default: Any = None, mandatory: bool = False, values: list | None = None,
-                    **_: Any) -> Attribute:
+        def declare(
+            doc: str = "", default: Any = None, mandatory: bool = False, values: list | None = None, **_: Any
+        ) -> Attribute:
             return Attribute(kind=kind, doc=doc, default=default, mandatory=mandatory, values=list(values or []))
+
         return declare
 
 
-def _rule(implementation: Any = None, doc: str = "", attrs: dict | None = None, executable: bool = False,
-          test: bool = False, **_: Any) -> Rule:
+def _rule(
+    implementation: Any = None,
+    doc: str = "",
+    attrs: dict | None = None,
+    executable: bool = False,
+    test: bool = False,
+    **_: Any,
+) -> Rule:
     return Rule(doc=doc, attrs=dict(attrs or {}), executable=executable or test)
 
 
@@ -92,11 +101,26 @@ def _provider(doc: str = "", fields: dict | list | None = None, **_: Any) -> Pro
 
 def starlark_builtins() -> dict[str, Any]:
     """The stand-ins for what the top level of our .bzl files uses (and `load`, bound per file)."""
-    return {"attr": _Attr(), "rule": _rule, "provider": _provider, "Label": _Label, "struct": _Anything,
-            "select": _Anything, "depset": _Anything, "json": _Anything(), "config": _Anything(),
-            "config_common": _Anything(), "platform_common": _Anything(), "repository_rule": _Anything,
-            "module_extension": _Anything, "tag_class": _Anything, "DefaultInfo": _Anything,
-            "OutputGroupInfo": _Anything, "fail": _Anything, "native": _Anything()}
+    return {
+        "attr": _Attr(),
+        "rule": _rule,
+        "provider": _provider,
+        "Label": _Label,
+        "struct": _Anything,
+        "select": _Anything,
+        "depset": _Anything,
+        "json": _Anything(),
+        "config": _Anything(),
+        "config_common": _Anything(),
+        "platform_common": _Anything(),
+        "repository_rule": _Anything,
+        "module_extension": _Anything,
+        "tag_class": _Anything,
+        "DefaultInfo": _Anything,
+        "OutputGroupInfo": _Anything,
+        "fail": _Anything,
+        "native": _Anything(),
+    }
 
 
 class Loader:
@@ -146,8 +170,13 @@ def _default(attribute: Attribute) -> str:
     if attribute.mandatory:
         return "required"
     if attribute.default is None:
-        return {"bool": "`False`", "string_list": "`[]`", "label_list": "`[]`", "string_dict": "`{}`",
-                "string": '`""`'}.get(attribute.kind, "—")
+        return {
+            "bool": "`False`",
+            "string_list": "`[]`",
+            "label_list": "`[]`",
+            "string_dict": "`{}`",
+            "string": '`""`',
+        }.get(attribute.kind, "—")
     if isinstance(attribute.default, bool):
         return f"`{attribute.default}`"
     return f"`{attribute.default!r}`".replace("'", '"')
@@ -169,8 +198,11 @@ def reference(root: Path = ROOT) -> str:
             parts.append(f"#### `{name}`")
             if isinstance(value, Rule):
                 parts.append(_cell(value.doc))
-                rows = ["| attribute | type | default | what |", "| --- | --- | --- | --- |",
-                        "| `name` | name | required | the target's name |"]
+                rows = [
+                    "| attribute | type | default | what |",
+                    "| --- | --- | --- | --- |",
+                    "| `name` | name | required | the target's name |",
+                ]
                 for attr_name, attribute in sorted(value.attrs.items()):
                     if attr_name.startswith("_"):
                         continue
@@ -179,8 +211,15 @@ def reference(root: Path = ROOT) -> str:
                 parts.append("\n".join(rows))
             elif isinstance(value, Provider):
                 parts.append(_cell(value.doc))
-                parts.append("\n".join(["| field | what |", "| --- | --- |",
-                                        *(f"| `{f}` | {_cell(d)} |" for f, d in value.fields.items())]))
+                parts.append(
+                    "\n".join(
+                        [
+                            "| field | what |",
+                            "| --- | --- |",
+                            *(f"| `{f}` | {_cell(d)} |" for f, d in value.fields.items()),
+                        ]
+                    )
+                )
             else:
                 parts.append("```\n" + _docstring(value) + "\n```")
     return "\n\n".join(parts)
@@ -193,8 +232,11 @@ def undocumented(root: Path = ROOT) -> list[str]:
         if isinstance(value, Rule):
             if not value.doc.strip():
                 missing.append(name)
-            missing += [f"{name}.{a}" for a, attribute in value.attrs.items()
-                        if not a.startswith("_") and not attribute.doc.strip()]
+            missing += [
+                f"{name}.{a}"
+                for a, attribute in value.attrs.items()
+                if not a.startswith("_") and not attribute.doc.strip()
+            ]
         elif isinstance(value, Provider):
             if not value.doc.strip():
                 missing.append(name)
@@ -212,8 +254,9 @@ def replace_block(page: str, block: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rules_reference", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="rules_reference", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--write", action="store_true", help=f"rewrite the block in {PAGE}")
     args = parser.parse_args(argv)
     root = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY") or ROOT)

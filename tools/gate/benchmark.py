@@ -6,6 +6,7 @@ Per-output-token time (TPOT) here is a request's latency divided by its completi
 measured on whole (non-streamed) answers: it is comparable between the two servers because
 both decode the same tokens for the same prompt.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -17,8 +18,8 @@ from typing import Any, Callable
 import httpx
 
 from tools.gate.corpus import BENCHMARK_MAX_TOKENS, benchmark_request
+from tools.gate.openai_client import DeadlinePassed, Endpoint, PeerError
 from tools.gate.parity import Answer, compare, honesty_problem
-from tools.gate.peer import DeadlinePassed, Endpoint, PeerError
 from tools.gate.stats import percentile
 
 MIN_SAMPLES = 100
@@ -54,8 +55,16 @@ def _one(endpoint: Endpoint, client: httpx.Client, index: int) -> Sample:
     return sample
 
 
-def run_level(ar: Endpoint, spec: Endpoint, ar_client: httpx.Client, spec_client: httpx.Client, *,
-              level: int, samples: int, progress: Progress) -> tuple[list[Sample], list[Sample]]:
+def run_level(
+    ar: Endpoint,
+    spec: Endpoint,
+    ar_client: httpx.Client,
+    spec_client: httpx.Client,
+    *,
+    level: int,
+    samples: int,
+    progress: Progress,
+) -> tuple[list[Sample], list[Sample]]:
     """`samples` requests per server at `level` concurrent requests, in rounds that alternate
     which server goes first, so drift on a noisy host falls on both alike."""
     ar_samples: list[Sample] = []
@@ -78,8 +87,9 @@ def _percentiles(values: list[float], prefix: str) -> dict[str, float]:
     return {f"{prefix}_p{q}_ms": round(percentile(values, q), 3) for q in (50, 95, 99)} if values else {}
 
 
-def judge_level(level: int, ar_samples: list[Sample], spec_samples: list[Sample]) -> tuple[dict[str, Any], list[str],
-                                                                                         list[str]]:
+def judge_level(
+    level: int, ar_samples: list[Sample], spec_samples: list[Sample]
+) -> tuple[dict[str, Any], list[str], list[str]]:
     """One level's statistics, its parity reasons and its benchmark reasons."""
     parity: list[str] = []
     errors: list[str] = []
@@ -106,9 +116,51 @@ def judge_level(level: int, ar_samples: list[Sample], spec_samples: list[Sample]
     return stats, parity, reasons
 
 
-def run_benchmark(ar: Endpoint, spec: Endpoint, ar_client: httpx.Client, spec_client: httpx.Client, *,
-                  samples: int, concurrency: list[int], min_improvement: float,
-                  progress: Progress) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+def _raw_samples(ar_samples: list, spec_samples: list) -> dict[str, list[dict[str, Any]]]:
+    """One concurrency level's samples of both sides, as the results file records them."""
+    return {
+        side: [
+            {"index": s.index, "latency_ms": s.latency_ms, "error": s.error, **(s.answer.as_json() if s.answer else {})}
+            for s in sink
+        ]
+        for side, sink in (("ar", ar_samples), ("speculative", spec_samples))
+    }
+
+
+def _coverage_reasons(per_level: list[dict[str, Any]], samples_per_mode: int, median_tokens: float) -> list[str]:
+    """Why the measurement does not cover enough: samples, levels, decoding work, and each
+    level whose speculative p95 does not beat AR's."""
+    reasons: list[str] = []
+    if samples_per_mode < MIN_SAMPLES:
+        reasons.append(f"only {samples_per_mode} samples per mode and concurrency level; at least {MIN_SAMPLES} needed")
+    missing = [level for level in REQUIRED_CONCURRENCY if level not in [s["concurrency"] for s in per_level]]
+    if missing:
+        reasons.append(f"concurrency levels {missing} were not measured; 1 and 2 are required")
+    if median_tokens < MIN_MEDIAN_COMPLETION_TOKENS:
+        reasons.append(
+            f"the median benchmark completion is {median_tokens:g} tokens; at least "
+            f"{MIN_MEDIAN_COMPLETION_TOKENS} are needed so each sample does real decoding work"
+        )
+    for level in per_level:
+        ar_p95, spec_p95 = level.get("ar_p95_ms", 0.0), level.get("dflash2_p95_ms", 0.0)
+        if spec_p95 <= 0 or spec_p95 >= ar_p95:
+            reasons.append(
+                f"concurrency {level['concurrency']}: speculative p95 {spec_p95} ms does not beat AR p95 {ar_p95} ms"
+            )
+    return reasons
+
+
+def run_benchmark(
+    ar: Endpoint,
+    spec: Endpoint,
+    ar_client: httpx.Client,
+    spec_client: httpx.Client,
+    *,
+    samples: int,
+    concurrency: list[int],
+    min_improvement: float,
+    progress: Progress,
+) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
     """The benchmark section of the gate, the parity reasons it found, and its raw samples."""
     reasons: list[str] = []
     parity_reasons: list[str] = []
@@ -118,8 +170,9 @@ def run_benchmark(ar: Endpoint, spec: Endpoint, ar_client: httpx.Client, spec_cl
     all_spec: list[float] = []
     ar_tokens: list[int] = []
     for level in concurrency:
-        ar_samples, spec_samples = run_level(ar, spec, ar_client, spec_client, level=level, samples=samples,
-                                             progress=progress)
+        ar_samples, spec_samples = run_level(
+            ar, spec, ar_client, spec_client, level=level, samples=samples, progress=progress
+        )
         stats, level_parity, level_reasons = judge_level(level, ar_samples, spec_samples)
         parity_reasons += level_parity
         reasons += level_reasons
@@ -128,27 +181,12 @@ def run_benchmark(ar: Endpoint, spec: Endpoint, ar_client: httpx.Client, spec_cl
         all_ar += [s.latency_ms for s in ar_samples if s.latency_ms is not None]
         all_spec += [s.latency_ms for s in spec_samples if s.latency_ms is not None]
         ar_tokens += [s.answer.completion_tokens or 0 for s in ar_samples if s.answer]
-        raw[f"concurrency_{level}"] = {
-            side: [{"index": s.index, "latency_ms": s.latency_ms, "error": s.error,
-                    **(s.answer.as_json() if s.answer else {})} for s in sink]
-            for side, sink in (("ar", ar_samples), ("speculative", spec_samples))}
+        raw[f"concurrency_{level}"] = _raw_samples(ar_samples, spec_samples)
         if any(sample.deadline_passed for sample in ar_samples + spec_samples):
             break
     samples_per_mode = min((level["samples"] for level in per_level), default=0)
-    if samples_per_mode < MIN_SAMPLES:
-        reasons.append(f"only {samples_per_mode} samples per mode and concurrency level; at least {MIN_SAMPLES} needed")
-    missing = [level for level in REQUIRED_CONCURRENCY if level not in [s["concurrency"] for s in per_level]]
-    if missing:
-        reasons.append(f"concurrency levels {missing} were not measured; 1 and 2 are required")
     median_tokens = statistics.median(ar_tokens) if ar_tokens else 0
-    if median_tokens < MIN_MEDIAN_COMPLETION_TOKENS:
-        reasons.append(f"the median benchmark completion is {median_tokens:g} tokens; at least "
-                       f"{MIN_MEDIAN_COMPLETION_TOKENS} are needed so each sample does real decoding work")
-    for level in per_level:
-        ar_p95, spec_p95 = level.get("ar_p95_ms", 0.0), level.get("dflash2_p95_ms", 0.0)
-        if spec_p95 <= 0 or spec_p95 >= ar_p95:
-            reasons.append(f"concurrency {level['concurrency']}: speculative p95 {spec_p95} ms does not beat "
-                           f"AR p95 {ar_p95} ms")
+    reasons += _coverage_reasons(per_level, samples_per_mode, median_tokens)
     ar_p95 = round(percentile(all_ar, 95), 3) if all_ar else 0.0
     spec_p95 = round(percentile(all_spec, 95), 3) if all_spec else 0.0
     # A side without samples has p95 0.0, which fails one of these two.
@@ -156,9 +194,16 @@ def run_benchmark(ar: Endpoint, spec: Endpoint, ar_client: httpx.Client, spec_cl
         reasons.append(f"speculative p95 {spec_p95} ms does not beat AR p95 {ar_p95} ms")
     elif (improvement := (ar_p95 - spec_p95) / ar_p95 * 100) < min_improvement:
         reasons.append(f"speculative p95 improvement {improvement:.1f}% is below {min_improvement}%")
-    section = {"passed": not reasons and not parity_reasons, "concurrency": sorted(concurrency),
-               "samples_per_mode": samples_per_mode, "ar_p95_ms": ar_p95, "dflash2_p95_ms": spec_p95,
-               "median_completion_tokens": median_tokens, "per_concurrency": per_level, "reasons": reasons}
+    section = {
+        "passed": not reasons and not parity_reasons,
+        "concurrency": sorted(concurrency),
+        "samples_per_mode": samples_per_mode,
+        "ar_p95_ms": ar_p95,
+        "dflash2_p95_ms": spec_p95,
+        "median_completion_tokens": median_tokens,
+        "per_concurrency": per_level,
+        "reasons": reasons,
+    }
     if parity_reasons and not reasons:
         section["reasons"] = ["benchmark outputs differ from AR (see parity reasons): the timing compares unequal work"]
     return section, parity_reasons, raw

@@ -1,5 +1,6 @@
 """Latency percentiles: linear interpolation between closest ranks (numpy's default
 "linear" method), so p95 of 1..100 is 95.05."""
+
 from __future__ import annotations
 
 import math
@@ -19,5 +20,10 @@ def percentile(samples: Sequence[float], q: float) -> float:
 
 
 def summary(samples: Sequence[float]) -> dict[str, float]:
-    return {"p50": percentile(samples, 50), "p90": percentile(samples, 90), "p95": percentile(samples, 95),
-            "p99": percentile(samples, 99), "mean": sum(samples) / len(samples)}
+    return {
+        "p50": percentile(samples, 50),
+        "p90": percentile(samples, 90),
+        "p95": percentile(samples, 95),
+        "p99": percentile(samples, 99),
+        "mean": sum(samples) / len(samples),
+    }

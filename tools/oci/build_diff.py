@@ -11,6 +11,7 @@ another host that gives another digest can be explained without that host's outp
 builds, e.g. two hosts' `bazel-bin/images/NAME.layout` or `--output` directories) and
 prints every differing path and a unified diff of the first differing text file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -104,8 +105,10 @@ def update(images: dict[str, Path]) -> dict[str, Any]:
 def _first_difference(expected: dict[str, str], actual: dict[str, str]) -> str:
     for path in sorted(set(expected) | set(actual)):
         if expected.get(path) != actual.get(path):
-            return (f"first differing file {path}: recorded {expected.get(path, '(absent)')}, "
-                    f"built {actual.get(path, '(absent)')}")
+            return (
+                f"first differing file {path}: recorded {expected.get(path, '(absent)')}, "
+                f"built {actual.get(path, '(absent)')}"
+            )
     return "same files, entries and modes: the tar order or gzip compression differs"
 
 
@@ -134,8 +137,10 @@ def check(recorded: dict[str, Any], images: dict[str, Path]) -> list[str]:
             difference = _first_difference(table, layer_files(blob_path(layout, built["digest"])))
             problems.append(f"  {name} {label}: built {built['digest']}, recorded {wanted['digest']}; {difference}")
         if manifest["config"]["digest"] != want["config"]:
-            problems.append(f"  {name} config: built {manifest['config']['digest']}, recorded {want['config']} "
-                            "(labels, environment or history differ)")
+            problems.append(
+                f"  {name} config: built {manifest['config']['digest']}, recorded {want['config']} "
+                "(labels, environment or history differ)"
+            )
     return problems
 
 
@@ -172,12 +177,16 @@ def diff(layout_a: Path, layout_b: Path, out=sys.stdout) -> int:
         label = (a.get("annotations") or {}).get("org.opencontainers.image.title") or f"layer {position}"
         files_a = {p: (s, d) for p, s, d in _entries(blob_path(layout_a, a["digest"]))}
         files_b = {p: (s, d) for p, s, d in _entries(blob_path(layout_b, b["digest"]))}
-        differing = [p for p in sorted(set(files_a) | set(files_b)) if files_a.get(p, ("",))[0] != files_b.get(p, ("",))[0]]
+        differing = [
+            p for p in sorted(set(files_a) | set(files_b)) if files_a.get(p, ("",))[0] != files_b.get(p, ("",))[0]
+        ]
         print(f"  {label}: {a['digest']} vs {b['digest']}: {len(differing)} differing paths", file=out)
         if not differing:
             print("    same entries: tar order or gzip compression differs", file=out)
         for path in differing:
-            print(f"    {path}: {files_a.get(path, ('(absent)',))[0]} | {files_b.get(path, ('(absent)',))[0]}", file=out)
+            print(
+                f"    {path}: {files_a.get(path, ('(absent)',))[0]} | {files_b.get(path, ('(absent)',))[0]}", file=out
+            )
         for path in differing:
             text_a = _text(files_a.get(path, ("", None))[1])
             text_b = _text(files_b.get(path, ("", None))[1])
@@ -198,8 +207,9 @@ def _images(pairs: list[str]) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="build_diff", description=__doc__.split("\n\n")[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="build_diff", description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     update_parser = commands.add_parser("update", help="record the digests of these builds")
     update_parser.add_argument("--output", type=Path, required=True)

@@ -1,4 +1,5 @@
 """The OCI tools' one error type."""
+
 from __future__ import annotations
 
 

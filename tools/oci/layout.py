@@ -1,4 +1,5 @@
 """OCI media types, digests and the image-layout directory format."""
+
 from __future__ import annotations
 
 import hashlib
@@ -23,9 +24,13 @@ DOCKER_LAYER_GZIP = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 # Docker's layer types carry the same bytes as OCI's; an OCI manifest names the OCI type.
-LAYER_TYPE_TO_OCI = {DOCKER_LAYER_GZIP: OCI_LAYER_GZIP, OCI_LAYER_GZIP: OCI_LAYER_GZIP, OCI_LAYER_TAR: OCI_LAYER_TAR,
-                     "application/vnd.docker.image.rootfs.diff.tar": OCI_LAYER_TAR,
-                     OCI_LAYER_ZSTD: OCI_LAYER_ZSTD}
+LAYER_TYPE_TO_OCI = {
+    DOCKER_LAYER_GZIP: OCI_LAYER_GZIP,
+    OCI_LAYER_GZIP: OCI_LAYER_GZIP,
+    OCI_LAYER_TAR: OCI_LAYER_TAR,
+    "application/vnd.docker.image.rootfs.diff.tar": OCI_LAYER_TAR,
+    OCI_LAYER_ZSTD: OCI_LAYER_ZSTD,
+}
 BASE_SIDECAR = "omni-base.json"  # where a shallow layout's base layers can be fetched from
 
 

@@ -7,6 +7,7 @@ disk. Blobs over 256 MB go up in 64 MB chunks (PATCH); a failed upload is retrie
 start with backoff, each attempt named on stderr; progress is printed per blob.
 Prints REGISTRY/REPO@sha256:... on stdout.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,8 @@ from typing import Callable
 
 from attest.errors import refusing_main
 from attest.redact import redacting_output
-from tools.oci.errors import OciError
 from tools.oci.build.index import read_index
+from tools.oci.errors import OciError
 from tools.oci.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
 from tools.oci.push_record import record_push
 from tools.oci.remote.reference import Reference
@@ -72,12 +73,16 @@ def expand_tags(tags: list[str], status: dict[str, str]) -> list[str]:
     for tag in tags:
         missing = [key for key in PLACEHOLDER_RE.findall(tag) if key not in status]
         if missing:
-            raise OciError(f"tag {tag!r} uses {{{missing[0]}}}, which the workspace status does not hold (build with "
-                           "--stamp, and check tools/workspace_status prints it)", field="remote_tags")
+            raise OciError(
+                f"tag {tag!r} uses {{{missing[0]}}}, which the workspace status does not hold (build with "
+                "--stamp, and check tools/workspace_status prints it)",
+                field="remote_tags",
+            )
         value = PLACEHOLDER_RE.sub(lambda match: status[match.group(1)], tag)
         if not TAG_RE.fullmatch(value):
-            raise OciError(f"tag {value!r} is not a valid tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})",
-                           field="remote_tags")
+            raise OciError(
+                f"tag {value!r} is not a valid tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,127}})", field="remote_tags"
+            )
         if value not in expanded:
             expanded.append(value)
     return expanded
@@ -86,9 +91,89 @@ def expand_tags(tags: list[str], status: dict[str, str]) -> list[str]:
 PUSH_JOBS = 4  # blobs in flight at once: enough to fill a link, few enough for any registry
 
 
-def push(layout: Path, target: str, *, client: RegistryClient | None = None,
-         source_client: RegistryClient | None = None, tags: list[str] = (), jobs: int = PUSH_JOBS,
-         progress: Callable[[str], None] | None = None) -> PushReport:
+def _documents(layout: Path) -> tuple[str, list[tuple[str, dict, bytes]], bytes, str, bool]:
+    """The layout's top digest, its images (digest, manifest, bytes), the top document, its media
+    type, and whether it is an image index."""
+    index = read_index(layout)
+    if index is None:
+        digest, manifest, top_bytes = read_layout(layout)
+        return digest, [(digest, manifest, top_bytes)], top_bytes, manifest.get("mediaType", OCI_MANIFEST), False
+    digest, index_document, top_bytes = index
+    children = []
+    for entry in index_document["manifests"]:
+        child_bytes = read_blob(layout, entry["digest"])
+        children.append((entry["digest"], json.loads(child_bytes), child_bytes))
+    return digest, children, top_bytes, OCI_INDEX, True
+
+
+@dataclass
+class _BlobSender:
+    """One blob to the target: skipped when present, else uploaded from the layout, mounted from
+    the base's repository, or streamed from the base's registry."""
+
+    client: RegistryClient
+    repository: str
+    registry: str
+    layout: Path
+    sidecar: dict
+    source_client: RegistryClient | None
+
+    def send(self, blob: dict) -> tuple[str, str]:
+        digest, size = blob["digest"], blob["size"]
+        if self.client.has_blob(self.repository, digest):
+            return "present", digest
+        local = blob_path(self.layout, digest)
+        if local.is_file():
+            self.client.upload(self.repository, digest, local, size)
+            return "uploaded", digest
+        if digest not in set(self.sidecar.get("shallow_layers") or []):
+            raise OciError(f"{self.layout}: blob {digest} is neither in the layout nor a base layer", field=digest)
+        base_repository = self.sidecar["repository"]
+        if self.sidecar["registry"] == self.registry and self.client.mount(self.repository, digest, base_repository):
+            return "mounted", digest
+        source = self.source_client or RegistryClient(self.sidecar["registry"])
+        try:
+            # A factory: a retried upload streams the blob again from the start.
+            self.client.upload(self.repository, digest, lambda: source.stream_blob(base_repository, digest, size), size)
+        finally:
+            if self.source_client is None:
+                source.close()
+        return "streamed", digest
+
+
+def _send_blobs(sender: _BlobSender, blobs: list[dict], jobs: int, progress: Callable[[str], None] | None) -> list:
+    """Every blob, up to `jobs` at a time, with progress; outcomes in manifest order (the first
+    failure is raised)."""
+    total = sum(blob["size"] for blob in blobs)
+    done = {"blobs": 0, "bytes": 0}
+    lock = threading.Lock()
+
+    def tracked(blob: dict) -> tuple[str, str]:
+        outcome = sender.send(blob)
+        with lock:
+            done["blobs"] += 1
+            done["bytes"] += blob["size"]
+            if progress is not None:
+                progress(
+                    f"{done['blobs']}/{len(blobs)} blobs, {done['bytes'] / 1e6:.1f}/{total / 1e6:.1f} MB "
+                    f"({outcome[0]} {blob['digest'][:19]}…)"
+                )
+        return outcome
+
+    with ThreadPoolExecutor(max_workers=min(jobs, len(blobs))) as pool:
+        return list(pool.map(tracked, blobs))
+
+
+def push(
+    layout: Path,
+    target: str,
+    *,
+    client: RegistryClient | None = None,
+    source_client: RegistryClient | None = None,
+    tags: list[str] = (),
+    jobs: int = PUSH_JOBS,
+    progress: Callable[[str], None] | None = None,
+) -> PushReport:
     """Blobs first, up to `jobs` at a time (each skipped when present, else mounted, uploaded or
     streamed from the base's registry, with retries), then the manifest by digest, then the tags."""
     ref = Reference.parse(target)
@@ -97,69 +182,19 @@ def push(layout: Path, target: str, *, client: RegistryClient | None = None,
     if jobs < 1:
         raise OciError(f"jobs must be at least 1, got {jobs}", field="jobs")
     tags = expand_tags([*([ref.tag] if ref.tag else []), *tags], {})
-    index = read_index(layout)
-    if index is not None:
-        # An image index: every platform's image (blobs, then its manifest by digest), then the index.
-        digest, index_document, top_bytes = index
-        children = []
-        for entry in index_document["manifests"]:
-            child_bytes = read_blob(layout, entry["digest"])
-            children.append((entry["digest"], json.loads(child_bytes), child_bytes))
-        top_type = OCI_INDEX
-    else:
-        digest, manifest, top_bytes = read_layout(layout)
-        children = [(digest, manifest, top_bytes)]
-        top_type = manifest.get("mediaType", OCI_MANIFEST)
+    digest, children, top_bytes, top_type, is_index = _documents(layout)
     sidecar = json.loads((layout / BASE_SIDECAR).read_text()) if (layout / BASE_SIDECAR).is_file() else {}
-    shallow = set(sidecar.get("shallow_layers") or [])
     owned = client is None
     client = client or RegistryClient(ref.registry)
     report = PushReport(reference=f"{ref.registry}/{ref.repository}@{digest}", digest=digest)
-    blobs = list({blob["digest"]: blob for _, child, _ in children
-                  for blob in [child["config"], *child["layers"]]}.values())
-    total = sum(blob["size"] for blob in blobs)
-    done = {"blobs": 0, "bytes": 0}
-    lock = threading.Lock()
-
-    def one(blob: dict) -> tuple[str, str]:
-        if client.has_blob(ref.repository, blob["digest"]):
-            return "present", blob["digest"]
-        local = blob_path(layout, blob["digest"])
-        if local.is_file():
-            client.upload(ref.repository, blob["digest"], local, blob["size"])
-            return "uploaded", blob["digest"]
-        if blob["digest"] not in shallow:
-            raise OciError(f"{layout}: blob {blob['digest']} is neither in the layout nor a base layer",
-                           field=blob["digest"])
-        if sidecar["registry"] == ref.registry and client.mount(ref.repository, blob["digest"], sidecar["repository"]):
-            return "mounted", blob["digest"]
-        source = source_client or RegistryClient(sidecar["registry"])
-        try:
-            # A factory: a retried upload streams the blob again from the start.
-            client.upload(ref.repository, blob["digest"],
-                          lambda: source.stream_blob(sidecar["repository"], blob["digest"], blob["size"]),
-                          blob["size"])
-        finally:
-            if source_client is None:
-                source.close()
-        return "streamed", blob["digest"]
-
-    def tracked(blob: dict) -> tuple[str, str]:
-        outcome = one(blob)
-        with lock:
-            done["blobs"] += 1
-            done["bytes"] += blob["size"]
-            if progress is not None:
-                progress(f"{done['blobs']}/{len(blobs)} blobs, {done['bytes'] / 1e6:.1f}/{total / 1e6:.1f} MB "
-                         f"({outcome[0]} {blob['digest'][:19]}…)")
-        return outcome
-
+    blobs = list(
+        {blob["digest"]: blob for _, child, _ in children for blob in [child["config"], *child["layers"]]}.values()
+    )
+    sender = _BlobSender(client, ref.repository, ref.registry, layout, sidecar, source_client)
     try:
-        with ThreadPoolExecutor(max_workers=min(jobs, len(blobs))) as pool:
-            outcomes = list(pool.map(tracked, blobs))  # in manifest order; the first failure is raised
-        for kind, blob_digest in outcomes:
+        for kind, blob_digest in _send_blobs(sender, blobs, jobs, progress):
             getattr(report, kind).append(blob_digest)
-        if index is not None:
+        if is_index:
             for child_digest, child, child_bytes in children:
                 client.put_manifest(ref.repository, child_digest, child_bytes, child.get("mediaType", OCI_MANIFEST))
         client.put_manifest(ref.repository, digest, top_bytes, top_type)
@@ -176,15 +211,18 @@ def push(layout: Path, target: str, *, client: RegistryClient | None = None,
 @refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()  # every secret the run learns stays out of every line it prints
-    parser = argparse.ArgumentParser(prog="push", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="push", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("layout", type=Path)
     parser.add_argument("target", help="REGISTRY/REPO[:TAG]")
     args = parser.parse_args(argv)
     report = push(args.layout, args.target, progress=lambda line: print(f"push: {line}", file=sys.stderr, flush=True))
-    print(f"pushed: {len(report.uploaded)} uploaded ({report.uploaded_bytes} bytes), {len(report.mounted)} mounted, "
-          f"{len(report.streamed)} streamed from the base registry, {len(report.present)} already present",
-          file=sys.stderr)
+    print(
+        f"pushed: {len(report.uploaded)} uploaded ({report.uploaded_bytes} bytes), {len(report.mounted)} mounted, "
+        f"{len(report.streamed)} streamed from the base registry, {len(report.present)} already present",
+        file=sys.stderr,
+    )
     record_push(report.reference, report.digest)
     print(report.reference)
     return 0

@@ -2,6 +2,7 @@
 it by digest without the operator copying it: one small file per digest under
 $XDG_STATE_HOME/omni/pushes (default ~/.local/state/omni/pushes). A record only says where a
 digest went; whoever reads it checks the digest it asked for is the one recorded."""
+
 from __future__ import annotations
 
 import json
@@ -55,10 +56,14 @@ def last_push(digest: str) -> str | None:
     try:
         record, _ = read_json_file(path, label=str(path), max_bytes=MAX_RECORD_BYTES, follow_symlinks=False)
         reference = record.get("reference")
-        if record.get("digest") != digest or not isinstance(reference, str) or \
-                Reference.parse(reference).digest != digest:
+        if (
+            record.get("digest") != digest
+            or not isinstance(reference, str)
+            or Reference.parse(reference).digest != digest
+        ):
             raise AttestError(f"{path} does not record a push of {digest}", field=str(path))
     except (AttestError, OciError) as exc:
-        raise OciError(f"the push record {path} is unusable ({exc}); delete it or pass the reference",
-                       field=str(path)) from None
+        raise OciError(
+            f"the push record {path} is unusable ({exc}); delete it or pass the reference", field=str(path)
+        ) from None
     return reference

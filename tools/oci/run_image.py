@@ -7,6 +7,7 @@ file, and replaces an existing one only with --force. Both are written beside th
 and renamed into place, so a failure leaves the old content as it was. Relative paths are
 resolved against the directory `bazel run` was started from.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,13 +20,13 @@ from pathlib import Path
 
 from attest.errors import refusing_main
 from attest.redact import redacting_output
-from tools.oci.errors import OciError
 from tools.oci.build.index import platform_name, read_index
+from tools.oci.errors import OciError
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
-from tools.oci.push_record import record_push
 from tools.oci.push import expand_tags, push, read_status, read_tags
-from tools.oci.remote.referrers import push_referrer
+from tools.oci.push_record import record_push
 from tools.oci.remote.reference import Reference
+from tools.oci.remote.referrers import push_referrer
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.sign import (
     DSSE_TYPE,
@@ -51,8 +52,9 @@ def summary(layout: Path, name: str) -> str:
         digest, document, _ = index
         lines = [f"{name}  {digest}", f"image index of {len(document['manifests'])} platforms:"]
         for entry in document["manifests"]:
-            lines.append(f"  {platform_name(entry.get('platform') or {})}  {entry['digest']}  {_mb(entry['size'])} "
-                         "manifest")
+            lines.append(
+                f"  {platform_name(entry.get('platform') or {})}  {entry['digest']}  {_mb(entry['size'])} manifest"
+            )
         return "\n".join(lines)
     digest, manifest, _ = read_layout(layout)
     config = json.loads(read_blob(layout, manifest["config"]["digest"]))
@@ -60,17 +62,23 @@ def summary(layout: Path, name: str) -> str:
     shallow = set(sidecar.get("shallow_layers") or [])
     labels = (config.get("config") or {}).get("Labels") or {}
     history = [h for h in config.get("history", []) if not h.get("empty_layer")]
-    names = [h.get("created_by", "") for h in history][-len(manifest["layers"]):] if history else []
+    names = [h.get("created_by", "") for h in history][-len(manifest["layers"]) :] if history else []
     names = [""] * (len(manifest["layers"]) - len(names)) + names
-    lines = [f"{name}  {digest}",
-             f"platform: {config.get('os')}/{config.get('architecture')}"
-             + (f"/{config['variant']}" if config.get("variant") else "")]
+    lines = [
+        f"{name}  {digest}",
+        f"platform: {config.get('os')}/{config.get('architecture')}"
+        + (f"/{config['variant']}" if config.get("variant") else ""),
+    ]
     if sidecar:
-        lines.append(f"base: {sidecar.get('image')}@{sidecar.get('digest')} "
-                     f"(shallow: {len(shallow)} layers referenced by descriptor, none copied)")
+        lines.append(
+            f"base: {sidecar.get('image')}@{sidecar.get('digest')} "
+            f"(shallow: {len(shallow)} layers referenced by descriptor, none copied)"
+        )
     else:
-        lines.append(f"base: {labels.get('org.opencontainers.image.base.name') or labels.get('omni.base', 'none')}"
-                     " (built locally, complete)")
+        lines.append(
+            f"base: {labels.get('org.opencontainers.image.base.name') or labels.get('omni.base', 'none')}"
+            " (built locally, complete)"
+        )
     lines.append("layers:")
     for layer, label in zip(manifest["layers"], names):
         where = "base, not in layout" if layer["digest"] in shallow else label.replace("omni: ", "")
@@ -95,13 +103,18 @@ def engine_line(layout: Path, name: str) -> str:
     record = labels.get("omni.engine.record_sha256", "unpinned")
     if record != "unpinned":
         return f"engine: in the image's own layers, pinned by its RECORD digest {record} (checked at start)"
-    return (f"engine: none (local Debian base: the image's entrypoint refuses to start without one); "
-            f"the deployable image: bazel run --config=release {name}")
+    return (
+        f"engine: none (local Debian base: the image's entrypoint refuses to start without one); "
+        f"the deployable image: bazel run --config=release {name}"
+    )
 
 
 def _is_oci_layout(path: Path) -> bool:
-    return (path / "oci-layout").is_file() and (path / "index.json").is_file() and \
-        {child.name for child in path.iterdir()} <= {"oci-layout", "index.json", "blobs", BASE_SIDECAR}
+    return (
+        (path / "oci-layout").is_file()
+        and (path / "index.json").is_file()
+        and {child.name for child in path.iterdir()} <= {"oci-layout", "index.json", "blobs", BASE_SIDECAR}
+    )
 
 
 def write_output(layout: Path, target: Path, *, force: bool) -> None:
@@ -109,11 +122,13 @@ def write_output(layout: Path, target: Path, *, force: bool) -> None:
         raise OciError(f"--output {target} exists and is not a directory; choose another path", field="--output")
     existing = target.is_dir() and any(target.iterdir())
     if existing and not _is_oci_layout(target):
-        raise OciError(f"--output {target} is a non-empty directory that is not an OCI layout; Omni never "
-                       "deletes what it did not write: choose a new or empty directory", field="--output")
+        raise OciError(
+            f"--output {target} is a non-empty directory that is not an OCI layout; Omni never "
+            "deletes what it did not write: choose a new or empty directory",
+            field="--output",
+        )
     if existing and not force:
-        raise OciError(f"--output {target} already holds an OCI layout; pass --force to replace it",
-                       field="--output")
+        raise OciError(f"--output {target} already holds an OCI layout; pass --force to replace it", field="--output")
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.omni-partial"
     if staging.exists():
@@ -179,32 +194,80 @@ def push_evidence(layout: Path, args: argparse.Namespace, digest: str, key) -> N
             print(f"signature: {where}:{tag_for(digest, 'sig')} = {signature}", file=sys.stderr)
 
 
-@refusing_main
-def main(argv: list[str] | None = None) -> int:
-    redacting_output()  # every secret the run learns stays out of every line it prints
-    parser = argparse.ArgumentParser(prog="bazel run //images:<image> --", description=__doc__,
-                                     epilog=tools_help(SIGNING), formatter_class=argparse.RawDescriptionHelpFormatter)
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bazel run //images:<image> --",
+        description=__doc__,
+        epilog=tools_help(SIGNING),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--layout", type=Path, required=True, help=argparse.SUPPRESS)
     parser.add_argument("--name", default="image", help=argparse.SUPPRESS)
-    parser.add_argument("--output", type=Path,
-                        help="copy the OCI layout to this new or empty directory (relative to where bazel run started)")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="copy the OCI layout to this new or empty directory (relative to where bazel run started)",
+    )
     parser.add_argument("--archive", type=Path, help="write the layout as an OCI archive tarball to this new file")
-    parser.add_argument("--force", action="store_true",
-                        help="replace an existing OCI layout at --output, or an existing --archive file")
-    parser.add_argument("--allow-shallow", action="store_true",
-                        help="write --archive even for a shallow image (its base layers are not in it)")
+    parser.add_argument(
+        "--force", action="store_true", help="replace an existing OCI layout at --output, or an existing --archive file"
+    )
+    parser.add_argument(
+        "--allow-shallow",
+        action="store_true",
+        help="write --archive even for a shallow image (its base layers are not in it)",
+    )
     parser.add_argument("--push", metavar="REGISTRY/REPO[:TAG]", help="push the image by digest (and its SBOM)")
-    parser.add_argument("--tag", action="append", default=[], metavar="TAG",
-                        help="also tag the pushed image (repeatable; {KEY} takes a workspace status value)")
+    parser.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        metavar="TAG",
+        help="also tag the pushed image (repeatable; {KEY} takes a workspace status value)",
+    )
     parser.add_argument("--tags-file", type=Path, action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--status-file", type=Path, action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--sbom", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--provenance", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--signing-key", type=Path,
-                        help="PEM ECDSA P-256 private key signing the image and its provenance "
-                        "(default: $OMNI_SIGNING_KEY_FILE, else $OMNI_SIGNING_KEY)")
+    parser.add_argument(
+        "--signing-key",
+        type=Path,
+        help="PEM ECDSA P-256 private key signing the image and its provenance "
+        "(default: $OMNI_SIGNING_KEY_FILE, else $OMNI_SIGNING_KEY)",
+    )
     parser.add_argument("--unsigned", action="store_true", help="push without signatures (explicitly)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _push_signed(layout: Path, args: argparse.Namespace) -> None:
+    """The image pushed by digest, then its signature, provenance and SBOM, the tags, and the push
+    recorded; the pushed reference is printed on stdout."""
+    # No key and no --unsigned: refuse before anything leaves this machine.
+    key = None if args.unsigned else load_private_key(args.signing_key)
+    tags = [*args.tag, *(tag for path in args.tags_file for tag in read_tags(path))]
+    tags = expand_tags(tags, read_status(args.status_file))
+    report = push(
+        layout, args.push, tags=tags, progress=lambda line: print(f"push: {line}", file=sys.stderr, flush=True)
+    )
+    print(
+        f"pushed: {len(report.uploaded)} blobs uploaded ({report.uploaded_bytes} bytes), "
+        f"{len(report.mounted)} mounted, {len(report.streamed)} streamed, {len(report.present)} present",
+        file=sys.stderr,
+    )
+    push_evidence(layout, args, report.digest, key)
+    repository = report.reference.split("@", 1)[0]  # REGISTRY/REPO, as pushed
+    for tag in report.tags:
+        print(f"tagged: {repository}:{tag}", file=sys.stderr)
+    if key is None:
+        print(f"UNSIGNED: {report.reference} was pushed without signatures (--unsigned)", file=sys.stderr)
+    record_push(report.reference, report.digest)
+    print(report.reference)
+
+
+@refusing_main
+def main(argv: list[str] | None = None) -> int:
+    redacting_output()  # every secret the run learns stays out of every line it prints
+    args = _parser().parse_args(argv)
     base_dir = Path(os.environ.get("BUILD_WORKING_DIRECTORY", "."))
     if args.signing_key is not None:
         args.signing_key = base_dir / args.signing_key
@@ -213,9 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     print(engine_line(layout, args.name))
     shallow = (layout / BASE_SIDECAR).is_file()
     if args.archive and shallow and not args.allow_shallow:
-        raise OciError("--archive of a shallow image would lack its base layers (they stay in the base's "
-                       "registry), so docker, podman and `crane validate --tarball` cannot load it; push it "
-                       "instead, or pass --allow-shallow to write it anyway", field="--archive")
+        raise OciError(
+            "--archive of a shallow image would lack its base layers (they stay in the base's "
+            "registry), so docker, podman and `crane validate --tarball` cannot load it; push it "
+            "instead, or pass --allow-shallow to write it anyway",
+            field="--archive",
+        )
     if args.output:
         target = base_dir / args.output
         write_output(layout, target, force=args.force)
@@ -230,23 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         write_archive(layout, base_dir / args.archive, force=args.force)
         print(f"archive: {base_dir / args.archive}" + (" (base layers not included: shallow)" if shallow else ""))
     if args.push:
-        # No key and no --unsigned: refuse before anything leaves this machine.
-        key = None if args.unsigned else load_private_key(args.signing_key)
-        tags = [*args.tag, *(tag for path in args.tags_file for tag in read_tags(path))]
-        tags = expand_tags(tags, read_status(args.status_file))
-        report = push(layout, args.push, tags=tags,
-                      progress=lambda line: print(f"push: {line}", file=sys.stderr, flush=True))
-        print(f"pushed: {len(report.uploaded)} blobs uploaded ({report.uploaded_bytes} bytes), "
-              f"{len(report.mounted)} mounted, {len(report.streamed)} streamed, {len(report.present)} present",
-              file=sys.stderr)
-        push_evidence(layout, args, report.digest, key)
-        repository = report.reference.split("@", 1)[0]  # REGISTRY/REPO, as pushed
-        for tag in report.tags:
-            print(f"tagged: {repository}:{tag}", file=sys.stderr)
-        if key is None:
-            print(f"UNSIGNED: {report.reference} was pushed without signatures (--unsigned)", file=sys.stderr)
-        record_push(report.reference, report.digest)
-        print(report.reference)
+        _push_signed(layout, args)
     return 0
 
 

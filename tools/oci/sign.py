@@ -9,6 +9,7 @@
 The private key (PEM, from OMNI_SIGNING_KEY_FILE, OMNI_SIGNING_KEY or a file) is never
 printed. Written on `cryptography`: hand-rolled ECDSA would be wrong.
 """
+
 from __future__ import annotations
 
 import base64
@@ -42,18 +43,26 @@ def load_private_key(path: Path | None = None) -> ec.EllipticCurvePrivateKey:
         try:
             pem = where.read_bytes()
         except OSError as exc:
-            raise OciError(f"{field}: the signing key {source} cannot be read ({exc.strerror}); a relative path "
-                           "is taken from the directory `bazel run` was started in", field=field) from None
+            raise OciError(
+                f"{field}: the signing key {source} cannot be read ({exc.strerror}); a relative path "
+                "is taken from the directory `bazel run` was started in",
+                field=field,
+            ) from None
     elif os.environ.get(SIGNING_KEY):
         source, pem = SIGNING_KEY, os.environ[SIGNING_KEY].encode()
     else:
-        raise OciError("no signing key: set OMNI_SIGNING_KEY_FILE (or OMNI_SIGNING_KEY, or --signing-key), "
-                       "or push with --unsigned", field="OMNI_SIGNING_KEY_FILE")
+        raise OciError(
+            "no signing key: set OMNI_SIGNING_KEY_FILE (or OMNI_SIGNING_KEY, or --signing-key), "
+            "or push with --unsigned",
+            field="OMNI_SIGNING_KEY_FILE",
+        )
     if b"ENCRYPTED SIGSTORE PRIVATE KEY" in pem:
-        raise OciError(f"signing key from {source} is cosign's own encrypted format; Omni signs with a PEM ECDSA "
-                       "P-256 key that cosign also accepts: `openssl ecparam -name prime256v1 -genkey -noout -out "
-                       "omni.key` (then `cosign import-key-pair --key omni.key` where cosign needs its format)",
-                       field=source)
+        raise OciError(
+            f"signing key from {source} is cosign's own encrypted format; Omni signs with a PEM ECDSA "
+            "P-256 key that cosign also accepts: `openssl ecparam -name prime256v1 -genkey -noout -out "
+            "omni.key` (then `cosign import-key-pair --key omni.key` where cosign needs its format)",
+            field=source,
+        )
     password = os.environ.get(SIGNING_KEY_PASSWORD, "").encode() or None
     try:
         key = serialization.load_pem_private_key(pem, password=password)
@@ -68,8 +77,11 @@ def load_public_key(path: Path) -> ec.EllipticCurvePublicKey:
     try:
         pem = path.read_bytes()
     except OSError as exc:
-        raise OciError(f"--key {path} cannot be read ({exc.strerror}); a relative path is taken from the directory "
-                       "`bazel run` was started in", field="--key") from None
+        raise OciError(
+            f"--key {path} cannot be read ({exc.strerror}); a relative path is taken from the directory "
+            "`bazel run` was started in",
+            field="--key",
+        ) from None
     try:
         key = serialization.load_pem_public_key(pem)
     except ValueError as exc:
@@ -98,46 +110,82 @@ def pae(payload_type: str, body: bytes) -> bytes:
 
 
 def simple_signing_payload(reference: str, digest: str) -> bytes:
-    return json.dumps({"critical": {"identity": {"docker-reference": reference},
-                                    "image": {"docker-manifest-digest": digest},
-                                    "type": "cosign container image signature"},
-                       "optional": None}, separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "critical": {
+                "identity": {"docker-reference": reference},
+                "image": {"docker-manifest-digest": digest},
+                "type": "cosign container image signature",
+            },
+            "optional": None,
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 def dsse_envelope(key: ec.EllipticCurvePrivateKey, statement: dict[str, Any]) -> bytes:
     body = json.dumps(statement, separators=(",", ":"), sort_keys=True).encode()
-    return json.dumps({"payloadType": INTOTO_PAYLOAD_TYPE, "payload": base64.b64encode(body).decode(),
-                       "signatures": [{"keyid": "", "sig": sign(key, pae(INTOTO_PAYLOAD_TYPE, body))}]},
-                      separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "payloadType": INTOTO_PAYLOAD_TYPE,
+            "payload": base64.b64encode(body).decode(),
+            "signatures": [{"keyid": "", "sig": sign(key, pae(INTOTO_PAYLOAD_TYPE, body))}],
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 def tag_for(digest: str, suffix: str) -> str:
     return digest.replace(":", "-") + "." + suffix
 
 
-def _push_single_layer_image(client: RegistryClient, repository: str, tag: str, payload: bytes, media_type: str,
-                             annotations: dict[str, str]) -> str:
+def _push_single_layer_image(
+    client: RegistryClient, repository: str, tag: str, payload: bytes, media_type: str, annotations: dict[str, str]
+) -> str:
     """Cosign's signature/attestation image: one annotated layer, a minimal config."""
     layer_digest = sha256_digest(payload)
-    config = canonical({"architecture": "", "config": {}, "created": "0001-01-01T00:00:00Z",
-                        "history": [{"created": "0001-01-01T00:00:00Z"}], "os": "",
-                        "rootfs": {"type": "layers", "diff_ids": [layer_digest]}})
+    config = canonical(
+        {
+            "architecture": "",
+            "config": {},
+            "created": "0001-01-01T00:00:00Z",
+            "history": [{"created": "0001-01-01T00:00:00Z"}],
+            "os": "",
+            "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+        }
+    )
     for blob in (payload, config):
         if not client.has_blob(repository, sha256_digest(blob)):
             client.upload(repository, sha256_digest(blob), blob, len(blob))
-    manifest = canonical({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                          "config": descriptor(OCI_CONFIG, config),
-                          "layers": [descriptor(media_type, payload, annotations=annotations)]})
+    manifest = canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": descriptor(OCI_CONFIG, config),
+            "layers": [descriptor(media_type, payload, annotations=annotations)],
+        }
+    )
     return client.put_manifest(repository, tag, manifest, OCI_MANIFEST)
 
 
-def push_image_signature(client: RegistryClient, repository: str, digest: str,
-                         key: ec.EllipticCurvePrivateKey) -> str:
+def push_image_signature(client: RegistryClient, repository: str, digest: str, key: ec.EllipticCurvePrivateKey) -> str:
     payload = simple_signing_payload(f"{client.registry}/{repository}", digest)
-    return _push_single_layer_image(client, repository, tag_for(digest, "sig"), payload, SIMPLESIGNING_TYPE,
-                                    {SIGNATURE_ANNOTATION: sign(key, payload)})
+    return _push_single_layer_image(
+        client,
+        repository,
+        tag_for(digest, "sig"),
+        payload,
+        SIMPLESIGNING_TYPE,
+        {SIGNATURE_ANNOTATION: sign(key, payload)},
+    )
 
 
 def push_attestation(client: RegistryClient, repository: str, digest: str, envelope: bytes) -> str:
-    return _push_single_layer_image(client, repository, tag_for(digest, "att"), envelope, DSSE_TYPE,
-                                    {SIGNATURE_ANNOTATION: "", "predicateType": SLSA_PREDICATE})
+    return _push_single_layer_image(
+        client,
+        repository,
+        tag_for(digest, "att"),
+        envelope,
+        DSSE_TYPE,
+        {SIGNATURE_ANNOTATION: "", "predicateType": SLSA_PREDICATE},
+    )

@@ -9,6 +9,7 @@ through a symbolic link that an earlier member made.
 Why by hand and not `TarFile.extractall(filter="data")`: extraction filters arrived in
 Python 3.11.4, and Debian 12's python3 is 3.11.2, which has no `filter` argument.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,9 @@ def member_path(source: str | Path, name: str, *, kind: str = "tar") -> PurePosi
     `kind` starts the refusal ("layer tar", "base layer", ...)."""
     parts = [part for part in PurePosixPath(name).parts if part not in ("", ".")]
     if name.startswith("/") or ".." in parts or "\x00" in name:
-        raise OciError(f"{kind} {source}: member {name!r} is absolute or leaves the tar's root",
-                       field=f"{source}:{name}")
+        raise OciError(
+            f"{kind} {source}: member {name!r} is absolute or leaves the tar's root", field=f"{source}:{name}"
+        )
     return PurePosixPath(*parts) if parts else PurePosixPath(".")
 
 
@@ -36,14 +38,19 @@ def _link_stays_inside(source: str | Path, member: tarfile.TarInfo, relative: Pu
     """A symbolic link's target, read from the link's own directory, must stay inside the root."""
     target = member.linkname
     if not target or target.startswith("/") or "\x00" in target:
-        raise OciError(f"tar {source}: symbolic link {member.name!r} points to {target!r}; "
-                       "expected a relative target inside the archive", field=f"{source}:{member.name}")
+        raise OciError(
+            f"tar {source}: symbolic link {member.name!r} points to {target!r}; "
+            "expected a relative target inside the archive",
+            field=f"{source}:{member.name}",
+        )
     depth = len(relative.parts) - 1
     for part in PurePosixPath(target).parts:
         depth += -1 if part == ".." else 0 if part == "." else 1
         if depth < 0:
-            raise OciError(f"tar {source}: symbolic link {member.name!r} points to {target!r}, "
-                           "outside the archive's root", field=f"{source}:{member.name}")
+            raise OciError(
+                f"tar {source}: symbolic link {member.name!r} points to {target!r}, outside the archive's root",
+                field=f"{source}:{member.name}",
+            )
 
 
 def _no_link_on_the_way(source: str | Path, root: Path, relative: PurePosixPath, name: str) -> None:
@@ -52,8 +59,10 @@ def _no_link_on_the_way(source: str | Path, root: Path, relative: PurePosixPath,
     for part in relative.parts[:-1]:
         current = current / part
         if current.is_symlink():
-            raise OciError(f"tar {source}: member {name!r} would be written through the symbolic link "
-                           f"{current.relative_to(root)}", field=f"{source}:{name}")
+            raise OciError(
+                f"tar {source}: member {name!r} would be written through the symbolic link {current.relative_to(root)}",
+                field=f"{source}:{name}",
+            )
 
 
 def _make_room(source: str | Path, path: Path, name: str) -> None:
@@ -61,8 +70,9 @@ def _make_room(source: str | Path, path: Path, name: str) -> None:
     replaces an earlier one); a directory written before is never replaced."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_dir() and not path.is_symlink():
-        raise OciError(f"tar {source}: member {name!r} would replace a directory written before it",
-                       field=f"{source}:{name}")
+        raise OciError(
+            f"tar {source}: member {name!r} would replace a directory written before it", field=f"{source}:{name}"
+        )
     if path.is_symlink() or path.exists():
         path.unlink()
 
@@ -105,13 +115,19 @@ def extract_all(archive: tarfile.TarFile, dest: Path, *, source: str | Path) -> 
         elif member.islnk():
             target = member_path(source, member.linkname)
             if str(target) not in regular_files or (dest / target).is_symlink():
-                raise OciError(f"tar {source}: hard link {member.name!r} points to {member.linkname!r}, "
-                               "which is not a regular file written before it", field=f"{source}:{member.name}")
+                raise OciError(
+                    f"tar {source}: hard link {member.name!r} points to {member.linkname!r}, "
+                    "which is not a regular file written before it",
+                    field=f"{source}:{member.name}",
+                )
             _make_room(source, path, member.name)
             os.link(dest / target, path)
             regular_files.add(str(relative))
         else:
-            raise OciError(f"tar {source}: member {member.name!r} is a device, FIFO or other special file; "
-                           "only files, directories and links are extracted", field=f"{source}:{member.name}")
+            raise OciError(
+                f"tar {source}: member {member.name!r} is a device, FIFO or other special file; "
+                "only files, directories and links are extracted",
+                field=f"{source}:{member.name}",
+            )
         written.append(str(relative))
     return written

@@ -9,6 +9,7 @@ them agree: the provenance's subject is this digest, its pins and resolved depen
 are the baked pins, the labels are the baked pins, the baked layer list is the
 manifest's. Exit 0 with a summary, or 2 with {"ok": false, "error", "field"}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,13 +27,12 @@ from attest.errors import AttestError, refusing_main
 from attest.pins import ImagePins
 from attest.reader import loads_object
 from attest.redact import redacting_output
-from tools.oci.errors import OciError
 from tools.oci.build.image import BAKED_DEST, TITLE, pin_labels
 from tools.oci.build.provenance import PREDICATE_TYPE, STATEMENT_TYPE, resolved
+from tools.oci.errors import OciError
 from tools.oci.remote.reference import Reference
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.sign import DSSE_TYPE, SIGNATURE_ANNOTATION, SIMPLESIGNING_TYPE, load_public_key, pae, tag_for, verify
-
 
 # What verify reads, each bounded: signature payloads, the config, the (compressed) pins
 # layer and what it may decompress to.
@@ -55,8 +55,13 @@ def _json(data: bytes, what: str) -> dict[str, Any]:
 
 def _descriptor(value: Any, what: str) -> dict[str, Any]:
     """A descriptor with a sha256 digest and a non-negative integer size."""
-    if not isinstance(value, dict) or not isinstance(value.get("digest"), str) or not isinstance(
-            value.get("size"), int) or isinstance(value.get("size"), bool) or value["size"] < 0:
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("digest"), str)
+        or not isinstance(value.get("size"), int)
+        or isinstance(value.get("size"), bool)
+        or value["size"] < 0
+    ):
         raise _refuse(f"{what} is not a descriptor with a digest and a size", field=what)
     return value
 
@@ -72,8 +77,9 @@ def _single_layer(client: RegistryClient, repository: str, tag: str, media_type:
     try:
         data, _ = client.manifest(repository, tag)
     except OciError:
-        raise _refuse(f"no {tag} in {client.registry}/{repository}: the image is not signed/attested there",
-                      field=tag) from None
+        raise _refuse(
+            f"no {tag} in {client.registry}/{repository}: the image is not signed/attested there", field=tag
+        ) from None
     layers = [layer for layer in _layers(_json(data, tag), tag) if layer.get("mediaType") == media_type]
     if len(layers) != 1:
         raise _refuse(f"{tag} must hold exactly one {media_type} layer", field=tag)
@@ -100,9 +106,15 @@ def baked_pins(client: RegistryClient, repository: str, manifest: dict[str, Any]
     layers = _layers(manifest, "manifest")
     pins_layer = layers[-1]
     annotations = pins_layer.get("annotations") if isinstance(pins_layer.get("annotations"), dict) else {}
-    if annotations.get(TITLE) != BAKED_DEST or sum(
-            1 for layer in layers if isinstance(layer.get("annotations"), dict)
-            and layer["annotations"].get(TITLE) == BAKED_DEST) != 1:
+    if (
+        annotations.get(TITLE) != BAKED_DEST
+        or sum(
+            1
+            for layer in layers
+            if isinstance(layer.get("annotations"), dict) and layer["annotations"].get(TITLE) == BAKED_DEST
+        )
+        != 1
+    ):
         raise _refuse(f"the image has no final layer annotated {TITLE}={BAKED_DEST}", field=BAKED_DEST)
     blob = client.blob(repository, pins_layer["digest"], size=pins_layer["size"], max_bytes=MAX_PINS_LAYER_BYTES)
     archive = _gunzip_bounded(blob, MAX_PINS_UNCOMPRESSED, f"the pins layer {pins_layer['digest']}")
@@ -117,6 +129,38 @@ def baked_pins(client: RegistryClient, repository: str, manifest: dict[str, Any]
     return _json(data, BAKED_DEST), len(blob)
 
 
+def _check_signature(client: RegistryClient, ref: Reference, key: Any) -> None:
+    """The simple-signing signature verifies with `key` and names this manifest digest."""
+    payload, annotations = _single_layer(client, ref.repository, tag_for(ref.digest, "sig"), SIMPLESIGNING_TYPE)
+    if not verify(key, payload, str(annotations.get(SIGNATURE_ANNOTATION, ""))):
+        raise _refuse("the image signature does not verify with the given public key", field="signature")
+    critical = _json(payload, "signature payload").get("critical")
+    signed = critical.get("image", {}).get("docker-manifest-digest") if isinstance(critical, dict) else None
+    if signed != ref.digest:
+        raise _refuse(f"the signature is for {signed}, not {ref.digest}", field="signature")
+
+
+def _checked_provenance(client: RegistryClient, ref: Reference, key: Any) -> dict[str, Any]:
+    """The DSSE provenance, verified with `key`: an in-toto SLSA v1 statement about this digest."""
+    envelope_bytes, _ = _single_layer(client, ref.repository, tag_for(ref.digest, "att"), DSSE_TYPE)
+    envelope = _json(envelope_bytes, "provenance envelope")
+    try:
+        body = base64.b64decode(str(envelope.get("payload", "")), validate=True)
+        signatures = [item for item in envelope.get("signatures") or [] if isinstance(item, dict)]
+    except (ValueError, TypeError):
+        raise _refuse("the provenance envelope is malformed", field="provenance") from None
+    payload_type = str(envelope.get("payloadType", ""))
+    if not any(verify(key, pae(payload_type, body), str(item.get("sig", ""))) for item in signatures):
+        raise _refuse("the provenance signature does not verify with the given public key", field="provenance")
+    statement = _json(body, "provenance statement")
+    if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != PREDICATE_TYPE:
+        raise _refuse("the attestation is not an in-toto v1 SLSA provenance v1 statement", field="provenance")
+    subjects = [s["digest"].get("sha256") for s in statement.get("subject", [])]
+    if ref.digest.split(":", 1)[1] not in subjects:
+        raise _refuse(f"the provenance is about {subjects}, not {ref.digest}", field="provenance.subject")
+    return statement
+
+
 def verify_image(reference: str, public_key: Path, client: RegistryClient | None = None) -> dict[str, Any]:
     ref = Reference.parse(reference)
     if not ref.digest:
@@ -127,37 +171,20 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
     try:
         # The signature first: nothing the image holds is parsed or decompressed before the
         # signed payload names this manifest digest (which in turn names every blob's digest).
-        payload, annotations = _single_layer(client, ref.repository, tag_for(ref.digest, "sig"), SIMPLESIGNING_TYPE)
-        if not verify(key, payload, str(annotations.get(SIGNATURE_ANNOTATION, ""))):
-            raise _refuse("the image signature does not verify with the given public key", field="signature")
-        critical = _json(payload, "signature payload").get("critical")
-        signed = critical.get("image", {}).get("docker-manifest-digest") if isinstance(critical, dict) else None
-        if signed != ref.digest:
-            raise _refuse(f"the signature is for {signed}, not {ref.digest}", field="signature")
+        _check_signature(client, ref, key)
 
         manifest_bytes, _ = client.manifest(ref.repository, ref.digest)
         manifest = _json(manifest_bytes, "manifest")
         config_descriptor = _descriptor(manifest.get("config"), "manifest config")
-        config = _json(client.blob(ref.repository, config_descriptor["digest"], size=config_descriptor["size"],
-                                   max_bytes=MAX_CONFIG_BYTES), "config")
+        config = _json(
+            client.blob(
+                ref.repository, config_descriptor["digest"], size=config_descriptor["size"], max_bytes=MAX_CONFIG_BYTES
+            ),
+            "config",
+        )
         baked, baked_size = baked_pins(client, ref.repository, manifest)
 
-        envelope_bytes, _ = _single_layer(client, ref.repository, tag_for(ref.digest, "att"), DSSE_TYPE)
-        envelope = _json(envelope_bytes, "provenance envelope")
-        try:
-            body = base64.b64decode(str(envelope.get("payload", "")), validate=True)
-            signatures = [item for item in envelope.get("signatures") or [] if isinstance(item, dict)]
-        except (ValueError, TypeError):
-            raise _refuse("the provenance envelope is malformed", field="provenance") from None
-        payload_type = str(envelope.get("payloadType", ""))
-        if not any(verify(key, pae(payload_type, body), str(item.get("sig", ""))) for item in signatures):
-            raise _refuse("the provenance signature does not verify with the given public key", field="provenance")
-        statement = _json(body, "provenance statement")
-        if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != PREDICATE_TYPE:
-            raise _refuse("the attestation is not an in-toto v1 SLSA provenance v1 statement", field="provenance")
-        subjects = [s["digest"].get("sha256") for s in statement.get("subject", [])]
-        if ref.digest.split(":", 1)[1] not in subjects:
-            raise _refuse(f"the provenance is about {subjects}, not {ref.digest}", field="provenance.subject")
+        statement = _checked_provenance(client, ref, key)
 
         pins = baked["pins"]
         try:
@@ -166,13 +193,17 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
             raise _refuse(str(exc), field=exc.field) from None
         if statement["predicate"]["buildDefinition"]["externalParameters"].get("pins") != pins:
             raise _refuse("the provenance's pins differ from the pins baked into the image", field="provenance.pins")
-        for name, digest_key, pinned in (("engine", "gitCommit", pins["engine"]["commit"]),
-                                         ("model", "gitCommit", pins["model"]["revision"]),
-                                         ("base", "sha256", baked["base_digest"].split(":", 1)[-1])):
+        for name, digest_key, pinned in (
+            ("engine", "gitCommit", pins["engine"]["commit"]),
+            ("model", "gitCommit", pins["model"]["revision"]),
+            ("base", "sha256", baked["base_digest"].split(":", 1)[-1]),
+        ):
             recorded = resolved(statement, name).get(digest_key, "")
             if recorded != pinned:
-                raise _refuse(f"provenance {name} is {recorded or 'unrecorded'}, the image pins {pinned or 'nothing'}",
-                              field=f"provenance.{name}")
+                raise _refuse(
+                    f"provenance {name} is {recorded or 'unrecorded'}, the image pins {pinned or 'nothing'}",
+                    field=f"provenance.{name}",
+                )
         labels = (config.get("config") or {}).get("Labels") or {}
         for label, value in pin_labels(pins).items():
             if labels.get(label) != value:
@@ -183,16 +214,26 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
         if owned:
             client.close()
     empty = typed_pins.empty_pins()
-    return {"ok": True, "reference": str(ref), "image": baked["image"], "engine": pins["engine"],
-            "model": pins["model"], "base_digest": baked["base_digest"], "bytes_fetched_from_layers": baked_size,
-            "pinned": not empty, "unpinned": empty, "runtime": baked.get("runtime")}
+    return {
+        "ok": True,
+        "reference": str(ref),
+        "image": baked["image"],
+        "engine": pins["engine"],
+        "model": pins["model"],
+        "base_digest": baked["base_digest"],
+        "bytes_fetched_from_layers": baked_size,
+        "pinned": not empty,
+        "unpinned": empty,
+        "runtime": baked.get("runtime"),
+    }
 
 
 @refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()  # every secret the run learns stays out of every line it prints
-    parser = argparse.ArgumentParser(prog="verify", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="verify", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("reference", help="REGISTRY/REPO@sha256:...")
     parser.add_argument("--key", type=Path, required=True, help="the signer's PEM public key")
     args = parser.parse_args(argv)

@@ -6,14 +6,20 @@ Only the engine's own metadata is kept while the layers stream (tools.oci.remote
 METADATA, RECORD and direct_url.json of every `*.dist-info` directory named like the engine,
 and `<package>/_version.py`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from attest.engine import (ENGINE_DISTRIBUTIONS, InstalledDistribution, distribution_dirs, normalized_name,
-                           read_distribution)
+from attest.engine import (
+    ENGINE_DISTRIBUTIONS,
+    InstalledDistribution,
+    distribution_dirs,
+    normalized_name,
+    read_distribution,
+)
 from attest.errors import AttestError
 from tools.oci.errors import OciError
 from tools.oci.remote.layer_files import LayerFile
@@ -35,6 +41,7 @@ def wanted_files(engine: str) -> Callable[[PurePosixPath], bool]:
         if name not in DIST_INFO_FILES or not directory.endswith(".dist-info"):
             return False
         return normalized_name(directory[: -len(".dist-info")].rsplit("-", 1)[0]) in names
+
     return wanted
 
 
@@ -51,7 +58,7 @@ class LayerSite:
 
     def children(self) -> list[str]:
         prefix = str(self.root).lstrip("/") + "/"
-        return sorted({path[len(prefix):].split("/")[0] for path in self.files if path.startswith(prefix)})
+        return sorted({path[len(prefix) :].split("/")[0] for path in self.files if path.startswith(prefix)})
 
     def exists(self, relative: str) -> bool:
         return self._key(relative) in self.files
@@ -62,8 +69,10 @@ class LayerSite:
         if found is None:
             raise AttestError(f"{where} is missing", field=str(self.root / relative))
         if found.data is None:
-            raise AttestError(f"{where} is a {found.kind} in layer {found.layer}; expected a regular file",
-                              field=str(self.root / relative))
+            raise AttestError(
+                f"{where} is a {found.kind} in layer {found.layer}; expected a regular file",
+                field=str(self.root / relative),
+            )
         if len(found.data) > max_bytes:
             raise AttestError(f"{where} is larger than {max_bytes} bytes", field=str(self.root / relative))
         return found.data
@@ -71,8 +80,7 @@ class LayerSite:
 
 def engine_identity(files: dict[str, LayerFile], engine: str, label: str) -> InstalledDistribution:
     """The one installed distribution of `engine` in the image; refuses none or several."""
-    sites = sorted({PurePosixPath(path).parent.parent for path in files
-                    if PurePosixPath(path).name == "METADATA"})
+    sites = sorted({PurePosixPath(path).parent.parent for path in files if PurePosixPath(path).name == "METADATA"})
     found: list[InstalledDistribution] = []
     for site_path in sites:
         site = LayerSite(Path("/") / site_path, files, label)
@@ -81,10 +89,15 @@ def engine_identity(files: dict[str, LayerFile], engine: str, label: str) -> Ins
             if installed is not None:
                 found.append(installed)
     if not found:
-        raise OciError(f"{label} holds no installed {engine} (looked for the *.dist-info of "
-                       f"{', '.join(ENGINE_DISTRIBUTIONS[engine])} in every layer, whiteouts applied)",
-                       field="engine")
+        raise OciError(
+            f"{label} holds no installed {engine} (looked for the *.dist-info of "
+            f"{', '.join(ENGINE_DISTRIBUTIONS[engine])} in every layer, whiteouts applied)",
+            field="engine",
+        )
     if len(found) > 1:
-        raise OciError(f"{label} holds {len(found)} installed {engine} distributions: "
-                       f"{', '.join(str(item.dist_info) for item in found)}; expected exactly one", field="engine")
+        raise OciError(
+            f"{label} holds {len(found)} installed {engine} distributions: "
+            f"{', '.join(str(item.dist_info) for item in found)}; expected exactly one",
+            field="engine",
+        )
     return found[0]

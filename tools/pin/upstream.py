@@ -5,6 +5,7 @@ Every value is computed here from bytes checked against something local (a diges
 from the manifest bytes received, layers hashed against their descriptors, the hub's listing
 at the commit it names); none is copied from what a peer claims about itself.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,11 +19,11 @@ from attest.errors import AttestError
 from attest.lock import REVIEWED, CheckpointLock
 from attest.pins import ImagePins, ModelPin
 from boot import hub
-from tools.oci.remote.shallow_base import resolve_image
 from tools.oci.errors import OciError
 from tools.oci.remote.layer_files import read_layer_files
 from tools.oci.remote.reference import Reference
 from tools.oci.remote.registry import RegistryClient
+from tools.oci.remote.shallow_base import resolve_image
 from tools.pin.engine_files import engine_identity, wanted_files
 
 DEFAULT_MODEL_REF = "main"
@@ -56,12 +57,16 @@ class Upstream:
     speculator: ModelUpstream | None
 
 
-def resolve_base(pins: ImagePins, tag: str, mirror: str, *, client: RegistryClient | None = None,
-                 deadline: float = math.inf) -> BaseUpstream:
+def resolve_base(
+    pins: ImagePins, tag: str, mirror: str, *, client: RegistryClient | None = None, deadline: float = math.inf
+) -> BaseUpstream:
     """The manifest digest of the pinned platform for `tag`, and the engine read from its layers."""
     if not tag:
-        raise OciError(f"base.tag of {pins.image} is empty and no --base-tag was given: name the tag whose digest "
-                       "to pin (Omni never guesses one, not even `latest`)", field="base.tag")
+        raise OciError(
+            f"base.tag of {pins.image} is empty and no --base-tag was given: name the tag whose digest "
+            "to pin (Omni never guesses one, not even `latest`)",
+            field="base.tag",
+        )
     ref = Reference.parse(f"{pins.base.image}:{tag}")
     registry = mirror or ref.registry
     label = f"base {ref}" + (f" (from the mirror {mirror})" if mirror else "")
@@ -71,11 +76,21 @@ def resolve_base(pins: ImagePins, tag: str, mirror: str, *, client: RegistryClie
         resolved = resolve_image(client, ref.repository, tag, pins.base.platform, label)
         sizes = [layer.get("size") for layer in resolved.layers]
         total = sum(size for size in sizes if isinstance(size, int))
-        print(f"pin: {label}: {pins.base.platform} is {resolved.digest}; reading {pins.engine.name}'s identity "
-              f"from its {len(resolved.layers)} layers ({total / 1e9:.2f} GB)", file=sys.stderr, flush=True)
-        files = read_layer_files(client, ref.repository, resolved.layers, wanted=wanted_files(pins.engine.name),
-                                 max_file_bytes=MAX_ENGINE_FILE_BYTES, label=f"{label}@{resolved.digest}",
-                                 deadline=deadline)
+        print(
+            f"pin: {label}: {pins.base.platform} is {resolved.digest}; reading {pins.engine.name}'s identity "
+            f"from its {len(resolved.layers)} layers ({total / 1e9:.2f} GB)",
+            file=sys.stderr,
+            flush=True,
+        )
+        files = read_layer_files(
+            client,
+            ref.repository,
+            resolved.layers,
+            wanted=wanted_files(pins.engine.name),
+            max_file_bytes=MAX_ENGINE_FILE_BYTES,
+            label=f"{label}@{resolved.digest}",
+            deadline=deadline,
+        )
     finally:
         if owned:
             client.close()
@@ -84,8 +99,10 @@ def resolve_base(pins: ImagePins, tag: str, mirror: str, *, client: RegistryClie
     except AttestError as exc:
         raise OciError(str(exc), field=exc.field) from None
     if not installed.record_sha256 and installed.commit_kind != FULL:
-        raise OciError(f"{label}: {installed.dist_info} has no RECORD and no full commit: the engine's identity "
-                       "cannot be pinned", field="engine")
+        raise OciError(
+            f"{label}: {installed.dist_info} has no RECORD and no full commit: the engine's identity cannot be pinned",
+            field="engine",
+        )
     return BaseUpstream(tag, resolved.digest, installed)
 
 
@@ -93,8 +110,7 @@ def resolve_model(pin: ModelPin, ref: str, endpoint: str, what: str, *, deadline
     """The hub's 40-hex revision for `ref`; with a lock pin, the checkpoint lock at that revision."""
     ref = ref or pin.ref or DEFAULT_MODEL_REF
     try:
-        revision, listing = hub.fetch_model_info(pin.id, ref, stall_s=HUB_STALL_S, endpoint=endpoint,
-                                                 deadline=deadline)
+        revision, listing = hub.fetch_model_info(pin.id, ref, stall_s=HUB_STALL_S, endpoint=endpoint, deadline=deadline)
     except AttestError as exc:
         field = exc.field if exc.field == "deadline" else f"{what}.revision"
         raise OciError(f"{what} {pin.id}@{ref}: {exc}", field=field) from None
@@ -114,8 +130,10 @@ def engine_pins(installed: InstalledDistribution) -> tuple[dict[str, Any], str]:
         note = f"{engine}: full commit {installed.commit} from {installed.commit_source}"
         return {"commit": installed.commit, "record_sha256": installed.record_sha256}, note
     if installed.commit_kind == ABBREVIATED:
-        note = (f"{engine}: the base records only the abbreviated commit {installed.commit} "
-                f"({installed.commit_source}): engine.commit stays empty, engine.record_sha256 pins the exact files")
+        note = (
+            f"{engine}: the base records only the abbreviated commit {installed.commit} "
+            f"({installed.commit_source}): engine.commit stays empty, engine.record_sha256 pins the exact files"
+        )
     else:
         note = f"{engine}: the base records no commit: engine.record_sha256 pins the exact files"
     return {"commit": "", "record_sha256": installed.record_sha256}, note
@@ -126,5 +144,7 @@ def lock_summary(lock: CheckpointLock) -> str:
     total = sum(item.size for item in lock.files)
     lfs_bytes = sum(item.size for item in lfs)
     share = lfs_bytes / total * 100 if total else 0.0
-    return (f"{lock.repo}@{lock.revision}: {len(lock.files)} files, {total} bytes ({total / 1e9:.2f} GB); "
-            f"{len(lfs)} LFS files hold {share:.1f}% of the bytes")
+    return (
+        f"{lock.repo}@{lock.revision}: {len(lock.files)} files, {total} bytes ({total / 1e9:.2f} GB); "
+        f"{len(lfs)} LFS files hold {share:.1f}% of the bytes"
+    )

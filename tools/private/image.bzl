@@ -2,8 +2,8 @@
 push), with rules_oci's attribute names; omni_image: the same, plus what Omni's images carry
 (pins baked into labels and /etc/omni/image.json, release checks, provenance, SBOM)."""
 
-load(":common.bzl", "WORKER", "display", "runnable_layout", "worker_args")
 load(":providers.bzl", "OciBaseInfo", "OciImageInfo", "OciLayerInfo")
+load(":runnable.bzl", "WORKER", "display", "runnable_layout", "worker_args")
 load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
 
 def _tar_layers(ctx):
@@ -16,8 +16,14 @@ def _tar_layers(ctx):
         descriptor = ctx.actions.declare_file("{}.tar{}.layer.json".format(ctx.label.name, index))
         ctx.actions.run(
             executable = oci_tools(ctx).layer,
-            arguments = [worker_args(ctx, ["--spec", spec.path, "--output", blob.path, "--descriptor",
-                                           descriptor.path])],
+            arguments = [worker_args(ctx, [
+                "--spec",
+                spec.path,
+                "--output",
+                blob.path,
+                "--descriptor",
+                descriptor.path,
+            ])],
             execution_requirements = WORKER,
             inputs = [spec, tar],
             outputs = [blob, descriptor],
@@ -148,11 +154,15 @@ def _oci_image_impl(ctx):
     return runnable_layout(ctx, layout, digest, outputs, extra_args)
 
 _GENERIC_ATTRS = {
-    "base": attr.label(providers = [[OciImageInfo], [OciBaseInfo]],
-                       doc = "A shallow pinned base (OciBaseInfo) or another image's layout."),
+    "base": attr.label(
+        providers = [[OciImageInfo], [OciBaseInfo]],
+        doc = "A shallow pinned base (OciBaseInfo) or another image's layout.",
+    ),
     "layers": attr.label_list(providers = [OciLayerInfo], doc = "oci_layer targets, in order."),
-    "tars": attr.label_list(allow_files = [".tar", ".tar.gz", ".tgz", ".tar.zst"],
-                            doc = "rules_oci's name: tar files other rules made, each one more layer after `layers`."),
+    "tars": attr.label_list(
+        allow_files = [".tar", ".tar.gz", ".tgz", ".tar.zst"],
+        doc = "rules_oci's name: tar files other rules made, each one more layer after `layers`.",
+    ),
     "entrypoint": attr.string_list(doc = "The config's Entrypoint (replaces the base's, and drops its Cmd)."),
     "cmd": attr.string_list(doc = "The config's Cmd: default arguments of the entrypoint."),
     "env": attr.string_dict(doc = "Variables added to (or replacing) the base's Env."),
@@ -170,11 +180,16 @@ _GENERIC_ATTRS = {
 }
 
 _OMNI_ATTRS = {
-    "pins": attr.label(allow_single_file = [".json"], mandatory = True,
-                       doc = "The pin document: labels, /etc/omni/image.json and the provenance."),
+    "pins": attr.label(
+        allow_single_file = [".json"],
+        mandatory = True,
+        doc = "The pin document: labels, /etc/omni/image.json and the provenance.",
+    ),
     "release": attr.bool(doc = "Refuse empty pins (set by --config=release)."),
-    "checkpoint_lock": attr.label(allow_single_file = [".json"],
-                                  doc = "Baked at /etc/omni/checkpoint.lock.json; its sha256 must be the pin's."),
+    "checkpoint_lock": attr.label(
+        allow_single_file = [".json"],
+        doc = "Baked at /etc/omni/checkpoint.lock.json; its sha256 must be the pin's.",
+    ),
     "locks": attr.label_list(allow_files = True, doc = "Lock files whose digests the provenance records."),
     "sbom_debian": attr.label_list(allow_files = [".json"], doc = "Debian package lists (SBOM)."),
     "sbom_wheels": attr.label_list(allow_files = [".json"], doc = "wheels.json of the Python layers (SBOM)."),

@@ -1,7 +1,7 @@
 """oci_image_index: one image index over images of different platforms."""
 
-load(":common.bzl", "WORKER", "runnable_layout", "worker_args")
 load(":providers.bzl", "OciImageInfo")
+load(":runnable.bzl", "WORKER", "runnable_layout", "worker_args")
 load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
 
 def _oci_image_index_impl(ctx):

@@ -1,8 +1,8 @@
 """oci_layer: files, the transitive files of Python targets and the members of tars -> one
 deterministic layer (the byte work: //tools/oci:layer)."""
 
-load(":common.bzl", "WORKER", "worker_args")
 load(":providers.bzl", "OciLayerInfo")
+load(":runnable.bzl", "WORKER", "worker_args")
 load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
 
 def _dest_path(f, strip_prefix):
@@ -63,15 +63,23 @@ oci_layer = rule(
     toolchains = [TOOLCHAIN_TYPE],
     attrs = {
         "srcs": attr.label_list(doc = "Targets whose files (and runfiles) go in the layer."),
-        "tars": attr.label_list(allow_files = [".tar", ".tar.gz", ".tgz", ".tar.zst"],
-                                doc = "Tar files other rules made; their members land under prefix, normalised."),
-        "compression": attr.string(default = "gzip", values = ["gzip", "zstd", "none"],
-                                   doc = "zstd: smaller and faster to unpack (level 3, one thread); none: a plain tar " +
-                                         "(digest = diff_id), for huge layers gzip barely shrinks."),
+        "tars": attr.label_list(
+            allow_files = [".tar", ".tar.gz", ".tgz", ".tar.zst"],
+            doc = "Tar files other rules made; their members land under prefix, normalised.",
+        ),
+        "compression": attr.string(
+            default = "gzip",
+            values = ["gzip", "zstd", "none"],
+            doc = "zstd: smaller and faster to unpack (level 3, one thread); none: a plain tar " +
+                  "(digest = diff_id), for huge layers gzip barely shrinks.",
+        ),
         "prefix": attr.string(default = "/", doc = "Directory in the image the files land under."),
         "strip_prefix": attr.string(doc = "Path prefix (within the source repository) to drop; others skipped."),
-        "include": attr.string(default = "all", values = ["all", "main", "external"],
-                               doc = "main: this repository's files only; external: other repositories' only."),
+        "include": attr.string(
+            default = "all",
+            values = ["all", "main", "external"],
+            doc = "main: this repository's files only; external: other repositories' only.",
+        ),
         "exclude_basenames": attr.string_list(doc = "File names never placed in the layer."),
         "directories": attr.string_dict(doc = "Extra empty directories: path -> octal mode."),
         "files": attr.label_keyed_string_dict(allow_files = True, doc = "Single files: label -> destination."),

@@ -1,7 +1,7 @@
 """oci_load: a tarball docker or podman loads, and loading it."""
 
-load(":common.bzl", "display")
 load(":providers.bzl", "OciImageInfo")
+load(":runnable.bzl", "display")
 load(":toolchain.bzl", "TOOLCHAIN_TYPE", "oci_tools")
 
 _LOAD = """#!/bin/sh

@@ -7,13 +7,21 @@ _RUNNER = Label("//tools/private:pytest_runner.py")
 # The oldest interpreter the README supports: Debian 12's own python3 (3.11.2).
 OLDEST_PYTHON = "/usr/bin/python3"
 
+def _package_init():
+    """A test package's own __init__.py and the tests umbrella's: pytest then names each test
+    module by its package (tests.oci.verify_test), so equal file names in two folders never meet."""
+    if not native.package_name().startswith("tests/"):
+        return [], []
+    return native.glob(["__init__.py"]), ["//tests:init"]
+
 def _pytest(name, srcs, deps, args, **kwargs):
+    init_srcs, init_deps = _package_init()
     py_test(
         name = name,
-        srcs = srcs + [_RUNNER],
+        srcs = srcs + init_srcs + [_RUNNER],
         main = _RUNNER,
         args = ["$(rootpath {})".format(src) for src in srcs] + args,
-        deps = deps + ["@pypi//:pytest"],
+        deps = deps + init_deps + ["@pypi//:pytest"],
         python_version = "PY3",
         **kwargs
     )

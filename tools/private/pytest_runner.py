@@ -11,6 +11,7 @@ README supports, and an API that arrived in a later 3.11 release (extraction fil
 for one minor version's ABI, so the twin runs only when that interpreter is an older release
 of the toolchain's own minor version; otherwise it says why it has nothing to check.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,13 @@ OLDEST_PYTHON_VARIABLE = "OMNI_TEST_PYTHON"
 
 def _version_of(interpreter: str) -> tuple[int, int, int] | None:
     try:
-        out = subprocess.run([interpreter, "-c", "import sys; print(*sys.version_info[:3])"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
+        out = subprocess.run(
+            [interpreter, "-c", "import sys; print(*sys.version_info[:3])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
         major, minor, micro = (int(part) for part in out.split())
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
@@ -35,8 +41,14 @@ def _version_of(interpreter: str) -> tuple[int, int, int] | None:
 def _own_library_paths() -> list[str]:
     """sys.path without this interpreter's standard library: the runfiles and the locked site."""
     own = {os.path.realpath(prefix) for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    return [path for path in sys.path if path and not any(
-        os.path.realpath(path) == prefix or os.path.realpath(path).startswith(prefix + os.sep) for prefix in own)]
+    return [
+        path
+        for path in sys.path
+        if path
+        and not any(
+            os.path.realpath(path) == prefix or os.path.realpath(path).startswith(prefix + os.sep) for prefix in own
+        )
+    ]
 
 
 def _rerun_under(interpreter: str) -> int | None:
@@ -44,16 +56,22 @@ def _rerun_under(interpreter: str) -> int | None:
     None (after saying why) when there is nothing to check on this host."""
     theirs, ours = _version_of(interpreter), tuple(sys.version_info[:3])
     if theirs is None:
-        print(f"{OLDEST_PYTHON_VARIABLE}={interpreter}: not a runnable Python on this host; "
-              "nothing older to check here")
+        print(
+            f"{OLDEST_PYTHON_VARIABLE}={interpreter}: not a runnable Python on this host; nothing older to check here"
+        )
         return None
     if theirs[:2] != ours[:2] or theirs >= ours:
-        print(f"{OLDEST_PYTHON_VARIABLE}={interpreter} is Python {'.'.join(map(str, theirs))}, the toolchain "
-              f"{'.'.join(map(str, ours))}: only an older {ours[0]}.{ours[1]} release can run the locked "
-              "packages and find an API newer than itself; the toolchain run covers this host")
+        print(
+            f"{OLDEST_PYTHON_VARIABLE}={interpreter} is Python {'.'.join(map(str, theirs))}, the toolchain "
+            f"{'.'.join(map(str, ours))}: only an older {ours[0]}.{ours[1]} release can run the locked "
+            "packages and find an API newer than itself; the toolchain run covers this host"
+        )
         return None
-    print(f"running under {interpreter} (Python {'.'.join(map(str, theirs))}), "
-          f"not the toolchain's {'.'.join(map(str, ours))}", flush=True)
+    print(
+        f"running under {interpreter} (Python {'.'.join(map(str, theirs))}), "
+        f"not the toolchain's {'.'.join(map(str, ours))}",
+        flush=True,
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(_own_library_paths()))
     env.pop(OLDEST_PYTHON_VARIABLE)
     return subprocess.run([interpreter, "-s", "-B", os.path.abspath(__file__), *sys.argv[1:]], env=env).returncode

@@ -1,6 +1,6 @@
 """string_setting: a string build setting (//images:base selects local or release bases)."""
 
-def _string_setting_impl(ctx):
+def _string_setting_impl(_ctx):
     return []
 
 string_setting = rule(

@@ -14,6 +14,7 @@ What this writes depends only on the wheel bytes:
 
 Standard library only: this runs at fetch time, before any locked package exists.
 """
+
 from __future__ import annotations
 
 import base64
@@ -52,8 +53,13 @@ def _verify_hash(wheel: str, name: str, data: bytes, hash_field: str, size_field
 
 def _safe_member(wheel: str, name: str) -> PurePosixPath:
     path = PurePosixPath(name)
-    if (not name or name.startswith("/") or "\\" in name or "\x00" in name
-            or any(part in {"", ".", ".."} for part in path.parts)):
+    if (
+        not name
+        or name.startswith("/")
+        or "\\" in name
+        or "\x00" in name
+        or any(part in {"", ".", ".."} for part in path.parts)
+    ):
         raise WheelError(f"{wheel}: archive member {name!r} is not a plain relative path")
     return path
 
@@ -63,8 +69,11 @@ def unpack(wheel: Path, site: Path) -> list[str]:
     label = wheel.name
     with zipfile.ZipFile(wheel) as archive:
         members = [info for info in archive.infolist() if not info.is_dir()]
-        dist_infos = {PurePosixPath(info.filename).parts[0] for info in members
-                      if PurePosixPath(info.filename).parts[0].endswith(".dist-info")}
+        dist_infos = {
+            PurePosixPath(info.filename).parts[0]
+            for info in members
+            if PurePosixPath(info.filename).parts[0].endswith(".dist-info")
+        }
         if len(dist_infos) != 1:
             raise WheelError(f"{label}: expected one *.dist-info directory, found {sorted(dist_infos)}")
         dist_info = dist_infos.pop()

@@ -9,6 +9,7 @@ or another image's OCI layout (a locally built base: its blobs are linked in, so
 result is complete). Without --base the image starts from scratch (SPEC names os and
 architecture). Timestamps come from SOURCE_DATE_EPOCH (default 0).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.oci.errors import OciError
 from tools.oci.build.layer import source_date_epoch
+from tools.oci.errors import OciError
 from tools.oci.layout import (
     BASE_SIDECAR,
     LAYER_TYPE_TO_OCI,
@@ -41,11 +42,33 @@ TOOLKIT_VERSION = "0.1.0"
 BAKED_DEST = "/etc/omni/image.json"
 CHECKPOINT_LOCK_DEST = "/etc/omni/checkpoint.lock.json"  # boot's CHECKPOINT_LOCK default
 TITLE = "org.opencontainers.image.title"
-CONFIG_KEYS = ("entrypoint", "cmd", "env", "workdir", "user", "volumes", "exposed_ports", "labels", "annotations",
-               "os", "architecture", "variant", "layer_names")
+CONFIG_KEYS = (
+    "entrypoint",
+    "cmd",
+    "env",
+    "workdir",
+    "user",
+    "volumes",
+    "exposed_ports",
+    "labels",
+    "annotations",
+    "os",
+    "architecture",
+    "variant",
+    "layer_names",
+)
 # Variables that point a program at a place it writes: recorded with the image's runtime contract.
-WRITABLE_VARIABLES = ("HOME", "XDG_CACHE_HOME", "HF_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR",
-                      "TORCHINDUCTOR_CACHE_DIR", "TMPDIR", "MODEL_PATH", "STATE_PATH")
+WRITABLE_VARIABLES = (
+    "HOME",
+    "XDG_CACHE_HOME",
+    "HF_HOME",
+    "VLLM_CACHE_ROOT",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TMPDIR",
+    "MODEL_PATH",
+    "STATE_PATH",
+)
 GROUPS_LABEL = "omni.runtime.groups"
 
 
@@ -72,12 +95,16 @@ def load_base(base: Path | None) -> dict[str, Any]:
         raise OciError(f"shallow base {base} is incomplete: {exc}", field=str(base)) from None
     manifest = json.loads(manifest_bytes)
     if sha256_digest(manifest_bytes) != source["manifest_digest"]:
-        raise OciError(f"shallow base manifest does not match its digest {source['manifest_digest']}",
-                       field="manifest")
+        raise OciError(f"shallow base manifest does not match its digest {source['manifest_digest']}", field="manifest")
     if sha256_digest(config_bytes) != manifest["config"]["digest"]:
         raise OciError("shallow base config does not match the digest its manifest names", field="config")
-    return {"manifest": manifest, "config": json.loads(config_bytes), "source": source, "layout": None,
-            "digest": source["digest"]}
+    return {
+        "manifest": manifest,
+        "config": json.loads(config_bytes),
+        "source": source,
+        "layout": None,
+        "digest": source["digest"],
+    }
 
 
 def _platform(base_config: dict[str, Any], spec: dict[str, Any]) -> dict[str, str]:
@@ -87,16 +114,20 @@ def _platform(base_config: dict[str, Any], spec: dict[str, Any]) -> dict[str, st
     for key in ("os", "architecture", "variant"):
         inherited, given = base_config.get(key), spec.get(key)
         if inherited and given and given != inherited:
-            raise OciError(f"{key} {given!r} differs from the base's {inherited!r}: the base's binaries are for "
-                           f"{base_config.get('os')}/{base_config.get('architecture')}; build on a base of that "
-                           "platform instead", field=key)
+            raise OciError(
+                f"{key} {given!r} differs from the base's {inherited!r}: the base's binaries are for "
+                f"{base_config.get('os')}/{base_config.get('architecture')}; build on a base of that "
+                "platform instead",
+                field=key,
+            )
         if inherited or given:
             platform[key] = inherited or given
     return platform
 
 
-def build_config(base_config: dict[str, Any], spec: dict[str, Any], layers: list[dict[str, Any]],
-                 created: str) -> dict[str, Any]:
+def build_config(
+    base_config: dict[str, Any], spec: dict[str, Any], layers: list[dict[str, Any]], created: str
+) -> dict[str, Any]:
     platform = _platform(base_config, spec)
     inherited = base_config.get("config") or {}
     env = {}
@@ -121,8 +152,10 @@ def build_config(base_config: dict[str, Any], spec: dict[str, Any], layers: list
     if spec.get("volumes"):
         runtime["Volumes"] = {**(inherited.get("Volumes") or {}), **{str(v): {} for v in spec["volumes"]}}
     if spec.get("exposed_ports"):
-        runtime["ExposedPorts"] = {**(inherited.get("ExposedPorts") or {}),
-                                   **{str(p): {} for p in spec["exposed_ports"]}}
+        runtime["ExposedPorts"] = {
+            **(inherited.get("ExposedPorts") or {}),
+            **{str(p): {} for p in spec["exposed_ports"]},
+        }
     names = spec.get("layer_names") or [f"layer {i}" for i in range(len(layers))]
     return {
         "architecture": platform.get("architecture"),
@@ -130,9 +163,11 @@ def build_config(base_config: dict[str, Any], spec: dict[str, Any], layers: list
         **({"variant": platform["variant"]} if "variant" in platform else {}),
         "created": created,
         "config": runtime,
-        "rootfs": {"type": "layers",
-                   "diff_ids": list((base_config.get("rootfs") or {}).get("diff_ids") or [])
-                   + [layer["diff_id"] for layer in layers]},
+        "rootfs": {
+            "type": "layers",
+            "diff_ids": list((base_config.get("rootfs") or {}).get("diff_ids") or [])
+            + [layer["diff_id"] for layer in layers],
+        },
         "history": list(base_config.get("history") or [])
         + [{"created": created, "created_by": f"omni: {name}"} for name in names],
     }
@@ -149,8 +184,11 @@ def pin_labels(pins: dict[str, Any]) -> dict[str, str]:
         "omni.engine.record_sha256": pins["engine"].get("record_sha256") or "unpinned",
         "omni.model.id": pins["model"]["id"],
         "omni.model.revision": pins["model"]["revision"] or "unpinned",
-        **({"omni.model.lock_sha256": pins["model"]["lock_sha256"] or "unpinned"}
-           if pins["model"].get("lock_sha256") is not None else {}),
+        **(
+            {"omni.model.lock_sha256": pins["model"]["lock_sha256"] or "unpinned"}
+            if pins["model"].get("lock_sha256") is not None
+            else {}
+        ),
         "omni.hardware.profile": pins["hardware"]["profile"],
         "omni.hardware.gpu_arch": pins["hardware"]["gpu_arch"],
         "omni.toolkit.version": TOOLKIT_VERSION,
@@ -183,8 +221,11 @@ def runtime_contract(spec: dict[str, Any], pins: dict[str, Any]) -> tuple[dict[s
     needs_root = bool(pins["engine"].get("needs_root"))
     user = "0:0" if needs_root else spec.get("user", "")
     if not needs_root and user.split(":")[0] in ("", "0", "root"):
-        raise OciError(f"{pins['image']}: the image would run as root (user {user!r}); set a non-root user, or "
-                       "declare engine.needs_root in the pin document", field="user")
+        raise OciError(
+            f"{pins['image']}: the image would run as root (user {user!r}); set a non-root user, or "
+            "declare engine.needs_root in the pin document",
+            field="user",
+        )
     env = spec.get("env") or {}
     contract = {
         "user": user,
@@ -193,8 +234,11 @@ def runtime_contract(spec: dict[str, Any], pins: dict[str, Any]) -> tuple[dict[s
         "volumes": sorted(spec.get("volumes") or []),
         "writable_env": {name: env[name] for name in WRITABLE_VARIABLES if name in env},
     }
-    labels = {"omni.runtime.user": user, "omni.runtime.volumes": ",".join(contract["volumes"]),
-              **({"omni.runtime.root": contract["root_because"]} if needs_root else {})}
+    labels = {
+        "omni.runtime.user": user,
+        "omni.runtime.volumes": ",".join(contract["volumes"]),
+        **({"omni.runtime.root": contract["root_because"]} if needs_root else {}),
+    }
     return {**spec, "user": user, "labels": {**(spec.get("labels") or {}), **labels}}, contract
 
 
@@ -203,24 +247,41 @@ def checked_lock(path: Path | None, pins: dict[str, Any]) -> bytes | None:
     pinned = pins["model"].get("lock_sha256")
     if path is None:
         if pinned:
-            raise OciError(f"{pins['image']}: model.lock_sha256 is pinned ({pinned}) but no checkpoint lock is "
-                           f"given; commit it as images/{pins['image']}.checkpoint.lock.json", field="checkpoint_lock")
+            raise OciError(
+                f"{pins['image']}: model.lock_sha256 is pinned ({pinned}) but no checkpoint lock is "
+                f"given; commit it as images/{pins['image']}.checkpoint.lock.json",
+                field="checkpoint_lock",
+            )
         return None
     data = path.read_bytes()
     actual = hashlib.sha256(data).hexdigest()
     if pinned is None or actual != pinned:
-        raise OciError(f"{path.name} has sha256 {actual}; model.lock_sha256 pins {pinned or 'nothing'}: pin it "
-                       "after review", field="model.lock_sha256")
+        raise OciError(
+            f"{path.name} has sha256 {actual}; model.lock_sha256 pins {pinned or 'nothing'}: pin it after review",
+            field="model.lock_sha256",
+        )
     return data
 
 
-def baked_layer(output: Path, pins: dict[str, Any], base_digest: str, layer_digests: list[str],
-                checkpoint_lock: bytes | None = None,
-                runtime: dict[str, Any] | None = None) -> tuple[dict[str, Any], Path]:
+def baked_layer(
+    output: Path,
+    pins: dict[str, Any],
+    base_digest: str,
+    layer_digests: list[str],
+    checkpoint_lock: bytes | None = None,
+    runtime: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], Path]:
     from tools.oci.build.layer import write_layer
 
-    baked = {"schema_version": "1", "toolkit_version": TOOLKIT_VERSION, "image": pins["image"], "pins": pins,
-             "base_digest": base_digest, "layers": layer_digests, **({"runtime": runtime} if runtime else {})}
+    baked = {
+        "schema_version": "1",
+        "toolkit_version": TOOLKIT_VERSION,
+        "image": pins["image"],
+        "pins": pins,
+        "base_digest": base_digest,
+        "layers": layer_digests,
+        **({"runtime": runtime} if runtime else {}),
+    }
     data = json.dumps(baked, indent=2, sort_keys=True).encode() + b"\n"
     entries = [{"dest": BAKED_DEST, "data": data, "mode": 0o644}]
     if checkpoint_lock is not None:
@@ -230,9 +291,14 @@ def baked_layer(output: Path, pins: dict[str, Any], base_digest: str, layer_dige
     return desc, blob
 
 
-def assemble(output: Path, spec: dict[str, Any], layers: list[tuple[dict[str, Any], Path]],
-             base_dir: Path | None, pins: dict[str, Any] | None = None,
-             checkpoint_lock: bytes | None = None) -> dict[str, Any]:
+def assemble(
+    output: Path,
+    spec: dict[str, Any],
+    layers: list[tuple[dict[str, Any], Path]],
+    base_dir: Path | None,
+    pins: dict[str, Any] | None = None,
+    checkpoint_lock: bytes | None = None,
+) -> dict[str, Any]:
     unknown = sorted(set(spec) - set(CONFIG_KEYS))
     if unknown:
         raise OciError(f"unknown image config keys: {unknown}", field="config")
@@ -242,9 +308,11 @@ def assemble(output: Path, spec: dict[str, Any], layers: list[tuple[dict[str, An
     runtime = None
     if pins is not None:
         spec, runtime = runtime_contract(spec, pins)
-        spec = {**spec, "labels": {**(spec.get("labels") or {}), **pin_labels(pins)},
-                "layer_names": [*(spec.get("layer_names") or [f"layer {i}" for i in range(len(layers))]),
-                                BAKED_DEST]}
+        spec = {
+            **spec,
+            "labels": {**(spec.get("labels") or {}), **pin_labels(pins)},
+            "layer_names": [*(spec.get("layer_names") or [f"layer {i}" for i in range(len(layers))]), BAKED_DEST],
+        }
         built = [layer["digest"] for layer in base["manifest"]["layers"]] + [desc["digest"] for desc, _ in layers]
         output.mkdir(parents=True, exist_ok=True)
         desc, blob = baked_layer(output, pins, base.get("digest", ""), built, checkpoint_lock, runtime)
@@ -256,8 +324,14 @@ def assemble(output: Path, spec: dict[str, Any], layers: list[tuple[dict[str, An
     config_bytes = canonical(config)
     output.mkdir(parents=True, exist_ok=True)
     write_blob(output, config_bytes)
-    base_layers = [{"mediaType": LAYER_TYPE_TO_OCI.get(layer["mediaType"], layer["mediaType"]),
-                    "digest": layer["digest"], "size": layer["size"]} for layer in base["manifest"]["layers"]]
+    base_layers = [
+        {
+            "mediaType": LAYER_TYPE_TO_OCI.get(layer["mediaType"], layer["mediaType"]),
+            "digest": layer["digest"],
+            "size": layer["size"],
+        }
+        for layer in base["manifest"]["layers"]
+    ]
     if base["layout"] is not None:
         for layer in base_layers:
             link_blob(output, blob_path(base["layout"], layer["digest"]), layer["digest"])
@@ -274,8 +348,8 @@ def assemble(output: Path, spec: dict[str, Any], layers: list[tuple[dict[str, An
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "config": descriptor(OCI_CONFIG, config_bytes),
-        "layers": base_layers + [{"mediaType": d["mediaType"], "digest": d["digest"], "size": d["size"]}
-                                 for d in descriptors],
+        "layers": base_layers
+        + [{"mediaType": d["mediaType"], "digest": d["digest"], "size": d["size"]} for d in descriptors],
         "annotations": dict(sorted(annotations.items())),
     }
     if pins is not None:
@@ -286,15 +360,17 @@ def assemble(output: Path, spec: dict[str, Any], layers: list[tuple[dict[str, An
     shallow = base["layout"] is None and base["source"] is not None
     if base["source"] is not None:
         sidecar = dict(base["source"])
-        sidecar["shallow_layers"] = [layer["digest"] for layer in base_layers] if shallow else \
-            list(base["source"].get("shallow_layers") or [])
+        sidecar["shallow_layers"] = (
+            [layer["digest"] for layer in base_layers] if shallow else list(base["source"].get("shallow_layers") or [])
+        )
         (output / BASE_SIDECAR).write_bytes(canonical(sidecar))
     return {"digest": digest, "manifest": manifest, "config": config}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="image", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="image", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--config-spec", type=Path, required=True)
     parser.add_argument("--base", type=Path)

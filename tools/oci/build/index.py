@@ -7,6 +7,7 @@ twice; two images of one platform are refused. The output is an OCI layout whose
 the index: the index blob, every image's manifest, config and layers (hard-linked, not copied).
 Shallow images (base layers only referenced) are refused: an index is pushed and loaded whole.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,14 +53,18 @@ def write_index(output: Path, images: list[Path]) -> str:
     output.mkdir(parents=True, exist_ok=True)
     for layout in images:
         if (layout / BASE_SIDECAR).is_file():
-            raise OciError(f"{layout} is a shallow image (its base layers stay in the base's registry); an index "
-                           "holds complete images", field=str(layout))
+            raise OciError(
+                f"{layout} is a shallow image (its base layers stay in the base's registry); an index "
+                "holds complete images",
+                field=str(layout),
+            )
         digest, manifest, manifest_bytes = read_layout(layout)
         platform = platform_of(layout, manifest)
         key = platform_name(platform)
         if key in seen:
-            raise OciError(f"{layout} and {seen[key]} are both {key}: an index holds one image per platform",
-                           field="images")
+            raise OciError(
+                f"{layout} and {seen[key]} are both {key}: an index holds one image per platform", field="images"
+            )
         seen[key] = layout
         for blob in [manifest["config"], *manifest["layers"]]:
             source = blob_path(layout, blob["digest"])
@@ -68,13 +73,27 @@ def write_index(output: Path, images: list[Path]) -> str:
             link_blob(output, source, blob["digest"])
         write_blob(output, manifest_bytes)
         entries.append(descriptor(manifest.get("mediaType", OCI_MANIFEST), manifest_bytes, platform=platform))
-    entries.sort(key=lambda entry: (entry["platform"]["os"], entry["platform"]["architecture"],
-                                    entry["platform"].get("variant", "")))
+    entries.sort(
+        key=lambda entry: (
+            entry["platform"]["os"],
+            entry["platform"]["architecture"],
+            entry["platform"].get("variant", ""),
+        )
+    )
     index = canonical({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries})
     digest = write_blob(output, index)
     (output / "oci-layout").write_bytes(canonical({"imageLayoutVersion": "1.0.0"}))
-    (output / "index.json").write_bytes(canonical({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
-        descriptor(OCI_INDEX, index, annotations={"org.opencontainers.image.ref.name": REF_NAME})]}))
+    (output / "index.json").write_bytes(
+        canonical(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_INDEX,
+                "manifests": [
+                    descriptor(OCI_INDEX, index, annotations={"org.opencontainers.image.ref.name": REF_NAME})
+                ],
+            }
+        )
+    )
     return digest
 
 
@@ -93,8 +112,9 @@ def read_index(layout: Path) -> tuple[str, dict[str, Any], bytes] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="index", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="index", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--image", type=Path, action="append", default=[], help="an image layout (repeatable)")
     parser.add_argument("--digest-file", type=Path)

@@ -14,6 +14,7 @@ default) with header mtime 0, no file name and level 6, or none: a plain tar, wh
 is its diff_id (for layers of gigabytes that compress little, where gzip costs minutes).
 The descriptor holds mediaType, digest, diff_id, size.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,9 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
+from tools.oci.build.tar_input import TarReader, tar_entries
 from tools.oci.errors import OciError
 from tools.oci.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
-from tools.oci.build.tar_input import TarReader, tar_entries
 
 COMPRESS_LEVEL = 6
 COMPRESSIONS = ("gzip", "zstd", "none")
@@ -67,8 +68,17 @@ def _normalise(dest: str) -> str:
 
 
 # A parent directory no entry named: an entry for it given later (its mode, its owner) wins.
-_IMPLIED_DIR = {"type": "dir", "src": None, "data": None, "target": None, "tar": None, "size": None, "mode": None,
-                "uid": 0, "gid": 0}
+_IMPLIED_DIR = {
+    "type": "dir",
+    "src": None,
+    "data": None,
+    "target": None,
+    "tar": None,
+    "size": None,
+    "mode": None,
+    "uid": 0,
+    "gid": 0,
+}
 
 
 def plan_entries(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -77,9 +87,17 @@ def plan_entries(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]
     for raw in entries:
         dest = _normalise(raw["dest"])
         kind = raw.get("type", "file" if raw.get("src") or "data" in raw else "dir")
-        entry = {"type": kind, "src": raw.get("src"), "data": raw.get("data"), "target": raw.get("target"),
-                 "tar": raw.get("tar"), "size": raw.get("size"),
-                 "mode": raw.get("mode"), "uid": raw.get("uid", 0), "gid": raw.get("gid", 0)}
+        entry = {
+            "type": kind,
+            "src": raw.get("src"),
+            "data": raw.get("data"),
+            "target": raw.get("target"),
+            "tar": raw.get("tar"),
+            "size": raw.get("size"),
+            "mode": raw.get("mode"),
+            "uid": raw.get("uid", 0),
+            "gid": raw.get("gid", 0),
+        }
         if dest in planned and planned[dest] != entry and not (planned[dest] == _IMPLIED_DIR and kind == "dir"):
             raise OciError(f"two different entries for {dest} in one layer", field=dest)
         planned[dest] = entry
@@ -90,8 +108,9 @@ def plan_entries(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]
     return planned
 
 
-def _info(name: str, kind: str, mode: int, mtime: int, size: int = 0, target: str = "", uid: int = 0,
-          gid: int = 0) -> tarfile.TarInfo:
+def _info(
+    name: str, kind: str, mode: int, mtime: int, size: int = 0, target: str = "", uid: int = 0, gid: int = 0
+) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE}[kind]
     info.mode, info.mtime, info.size, info.linkname = mode, mtime, size, target
@@ -112,8 +131,9 @@ def _add_entries(tar: tarfile.TarFile, planned: dict[str, dict[str, Any]], mtime
                 tar.addfile(_info(dest, "symlink", 0o777, mtime, target=entry["target"], **owner))
             elif entry["data"] is not None:
                 data = entry["data"]
-                tar.addfile(_info(dest, "file", entry["mode"] or 0o644, mtime, size=len(data), **owner),
-                            io.BytesIO(data))
+                tar.addfile(
+                    _info(dest, "file", entry["mode"] or 0o644, mtime, size=len(data), **owner), io.BytesIO(data)
+                )
             elif entry["tar"] is not None:
                 with reader.read(entry["tar"]) as handle:
                     tar.addfile(_info(dest, "file", entry["mode"], mtime, size=entry["size"], **owner), handle)
@@ -124,8 +144,7 @@ def _add_entries(tar: tarfile.TarFile, planned: dict[str, dict[str, Any]], mtime
                     size = os.fstat(handle.fileno()).st_size
                     executable = os.fstat(handle.fileno()).st_mode & stat.S_IXUSR
                 except OSError as exc:
-                    raise OciError(f"layer input {source} is unreadable: {exc.strerror}",
-                                   field=str(source)) from None
+                    raise OciError(f"layer input {source} is unreadable: {exc.strerror}", field=str(source)) from None
                 mode = entry["mode"] or (0o755 if executable else 0o644)
                 with handle:
                     tar.addfile(_info(dest, "file", mode, mtime, size=size, **owner), handle)
@@ -133,22 +152,31 @@ def _add_entries(tar: tarfile.TarFile, planned: dict[str, dict[str, Any]], mtime
         reader.close()
 
 
-def write_layer(entries: Iterable[dict[str, Any]], output: Path, *, mtime: int = 0,
-                tars: Iterable[dict[str, str]] = (), compression: str = "gzip") -> dict[str, Any]:
+def write_layer(
+    entries: Iterable[dict[str, Any]],
+    output: Path,
+    *,
+    mtime: int = 0,
+    tars: Iterable[dict[str, str]] = (),
+    compression: str = "gzip",
+) -> dict[str, Any]:
     if compression not in COMPRESSIONS:
-        raise OciError(f"layer compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}",
-                       field="compression")
+        raise OciError(
+            f"layer compression must be one of {', '.join(COMPRESSIONS)}, got {compression!r}", field="compression"
+        )
     output.parent.mkdir(parents=True, exist_ok=True)
     scratch = output.parent / f".{output.name}.inputs"
     try:
-        from_tars = [entry for item in tars for entry in tar_entries(Path(item["src"]), item.get("prefix", "/"),
-                                                                     scratch)]
+        from_tars = [
+            entry for item in tars for entry in tar_entries(Path(item["src"]), item.get("prefix", "/"), scratch)
+        ]
         planned = plan_entries([*entries, *from_tars])
         with output.open("wb") as raw:
             compressed = _HashingWriter(raw)
             if compression == "gzip":
-                with gzip.GzipFile(filename="", mode="wb", compresslevel=COMPRESS_LEVEL, fileobj=compressed,
-                                   mtime=0) as gz:
+                with gzip.GzipFile(
+                    filename="", mode="wb", compresslevel=COMPRESS_LEVEL, fileobj=compressed, mtime=0
+                ) as gz:
                     uncompressed = _HashingWriter(gz)
                     with tarfile.open(fileobj=uncompressed, mode="w", format=tarfile.GNU_FORMAT) as tar:
                         _add_entries(tar, planned, mtime)
@@ -179,22 +207,29 @@ def source_date_epoch() -> int:
     # library): int() would also take "１", "1_0" and spaces.
     raw = os.environ.get("SOURCE_DATE_EPOCH", "0")
     if not re.fullmatch(r"[0-9]{1,12}", raw):
-        raise OciError(f"SOURCE_DATE_EPOCH must be a non-negative integer in ASCII digits, got {raw!r}",
-                       field="SOURCE_DATE_EPOCH")
+        raise OciError(
+            f"SOURCE_DATE_EPOCH must be a non-negative integer in ASCII digits, got {raw!r}", field="SOURCE_DATE_EPOCH"
+        )
     return int(raw)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="layer", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="layer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--descriptor", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
         spec = json.loads(args.spec.read_text())
-        desc = write_layer(spec.get("entries", []), args.output, mtime=source_date_epoch(),
-                           tars=spec.get("tars", []), compression=spec.get("compression", "gzip"))
+        desc = write_layer(
+            spec.get("entries", []),
+            args.output,
+            mtime=source_date_epoch(),
+            tars=spec.get("tars", []),
+            compression=spec.get("compression", "gzip"),
+        )
     except OciError as exc:
         print(f"layer: {exc}", file=sys.stderr)
         return 2

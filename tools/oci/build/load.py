@@ -10,6 +10,7 @@ the layout itself as an OCI archive, the tags as `org.opencontainers.image.ref.n
 annotations. Either is deterministic: entries sorted, owner 0, time 0, modes fixed. A shallow
 image (its base layers only referenced) is refused: a load needs every layer.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,11 @@ def write_tarball(layout: Path, output: Path, *, tags: list[str], fmt: str = "do
         raise OciError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}", field="format")
     tags = [_check_tag(tag) for tag in tags]
     if (layout / BASE_SIDECAR).is_file():
-        raise OciError(f"{layout} is a shallow image: its base layers stay in the base's registry, so docker and "
-                       "podman cannot load it; build it on a complete base, or push it", field="image")
+        raise OciError(
+            f"{layout} is a shallow image: its base layers stay in the base's registry, so docker and "
+            "podman cannot load it; build it on a complete base, or push it",
+            field="image",
+        )
     digest, manifest, manifest_bytes = read_layout(layout)
     blobs = [manifest["config"]["digest"], *[layer["digest"] for layer in manifest["layers"]]]
     missing = [blob for blob in blobs if not blob_path(layout, blob).is_file()]
@@ -73,18 +77,32 @@ def write_tarball(layout: Path, output: Path, *, tags: list[str], fmt: str = "do
         for blob in [*blobs, digest]:
             entries[f"blobs/sha256/{blob.split(':', 1)[1]}"] = blob_path(layout, blob)
         if fmt == "docker":
-            entries["manifest.json"] = json.dumps([{
-                "Config": f"blobs/sha256/{blobs[0].split(':', 1)[1]}",
-                "RepoTags": tags,
-                "Layers": [f"blobs/sha256/{blob.split(':', 1)[1]}" for blob in blobs[1:]],
-            }], separators=(",", ":")).encode()
+            entries["manifest.json"] = json.dumps(
+                [
+                    {
+                        "Config": f"blobs/sha256/{blobs[0].split(':', 1)[1]}",
+                        "RepoTags": tags,
+                        "Layers": [f"blobs/sha256/{blob.split(':', 1)[1]}" for blob in blobs[1:]],
+                    }
+                ],
+                separators=(",", ":"),
+            ).encode()
         else:
             entries["oci-layout"] = (layout / "oci-layout").read_bytes()
         # Both formats carry the index (Docker 25 writes it too): podman reads the tags from it.
         described = {"mediaType": manifest.get("mediaType"), "digest": digest, "size": len(manifest_bytes)}
-        entries["index.json"] = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
-            {**described, **({"annotations": {"org.opencontainers.image.ref.name": tag}} if tag else {})}
-            for tag in (tags or [""])]}, separators=(",", ":"), sort_keys=True).encode()
+        entries["index.json"] = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_INDEX,
+                "manifests": [
+                    {**described, **({"annotations": {"org.opencontainers.image.ref.name": tag}} if tag else {})}
+                    for tag in (tags or [""])
+                ],
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        ).encode()
         for name in sorted(entries):
             value = entries[name]
             _add(tar, name, source=value) if isinstance(value, Path) else _add(tar, name, data=value)
@@ -103,14 +121,18 @@ def load(tarball: Path) -> str:
             raise OciError(f"{tool} load failed ({done.returncode}): {done.stderr.strip()[:500]}", field=tool)
         print(done.stdout.strip(), file=sys.stderr)
         return tool
-    raise OciError(f"neither docker nor podman is on PATH; the tarball is {tarball}: load it with "
-                   "`docker load -i` or `podman load -i` where one is installed", field="PATH")
+    raise OciError(
+        f"neither docker nor podman is on PATH; the tarball is {tarball}: load it with "
+        "`docker load -i` or `podman load -i` where one is installed",
+        field="PATH",
+    )
 
 
 @refusing_main
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="load", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="load", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--layout", type=Path)
     parser.add_argument("--output", type=Path)
     parser.add_argument("--format", choices=FORMATS, default="docker")

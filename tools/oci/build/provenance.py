@@ -4,6 +4,7 @@ predicate, subject = the image manifest digest.
     python -m tools.oci.build.provenance --name NAME --digest-file D --pins PINS.json \
         --status STABLE_STATUS --lock requirements.lock [--lock images/debian.lock.json] --output OUT
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,14 +35,22 @@ def _dependency(name: str, uri: str, digest: dict[str, str]) -> dict[str, Any]:
 LOCAL_BASE_URI = "omni-local-base"  # a base built in this repository (its digest is the record)
 
 
-def build_statement(name: str, digest: str, pins: dict[str, Any], source_commit: str,
-                    locks: dict[str, str], base_name: str, base_digest: str) -> dict[str, Any]:
+def build_statement(
+    name: str,
+    digest: str,
+    pins: dict[str, Any],
+    source_commit: str,
+    locks: dict[str, str],
+    base_name: str,
+    base_digest: str,
+) -> dict[str, Any]:
     """`base_name`/`base_digest`: the base the image was really built on (the manifest's
     org.opencontainers.image.base.* annotations)."""
     engine, model = pins["engine"], pins["model"]
     dependencies = [
-        _dependency("base", f"oci://{base_name}" if base_name else LOCAL_BASE_URI,
-                    {"sha256": base_digest.split(":", 1)[-1]}),
+        _dependency(
+            "base", f"oci://{base_name}" if base_name else LOCAL_BASE_URI, {"sha256": base_digest.split(":", 1)[-1]}
+        ),
         _dependency("engine", f"git+{engine['repository']}", {"gitCommit": engine["commit"]}),
         _dependency("model", f"https://huggingface.co/{model['id']}", {"gitCommit": model["revision"]}),
     ]
@@ -49,10 +58,15 @@ def build_statement(name: str, digest: str, pins: dict[str, Any], source_commit:
         dependencies.append(_dependency("checkpoint-lock", CHECKPOINT_LOCK_URI, {"sha256": model["lock_sha256"]}))
     if pins.get("speculator"):
         speculator = pins["speculator"]
-        dependencies.append(_dependency("speculator", f"https://huggingface.co/{speculator['id']}",
-                                        {"gitCommit": speculator["revision"]}))
+        dependencies.append(
+            _dependency(
+                "speculator", f"https://huggingface.co/{speculator['id']}", {"gitCommit": speculator["revision"]}
+            )
+        )
     dependencies.append(_dependency("source", SOURCE_URI, {"gitCommit": source_commit}))
-    dependencies += [_dependency(f"lock:{lock}", f"file:{lock}", {"sha256": sha}) for lock, sha in sorted(locks.items())]
+    dependencies += [
+        _dependency(f"lock:{lock}", f"file:{lock}", {"sha256": sha}) for lock, sha in sorted(locks.items())
+    ]
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": name, "digest": {"sha256": digest.split(":", 1)[1]}}],
@@ -77,8 +91,9 @@ def resolved(statement: dict[str, Any], name: str) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="provenance", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="provenance", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--name", required=True)
     parser.add_argument("--digest-file", type=Path, required=True)
     parser.add_argument("--layout", type=Path, required=True)
@@ -96,14 +111,20 @@ def main(argv: list[str] | None = None) -> int:
     locks = {lock.name: hashlib.sha256(lock.read_bytes()).hexdigest() for lock in args.lock}
     _, manifest, _ = read_layout(args.layout)
     annotations = manifest.get("annotations") or {}
-    statement = build_statement(args.name, args.digest_file.read_text().strip(), pins,
-                                commit if len(commit) == 40 else "", locks,
-                                annotations.get("org.opencontainers.image.base.name", ""),
-                                annotations.get("org.opencontainers.image.base.digest", ""))
+    statement = build_statement(
+        args.name,
+        args.digest_file.read_text().strip(),
+        pins,
+        commit if len(commit) == 40 else "",
+        locks,
+        annotations.get("org.opencontainers.image.base.name", ""),
+        annotations.get("org.opencontainers.image.base.digest", ""),
+    )
     args.output.write_text(json.dumps(statement, indent=2, sort_keys=True) + "\n")
     if len(commit) != 40:
-        print("provenance: no source commit (not a git checkout?): the source dependency has no digest",
-              file=sys.stderr)
+        print(
+            "provenance: no source commit (not a git checkout?): the source dependency has no digest", file=sys.stderr
+        )
     return 0
 
 

@@ -6,6 +6,7 @@
 Deterministic: creation time from SOURCE_DATE_EPOCH, packages sorted, the document
 namespace derived from the image digest.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,37 +28,73 @@ def _spdx_id(*parts: str) -> str:
     return "SPDXRef-" + "-".join(re.sub(r"[^A-Za-z0-9.]+", "-", part) for part in parts)
 
 
-def _package(spdx_id: str, name: str, version: str, sha256: str, purl: str, download: str,
-             supplier: str) -> dict[str, Any]:
+def _package(
+    spdx_id: str, name: str, version: str, sha256: str, purl: str, download: str, supplier: str
+) -> dict[str, Any]:
     return {
-        "SPDXID": spdx_id, "name": name, "versionInfo": version, "supplier": supplier,
-        "downloadLocation": download or "NOASSERTION", "filesAnalyzed": False,
+        "SPDXID": spdx_id,
+        "name": name,
+        "versionInfo": version,
+        "supplier": supplier,
+        "downloadLocation": download or "NOASSERTION",
+        "filesAnalyzed": False,
         "checksums": [{"algorithm": "SHA256", "checksumValue": sha256}],
-        "licenseConcluded": "NOASSERTION", "licenseDeclared": "NOASSERTION", "copyrightText": "NOASSERTION",
-        "externalRefs": [{"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl",
-                          "referenceLocator": purl}],
+        "licenseConcluded": "NOASSERTION",
+        "licenseDeclared": "NOASSERTION",
+        "copyrightText": "NOASSERTION",
+        "externalRefs": [{"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl", "referenceLocator": purl}],
     }
 
 
-def build_sbom(name: str, digest: str, debian: list[dict[str, Any]], wheels: list[dict[str, Any]],
-               release: str = "bookworm") -> dict[str, Any]:
+def build_sbom(
+    name: str, digest: str, debian: list[dict[str, Any]], wheels: list[dict[str, Any]], release: str = "bookworm"
+) -> dict[str, Any]:
     created = datetime.datetime.fromtimestamp(source_date_epoch(), datetime.timezone.utc)
     image_id = "SPDXRef-Image"
-    packages = [{
-        "SPDXID": image_id, "name": name, "versionInfo": digest, "downloadLocation": "NOASSERTION",
-        "primaryPackagePurpose": "CONTAINER", "filesAnalyzed": False, "supplier": "Organization: Omni",
-        "checksums": [{"algorithm": "SHA256", "checksumValue": digest.split(":", 1)[1]}],
-        "licenseConcluded": "NOASSERTION", "licenseDeclared": "NOASSERTION", "copyrightText": "NOASSERTION",
-    }]
+    packages = [
+        {
+            "SPDXID": image_id,
+            "name": name,
+            "versionInfo": digest,
+            "downloadLocation": "NOASSERTION",
+            "primaryPackagePurpose": "CONTAINER",
+            "filesAnalyzed": False,
+            "supplier": "Organization: Omni",
+            "checksums": [{"algorithm": "SHA256", "checksumValue": digest.split(":", 1)[1]}],
+            "licenseConcluded": "NOASSERTION",
+            "licenseDeclared": "NOASSERTION",
+            "copyrightText": "NOASSERTION",
+        }
+    ]
     for deb in sorted(debian, key=lambda d: (d["name"], d["architecture"])):
-        purl = (f"pkg:deb/debian/{deb['name']}@{quote(deb['version'], safe='')}"
-                f"?arch={deb['architecture']}&distro={DEBIAN_DISTRO.get(release, release)}")
-        packages.append(_package(_spdx_id("deb", deb["name"], deb["architecture"]), deb["name"], deb["version"],
-                                 deb["sha256"], purl, deb.get("url", ""), "Organization: Debian"))
+        purl = (
+            f"pkg:deb/debian/{deb['name']}@{quote(deb['version'], safe='')}"
+            f"?arch={deb['architecture']}&distro={DEBIAN_DISTRO.get(release, release)}"
+        )
+        packages.append(
+            _package(
+                _spdx_id("deb", deb["name"], deb["architecture"]),
+                deb["name"],
+                deb["version"],
+                deb["sha256"],
+                purl,
+                deb.get("url", ""),
+                "Organization: Debian",
+            )
+        )
     for wheel in sorted(wheels, key=lambda w: w["name"].lower()):
         purl = f"pkg:pypi/{wheel['name'].lower()}@{quote(wheel['version'], safe='')}"
-        packages.append(_package(_spdx_id("pypi", wheel["name"]), wheel["name"], wheel["version"], wheel["sha256"],
-                                 purl, wheel.get("url", ""), "NOASSERTION"))
+        packages.append(
+            _package(
+                _spdx_id("pypi", wheel["name"]),
+                wheel["name"],
+                wheel["version"],
+                wheel["sha256"],
+                purl,
+                wheel.get("url", ""),
+                "NOASSERTION",
+            )
+        )
     return {
         "spdxVersion": "SPDX-2.3",
         "dataLicense": "CC0-1.0",
@@ -66,16 +103,20 @@ def build_sbom(name: str, digest: str, debian: list[dict[str, Any]], wheels: lis
         "documentNamespace": f"https://spdx.org/spdxdocs/omni-{name}-{digest.split(':', 1)[1]}",
         "creationInfo": {"created": created.strftime("%Y-%m-%dT%H:%M:%SZ"), "creators": [f"Tool: {TOOL}"]},
         "packages": packages,
-        "relationships": [{"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES",
-                           "relatedSpdxElement": image_id}]
-        + [{"spdxElementId": image_id, "relationshipType": "CONTAINS", "relatedSpdxElement": p["SPDXID"]}
-           for p in packages[1:]],
+        "relationships": [
+            {"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES", "relatedSpdxElement": image_id}
+        ]
+        + [
+            {"spdxElementId": image_id, "relationshipType": "CONTAINS", "relatedSpdxElement": p["SPDXID"]}
+            for p in packages[1:]
+        ],
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sbom", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="sbom", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--name", required=True)
     parser.add_argument("--digest-file", type=Path, required=True)
     parser.add_argument("--output", type=Path, required=True)

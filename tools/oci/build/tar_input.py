@@ -9,6 +9,7 @@ tar does not hold is refused, naming the tar and the member.
 A compressed tar is first decompressed to a plain one beside the output: the layer is
 written in sorted order, and seeking backwards in a compressed stream restarts it.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -81,13 +82,19 @@ def tar_entries(source: Path, prefix: str, scratch: Path) -> Iterator[dict[str, 
             if member.islnk():
                 target = by_name.get(str(_member_path(source, member.linkname)))
                 if target is None or not target.isfile():
-                    raise OciError(f"layer tar {source}: hard link {member.name!r} points to {member.linkname!r}, "
-                                   "which is not a regular file in the tar", field=f"{source}:{member.name}")
+                    raise OciError(
+                        f"layer tar {source}: hard link {member.name!r} points to {member.linkname!r}, "
+                        "which is not a regular file in the tar",
+                        field=f"{source}:{member.name}",
+                    )
             mode = 0o755 if target.mode & 0o111 else 0o644
             yield {"dest": dest, "type": "file", "tar": (str(plain), target.name), "size": target.size, "mode": mode}
         else:
-            raise OciError(f"layer tar {source}: member {member.name!r} is a device, FIFO or other special file; "
-                           "a layer holds files, directories and links only", field=f"{source}:{member.name}")
+            raise OciError(
+                f"layer tar {source}: member {member.name!r} is a device, FIFO or other special file; "
+                "a layer holds files, directories and links only",
+                field=f"{source}:{member.name}",
+            )
 
 
 class TarReader:

@@ -10,6 +10,7 @@ where an `@FILE` argument (Bazel's param file, one argument per line) is read in
 Hand-written rather than a library: the protocol is a dozen lines of JSON over stdio, and
 Bazel's own worker libraries are for Java and C++.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -9,10 +9,11 @@ as httpx.ReadTimeout. Bodies are read outside it, each under its own deadline (r
 
 The same backend reads bodies in pieces of up to BODY_READ_BYTES: httpcore asks its network
 stream for 64 kB at a time, and at that size the Python work per read, not the network, bounded
-a layer's download (`bazel run //tools/bench:pin`, 2 GB on loopback: 3.09 s at 64 kB, 2.30 s at
+a layer's download (`bazel run //tools/dev/bench:pin`, 2 GB on loopback: 3.09 s at 64 kB, 2.30 s at
 1 MB, against crane export's 2.9 s). h11 buffers whatever it is given; HTTP/1.1 without
 pipelining sends nothing past the answer being read.
 """
+
 from __future__ import annotations
 
 import threading
@@ -38,8 +39,9 @@ def answer_deadline(seconds: float) -> Iterator[None]:
 
 
 def _late(seconds: float) -> httpcore.ReadTimeout:
-    return httpcore.ReadTimeout(f"the answer's status line and headers did not arrive within {seconds:g} s "
-                                "(a peer trickling bytes, or none)")
+    return httpcore.ReadTimeout(
+        f"the answer's status line and headers did not arrive within {seconds:g} s (a peer trickling bytes, or none)"
+    )
 
 
 class _Stream(httpcore.NetworkStream):
@@ -71,8 +73,9 @@ class _Stream(httpcore.NetworkStream):
     def close(self) -> None:
         self._inner.close()
 
-    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore.NetworkStream:
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
         return _Stream(self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> Any:
@@ -83,12 +86,19 @@ class _Backend(httpcore.NetworkBackend):
     def __init__(self, inner: httpcore.NetworkBackend) -> None:
         self._inner = inner
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> httpcore.NetworkStream:
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.NetworkStream:
         return _Stream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
 
-    def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Any = None) -> httpcore.NetworkStream:
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.NetworkStream:
         return _Stream(self._inner.connect_unix_socket(path, timeout, socket_options))
 
     def sleep(self, seconds: float) -> None:
@@ -104,8 +114,9 @@ def bound_answers(client: httpx.Client) -> httpx.Client:
         pool = getattr(transport, "_pool", None) if isinstance(transport, httpx.HTTPTransport) else None
         if pool is not None:
             if not hasattr(pool, "_network_backend"):
-                raise RuntimeError("httpcore's connection pool has no _network_backend: the locked httpx/httpcore "
-                                   "changed; tools/oci/remote/answer_deadline.py must follow")
+                raise RuntimeError(
+                    "httpcore's connection pool has no _network_backend: the locked httpx/httpcore "
+                    "changed; tools/oci/remote/answer_deadline.py must follow"
+                )
             pool._network_backend = _Backend(pool._network_backend)  # noqa: SLF001
     return client
-

@@ -17,6 +17,7 @@ a helper that failed is not asked again in the same run. A secret is never print
 put on a command line (helpers get the registry on stdin), and every secret found is learned
 by attest.redact, so no later line can print it.
 """
+
 from __future__ import annotations
 
 import base64
@@ -123,8 +124,14 @@ def _run_helper(program: str, registry: str, env: Mapping[str, str], where: str)
     MAX_HELPER_OUTPUT bytes per stream; its whole process group is killed when it is done.
     By hand, not subprocess.run: run's timeout waits for every holder of the pipes to close
     them and reads without a cap."""
-    process = subprocess.Popen([program, "get"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env=dict(env), start_new_session=True)
+    process = subprocess.Popen(
+        [program, "get"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env),
+        start_new_session=True,
+    )
     ends = time.monotonic() + HELPER_DEADLINE_S
     output = {process.stdout: bytearray(), process.stderr: bytearray()}
     try:
@@ -221,24 +228,30 @@ def _ask_helper(name: str, program: str | None, registry: str, env: Mapping[str,
 def lookup(registry: str, env: Mapping[str, str] | None = None) -> Credential | None:
     """The credential for `registry` (host[:port]), or None for anonymous access."""
     env = os.environ if env is None else env
-    user, password, host = (env.get(name, "") for name in
-                            ("OMNI_REGISTRY_USERNAME", "OMNI_REGISTRY_PASSWORD", "OMNI_REGISTRY_HOST"))
+    user, password, host = (
+        env.get(name, "") for name in ("OMNI_REGISTRY_USERNAME", "OMNI_REGISTRY_PASSWORD", "OMNI_REGISTRY_HOST")
+    )
     if user or password:
         if not (user and password and host):
-            raise OciError("OMNI_REGISTRY_USERNAME and OMNI_REGISTRY_PASSWORD need each other and "
-                           "OMNI_REGISTRY_HOST (the one registry they are for)", field="OMNI_REGISTRY_HOST")
+            raise OciError(
+                "OMNI_REGISTRY_USERNAME and OMNI_REGISTRY_PASSWORD need each other and "
+                "OMNI_REGISTRY_HOST (the one registry they are for)",
+                field="OMNI_REGISTRY_HOST",
+            )
         if host == registry:
             return Credential(user, password, "OMNI_REGISTRY_USERNAME/OMNI_REGISTRY_PASSWORD")
     containers = env.get("REGISTRY_AUTH_FILE") or (
-        str(Path(env["XDG_RUNTIME_DIR"]) / "containers" / "auth.json") if env.get("XDG_RUNTIME_DIR") else "")
+        str(Path(env["XDG_RUNTIME_DIR"]) / "containers" / "auth.json") if env.get("XDG_RUNTIME_DIR") else ""
+    )
     if containers:
         document = _read_json(Path(containers), "registry auth file")
         if document is not None:
             found = _auths(document, registry, Path(containers))
             if found is not None:
                 return found
-    docker_dir = Path(env["DOCKER_CONFIG"]) if env.get("DOCKER_CONFIG") else \
-        Path(env.get("HOME", str(Path.home()))) / ".docker"
+    docker_dir = (
+        Path(env["DOCKER_CONFIG"]) if env.get("DOCKER_CONFIG") else Path(env.get("HOME", str(Path.home()))) / ".docker"
+    )
     document = _read_json(docker_dir / "config.json", "Docker config")
     if document is None:
         return None

@@ -17,6 +17,7 @@ bandwidth then overlap (hashing, inflating and the socket reads release the GIL)
 layer keeps and removes is applied in layer order afterwards, so the result is the serial one.
 The first failure stops the other layers' reads at their next piece.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,8 +56,7 @@ class LayerFile:
     kind: str = "file"
 
 
-def _checked_chunks(chunks: Iterator[bytes], deadline: float, passed: str,
-                    stopped: threading.Event) -> Iterator[bytes]:
+def _checked_chunks(chunks: Iterator[bytes], deadline: float, passed: str, stopped: threading.Event) -> Iterator[bytes]:
     """A blob's chunks (RegistryClient.stream_blob: bounded by the descriptor's size while read,
     hashed against its digest at the end), stopping at the whole read's deadline or when
     another layer failed."""
@@ -98,8 +98,9 @@ class _Overlay:
             del self.files[path]
 
 
-def _layer_changes(archive: tarfile.TarFile, layer: str, where: str, wanted: Callable[[PurePosixPath], bool],
-                   max_file_bytes: int) -> _LayerChanges:
+def _layer_changes(
+    archive: tarfile.TarFile, layer: str, where: str, wanted: Callable[[PurePosixPath], bool], max_file_bytes: int
+) -> _LayerChanges:
     """One layer's kept members and removals, in the order its tar lists them."""
     changes = _LayerChanges()
     kept, removed = changes.kept, changes.removed
@@ -117,7 +118,7 @@ def _layer_changes(archive: tarfile.TarFile, layer: str, where: str, wanted: Cal
             removed.append(("" if parent == "." else parent, False))
             continue
         if name.startswith(WHITEOUT_PREFIX):
-            hidden = name[len(WHITEOUT_PREFIX):]
+            hidden = name[len(WHITEOUT_PREFIX) :]
             if not hidden:
                 raise OciError(f"{where}: whiteout {member.name!r} names nothing", field=member.name)
             removed.append((str(relative.parent / hidden), True))
@@ -129,28 +130,46 @@ def _layer_changes(archive: tarfile.TarFile, layer: str, where: str, wanted: Cal
             continue
         if member.isfile():
             if member.size > max_file_bytes:
-                raise OciError(f"{where}: {path} is {member.size} bytes; at most {max_file_bytes} are read for it",
-                               field=path)
+                raise OciError(
+                    f"{where}: {path} is {member.size} bytes; at most {max_file_bytes} are read for it", field=path
+                )
             handle = archive.extractfile(member)
             data = handle.read(max_file_bytes + 1) if handle else b""
             kept[path] = LayerFile(path, layer, data)
         elif member.islnk():
             target = kept.get(str(member_path(where, member.linkname, kind="base layer")))
-            kept[path] = LayerFile(path, layer, target.data if target else None,
-                                   "file" if target and target.data is not None else "hard link")
+            kept[path] = LayerFile(
+                path,
+                layer,
+                target.data if target else None,
+                "file" if target and target.data is not None else "hard link",
+            )
         else:
             kind = "symbolic link" if member.issym() else "directory" if member.isdir() else "special file"
             kept[path] = LayerFile(path, layer, None, kind)
     return changes
 
 
-def _read_layer(client: RegistryClient, repository: str, digest: str, size: int, where: str,
-                wanted: Callable[[PurePosixPath], bool], max_file_bytes: int, deadline: float,
-                stopped: threading.Event, progress: bool) -> _LayerChanges:
+def _read_layer(
+    client: RegistryClient,
+    repository: str,
+    digest: str,
+    size: int,
+    where: str,
+    wanted: Callable[[PurePosixPath], bool],
+    max_file_bytes: int,
+    deadline: float,
+    stopped: threading.Event,
+    progress: bool,
+) -> _LayerChanges:
     """One layer streamed once: bounded, decompressed, walked, and its digest checked."""
     started = time.monotonic()
-    chunks = _checked_chunks(client.stream_blob(repository, digest, size), deadline,
-                             f"{where}: reading the layers passed their deadline", stopped)
+    chunks = _checked_chunks(
+        client.stream_blob(repository, digest, size),
+        deadline,
+        f"{where}: reading the layers passed their deadline",
+        stopped,
+    )
     try:
         pieces = decompressed(chunks)
         tar = ForwardFile(pieces, max_read=max_file_bytes + MAX_HEADER_RECORD_BYTES)
@@ -158,8 +177,11 @@ def _read_layer(client: RegistryClient, repository: str, digest: str, size: int,
             changes = _layer_changes(archive, digest, where, wanted, max_file_bytes)
             # tarfile ends its walk quietly at a header it cannot parse; a runtime refuses the layer.
             if tar.last_read and tar.last_read != END_OF_ARCHIVE:
-                raise OciError(f"{where}: the tar stream has an invalid header at byte {archive.offset} "
-                               "(expected a member header or the end-of-archive blocks)", field=digest)
+                raise OciError(
+                    f"{where}: the tar stream has an invalid header at byte {archive.offset} "
+                    "(expected a member header or the end-of-archive blocks)",
+                    field=digest,
+                )
         # The rest (end-of-archive padding, the last gzip trailer) is read and checked too, as a
         # runtime does, then the blob to its end: a digest that does not match is the answer
         # even when the bytes also fail to decompress.
@@ -182,14 +204,25 @@ def _read_layer(client: RegistryClient, repository: str, digest: str, size: int,
         chunks.close()
     if progress:
         seconds = max(time.monotonic() - started, 1e-6)
-        print(f"pin: {where}: {size / 1e6:.1f} MB, {changes.members} members, {size / 1e6 / seconds:.1f} MB/s",
-              file=sys.stderr, flush=True)
+        print(
+            f"pin: {where}: {size / 1e6:.1f} MB, {changes.members} members, {size / 1e6 / seconds:.1f} MB/s",
+            file=sys.stderr,
+            flush=True,
+        )
     return changes
 
 
-def read_layer_files(client: RegistryClient, repository: str, layers: list[dict[str, Any]], *,
-                     wanted: Callable[[PurePosixPath], bool], max_file_bytes: int,
-                     label: str, progress: bool = True, deadline: float = math.inf) -> dict[str, LayerFile]:
+def read_layer_files(
+    client: RegistryClient,
+    repository: str,
+    layers: list[dict[str, Any]],
+    *,
+    wanted: Callable[[PurePosixPath], bool],
+    max_file_bytes: int,
+    label: str,
+    progress: bool = True,
+    deadline: float = math.inf,
+) -> dict[str, LayerFile]:
     """The wanted files of the image whose layer descriptors are `layers`, as the last layer
     leaves them. `client` is the RegistryClient of the registry holding `repository`.
     `deadline` (time.monotonic()) bounds the whole read: it is checked before every piece,
@@ -197,15 +230,33 @@ def read_layer_files(client: RegistryClient, repository: str, layers: list[dict[
     reads = []
     for number, descriptor in enumerate(layers, 1):
         digest, size = descriptor.get("digest"), descriptor.get("size")
-        if not isinstance(digest, str) or not isinstance(size, int) or isinstance(size, bool) \
-                or not 0 <= size <= MAX_LAYER_BYTES:
+        if (
+            not isinstance(digest, str)
+            or not isinstance(size, int)
+            or isinstance(size, bool)
+            or not 0 <= size <= MAX_LAYER_BYTES
+        ):
             raise OciError(f"{label}: layer {number} has no valid digest and size", field=f"layers[{number - 1}]")
         reads.append((digest, size, f"{label} layer {number}/{len(layers)} ({digest})"))
     stopped = threading.Event()
     changes: dict[int, _LayerChanges] = {}
     with ThreadPoolExecutor(max_workers=PARALLEL_LAYERS, thread_name_prefix="layer") as pool:
-        futures = {pool.submit(_read_layer, client, repository, digest, size, where, wanted, max_file_bytes,
-                               deadline, stopped, progress): index for index, (digest, size, where) in enumerate(reads)}
+        futures = {
+            pool.submit(
+                _read_layer,
+                client,
+                repository,
+                digest,
+                size,
+                where,
+                wanted,
+                max_file_bytes,
+                deadline,
+                stopped,
+                progress,
+            ): index
+            for index, (digest, size, where) in enumerate(reads)
+        }
         try:
             for future in as_completed(futures):
                 changes[futures[future]] = future.result()

@@ -10,6 +10,7 @@ A forward seek drops the pieces it passes without copying them: a member nobody 
 only its inflating. tarfile's stream mode ("r|") copies every skipped byte through its own
 buffer, which made those copies, not zlib, the cost of reading a multi-GB base.
 """
+
 from __future__ import annotations
 
 import io
@@ -116,8 +117,9 @@ def _unzstd(source: _Source) -> Iterator[bytes]:
     import zstandard  # the locked zstd binding: Python 3.11's standard library has none
 
     # read_across_frames: a layer may hold several frames (zstd:chunked writes one per file group).
-    reader = zstandard.ZstdDecompressor().stream_reader(_SourceFile(source), read_size=READ_BYTES,
-                                                        read_across_frames=True)
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        _SourceFile(source), read_size=READ_BYTES, read_across_frames=True
+    )
     while piece := reader.read(READ_BYTES):
         yield piece
 
@@ -183,7 +185,7 @@ class ForwardFile:
                     break
                 continue
             count = min(size, available)
-            parts.append(self._piece[self._at:self._at + count])
+            parts.append(self._piece[self._at : self._at + count])
             self._at += count
             size -= count
         self.last_read = b"".join(parts)

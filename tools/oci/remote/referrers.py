@@ -1,6 +1,7 @@
 """Artifacts that refer to an image (SBOM, provenance): pushed with `subject`, found
 through the registry's referrers API or, where it has none, the OCI 1.1 fallback tag
 `sha256-<hex>` whose index lists them."""
+
 from __future__ import annotations
 
 import json
@@ -28,20 +29,33 @@ def referrers(client: RegistryClient, repository: str, subject_digest: str) -> t
     response = client.request("GET", f"/v2/{repository}/referrers/{subject_digest}", repository=repository)
     if response.status_code == 200 and response.headers.get("Content-Type", "").startswith(OCI_INDEX):
         return response.json().get("manifests", []), "api"
-    tagged = client.request("GET", f"/v2/{repository}/manifests/{fallback_tag(subject_digest)}",
-                            repository=repository, headers={"Accept": OCI_INDEX})
+    tagged = client.request(
+        "GET",
+        f"/v2/{repository}/manifests/{fallback_tag(subject_digest)}",
+        repository=repository,
+        headers={"Accept": OCI_INDEX},
+    )
     if tagged.status_code == 200:
         return json.loads(tagged.content).get("manifests", []), "tag"
     return [], "tag"
 
 
-def push_referrer(client: RegistryClient, repository: str, subject: dict[str, Any], artifact_type: str,
-                  payload: bytes, payload_type: str, annotations: dict[str, str] | None = None) -> str:
+def push_referrer(
+    client: RegistryClient,
+    repository: str,
+    subject: dict[str, Any],
+    artifact_type: str,
+    payload: bytes,
+    payload_type: str,
+    annotations: dict[str, str] | None = None,
+) -> str:
     """Push `payload` as an artifact whose subject is `subject`; returns its digest."""
     _ensure_blob(client, repository, EMPTY_CONFIG)
     _ensure_blob(client, repository, payload)
     manifest = {
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": artifact_type,
         "config": descriptor(EMPTY_CONFIG_TYPE, EMPTY_CONFIG),
         "layers": [descriptor(payload_type, payload)],
         "subject": {"mediaType": subject["mediaType"], "digest": subject["digest"], "size": subject["size"]},
@@ -52,8 +66,12 @@ def push_referrer(client: RegistryClient, repository: str, subject: dict[str, An
     listed, how = referrers(client, repository, subject["digest"])
     if how == "api" and any(item["digest"] == digest for item in listed):
         return digest
-    entry = descriptor(OCI_MANIFEST, data, artifactType=artifact_type,
-                       **({"annotations": manifest["annotations"]} if annotations else {}))
+    entry = descriptor(
+        OCI_MANIFEST,
+        data,
+        artifactType=artifact_type,
+        **({"annotations": manifest["annotations"]} if annotations else {}),
+    )
     if not any(item["digest"] == digest for item in listed):
         listed = [*listed, entry]
         index = canonical({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": listed})

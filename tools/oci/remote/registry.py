@@ -10,6 +10,7 @@ DOCUMENT_DEADLINE_S in all, body included; a streamed blob within its size at
 BLOB_MIN_BYTES_PER_S (at least BLOB_MIN_DEADLINE_S); a peer trickling bytes cannot hold a read
 open past them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -46,22 +47,28 @@ BLOB_MIN_BYTES_PER_S = 256 << 10
 
 
 def _attempt_failed(attempt: int, what: str) -> None:
-    print(redact_known(f"registry: attempt {attempt}/{ATTEMPTS} failed: {what}; retrying"), file=sys.stderr,
-          flush=True)
+    print(redact_known(f"registry: attempt {attempt}/{ATTEMPTS} failed: {what}; retrying"), file=sys.stderr, flush=True)
     time.sleep(min(0.2 * 2 ** (attempt - 1), 5))
 
 
 class RegistryClient:
     """One registry; counters record what crossed the wire (for tests and summaries)."""
 
-    def __init__(self, registry: str, *, timeout: float = 60.0, transport: httpx.BaseTransport | None = None,
-                 credential: Credential | None | object = LOOKUP) -> None:
+    def __init__(
+        self,
+        registry: str,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+        credential: Credential | None | object = LOOKUP,
+    ) -> None:
         """`credential`: by default looked up (tools/oci/credentials.py) when the registry first
         asks for one; None forces anonymous access."""
         self.registry = registry
         scheme = "http" if is_loopback(registry) else "https"
-        self.client = bound_answers(httpx.Client(base_url=f"{scheme}://{registry}", timeout=timeout,
-                                                 follow_redirects=True, transport=transport))
+        self.client = bound_answers(
+            httpx.Client(base_url=f"{scheme}://{registry}", timeout=timeout, follow_redirects=True, transport=transport)
+        )
         self.auth = RegistryAuth(registry, self.client, credential)
         self.origin = origin(self.client.base_url)
         self.document_deadline_s = DOCUMENT_DEADLINE_S
@@ -83,8 +90,9 @@ class RegistryClient:
         self.close()
 
     # --- transport ---------------------------------------------------------------
-    def request(self, method: str, url: str, *, repository: str, push: bool = False, stream: bool = False,
-                **kwargs) -> httpx.Response:
+    def request(
+        self, method: str, url: str, *, repository: str, push: bool = False, stream: bool = False, **kwargs
+    ) -> httpx.Response:
         """One request; idempotent ones (GET, HEAD, PUT of a manifest) are retried on 5xx and
         connection errors with backoff, each failed attempt named on stderr."""
         retry = method in ("GET", "HEAD") or (method == "PUT" and "/manifests/" in url)
@@ -110,7 +118,9 @@ class RegistryClient:
         HEAD is small; httpx's own read would wait on a trickling body forever)."""
         deadline = time.monotonic() + self.document_deadline_s
         try:
-            data = read_bounded(response, MAX_MANIFEST_BYTES, f"{self.registry}: the answer to {what}", deadline=deadline)
+            data = read_bounded(
+                response, MAX_MANIFEST_BYTES, f"{self.registry}: the answer to {what}", deadline=deadline
+            )
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry}: the answer to {what} broke off: {exc}", field="registry") from None
         finally:
@@ -133,8 +143,7 @@ class RegistryClient:
         if not ours:
             # Another host (an upload Location, a blob store): no credential of ours goes there.
             try:
-                return self.client.send(self.client.build_request(method, url, headers=headers, **kwargs),
-                                        stream=True)
+                return self.client.send(self.client.build_request(method, url, headers=headers, **kwargs), stream=True)
             except httpx.HTTPError as exc:
                 raise OciError(f"{self.registry}: {method} to another host failed: {exc}", field="registry") from None
         known = self.auth.known(scope)
@@ -145,8 +154,9 @@ class RegistryClient:
             answer = self.auth.answer(response, scope, self.document_deadline_s)
             if answer:
                 headers["Authorization"] = answer
-                response = self.client.send(self.client.build_request(method, url, headers=headers, **kwargs),
-                                            stream=True)
+                response = self.client.send(
+                    self.client.build_request(method, url, headers=headers, **kwargs), stream=True
+                )
                 if response.status_code == 401 and answer.startswith("Basic "):
                     response.close()
                     raise self.auth.refused(self.auth.credential(), 401, scope)
@@ -157,8 +167,9 @@ class RegistryClient:
     def _expect(self, response: httpx.Response, ok: tuple[int, ...], what: str) -> httpx.Response:
         if response.status_code not in ok:
             detail = error_detail(response.content) if not response.is_stream_consumed or response.is_closed else ""
-            raise OciError(f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(),
-                           field=what)
+            raise OciError(
+                f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(), field=what
+            )
         return response
 
     # --- reads -------------------------------------------------------------------
@@ -168,8 +179,9 @@ class RegistryClient:
         try:
             if response.status_code != 200:
                 detail = error_detail(read_bounded(response, DETAIL_READ_BYTES, what, truncate=True, deadline=deadline))
-                raise OciError(f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(),
-                               field=what)
+                raise OciError(
+                    f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(), field=what
+                )
             return read_bounded(response, limit, f"{self.registry}/{repository}: {what}", deadline=deadline), response
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry}: {what} broke off: {exc}", field=what) from None
@@ -177,26 +189,41 @@ class RegistryClient:
             response.close()
 
     def manifest(self, repository: str, reference: str) -> tuple[bytes, str]:
-        data, response = self._read(f"/v2/{repository}/manifests/{reference}", repository,
-                                    f"manifest {repository}@{reference}", MAX_MANIFEST_BYTES,
-                                    headers={"Accept": ACCEPT_MANIFESTS})
+        data, response = self._read(
+            f"/v2/{repository}/manifests/{reference}",
+            repository,
+            f"manifest {repository}@{reference}",
+            MAX_MANIFEST_BYTES,
+            headers={"Accept": ACCEPT_MANIFESTS},
+        )
         if DIGEST_RE.fullmatch(reference) and sha256_digest(data) != reference:
-            raise OciError(f"{self.registry}/{repository}: manifest bytes do not match the requested digest "
-                           f"{reference} (got {sha256_digest(data)})", field="manifest")
+            raise OciError(
+                f"{self.registry}/{repository}: manifest bytes do not match the requested digest "
+                f"{reference} (got {sha256_digest(data)})",
+                field="manifest",
+            )
         media_type = response.headers.get("Content-Type", "").split(";")[0]
         return data, media_type
 
-    def blob(self, repository: str, digest: str, *, size: int | None = None,
-             max_bytes: int = MAX_UNSIZED_BLOB_BYTES) -> bytes:
+    def blob(
+        self, repository: str, digest: str, *, size: int | None = None, max_bytes: int = MAX_UNSIZED_BLOB_BYTES
+    ) -> bytes:
         """A blob, never read past its descriptor's `size` (or `max_bytes`), verified by digest."""
         if size is not None and (not isinstance(size, int) or size < 0 or size > max_bytes):
-            raise OciError(f"{self.registry}/{repository}: blob {digest} declares {size} bytes; at most {max_bytes} "
-                           "are read for it", field=digest)
-        data, _ = self._read(f"/v2/{repository}/blobs/{digest}", repository, f"blob {digest}",
-                             size if size is not None else max_bytes)
+            raise OciError(
+                f"{self.registry}/{repository}: blob {digest} declares {size} bytes; at most {max_bytes} "
+                "are read for it",
+                field=digest,
+            )
+        data, _ = self._read(
+            f"/v2/{repository}/blobs/{digest}", repository, f"blob {digest}", size if size is not None else max_bytes
+        )
         if (size is not None and len(data) != size) or sha256_digest(data) != digest:
-            raise OciError(f"{self.registry}/{repository}: blob {digest} is corrupt "
-                           f"({len(data)} bytes hashing to {sha256_digest(data)})", field=digest)
+            raise OciError(
+                f"{self.registry}/{repository}: blob {digest} is corrupt "
+                f"({len(data)} bytes hashing to {sha256_digest(data)})",
+                field=digest,
+            )
         return data
 
     def has_blob(self, repository: str, digest: str) -> bool:
@@ -213,12 +240,18 @@ class RegistryClient:
             hasher, count = hashlib.sha256(), 0
             for chunk in response.iter_bytes():  # as they arrive: a chunk size would wait to fill it
                 if time.monotonic() > deadline:
-                    raise OciError(f"{self.registry}/{repository}: blob {digest} was still arriving after "
-                                   f"{seconds:.0f} s ({count} of {size} bytes)", field=digest)
+                    raise OciError(
+                        f"{self.registry}/{repository}: blob {digest} was still arriving after "
+                        f"{seconds:.0f} s ({count} of {size} bytes)",
+                        field=digest,
+                    )
                 count += len(chunk)
                 if count > size:
-                    raise OciError(f"{self.registry}/{repository}: blob {digest} sends more than the {size} bytes "
-                                   "its descriptor declares", field=digest)
+                    raise OciError(
+                        f"{self.registry}/{repository}: blob {digest} sends more than the {size} bytes "
+                        "its descriptor declares",
+                        field=digest,
+                    )
                 hasher.update(chunk)
                 yield chunk
             if "sha256:" + hasher.hexdigest() != digest or count != size:
@@ -228,8 +261,13 @@ class RegistryClient:
 
     # --- writes ------------------------------------------------------------------
     def mount(self, repository: str, digest: str, from_repository: str) -> bool:
-        response = self.request("POST", f"/v2/{repository}/blobs/uploads/", repository=repository, push=True,
-                                params={"mount": digest, "from": from_repository})
+        response = self.request(
+            "POST",
+            f"/v2/{repository}/blobs/uploads/",
+            repository=repository,
+            push=True,
+            params={"mount": digest, "from": from_repository},
+        )
         if response.status_code == 201:
             with self._lock:
                 self.mounted_blobs.append(digest)
@@ -239,8 +277,9 @@ class RegistryClient:
             self.request("DELETE", response.headers["Location"], repository=repository, push=True)
         return False
 
-    def upload(self, repository: str, digest: str, content: bytes | Path | Callable[[], Iterator[bytes]],
-               size: int) -> None:
+    def upload(
+        self, repository: str, digest: str, content: bytes | Path | Callable[[], Iterator[bytes]], size: int
+    ) -> None:
         """Upload a blob (bytes, a file, or a factory of a fresh byte stream per attempt),
         retrying a failed session from the start, then confirm the registry has it."""
         for attempt in range(1, ATTEMPTS + 1):
@@ -252,8 +291,9 @@ class RegistryClient:
                     raise
                 _attempt_failed(attempt, f"upload of {digest}: {exc}")
         if not self.has_blob(repository, digest):
-            raise OciError(f"{self.registry} acknowledged {digest} but does not have it (HEAD after upload)",
-                           field=digest)
+            raise OciError(
+                f"{self.registry} acknowledged {digest} but does not have it (HEAD after upload)", field=digest
+            )
         with self._lock:  # uploads run in parallel threads (tools/oci/push.py)
             self.uploaded_bytes += size
             self.uploaded_blobs.append(digest)
@@ -263,13 +303,18 @@ class RegistryClient:
         self._expect(start, (202,), f"upload start for {digest}")
         location = start.headers.get("Location", "")
         if not location:
-            raise OciError(f"{self.registry}: the upload start for {digest} answered 202 without a Location "
-                           "header (the distribution spec requires one)", field=f"upload of {digest}")
+            raise OciError(
+                f"{self.registry}: the upload start for {digest} answered 202 without a Location "
+                "header (the distribution spec requires one)",
+                field=f"upload of {digest}",
+            )
         if isinstance(content, Path):
+
             def chunks(path: Path = content) -> Iterator[bytes]:
                 with path.open("rb") as handle:
                     while block := handle.read(UPLOAD_READ_BYTES):
                         yield block
+
             body: bytes | Iterator[bytes] = chunks()
         else:
             body = content
@@ -278,38 +323,59 @@ class RegistryClient:
             body = b""
             size = 0
         separator = "&" if "?" in location else "?"
-        response = self.request("PUT", f"{location}{separator}digest={digest}", repository=repository, push=True,
-                                content=body, headers={"Content-Type": "application/octet-stream",
-                                                       "Content-Length": str(size)})
+        response = self.request(
+            "PUT",
+            f"{location}{separator}digest={digest}",
+            repository=repository,
+            push=True,
+            content=body,
+            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+        )
         self._expect(response, (201,), f"upload of {digest}")
 
     def _patch_chunks(self, repository: str, digest: str, location: str, body: bytes | Iterator[bytes]) -> str:
         """The distribution spec's chunked upload: PATCH each chunk with its Content-Range, following
         the Location each answer gives; the closing PUT carries the digest. Large blobs then never
         ride on one request, and a registry's request-size limits do not apply."""
+
         def pieces() -> Iterator[bytes]:
             pending = bytearray()
-            for block in ([body] if isinstance(body, bytes) else body):
+            for block in [body] if isinstance(body, bytes) else body:
                 pending += block
                 while len(pending) >= self.chunk_size:
-                    yield bytes(pending[:self.chunk_size])
-                    del pending[:self.chunk_size]
+                    yield bytes(pending[: self.chunk_size])
+                    del pending[: self.chunk_size]
             if pending:
                 yield bytes(pending)
 
         offset = 0
         for piece in pieces():
-            response = self.request("PATCH", location, repository=repository, push=True, content=piece, headers={
-                "Content-Type": "application/octet-stream", "Content-Length": str(len(piece)),
-                "Content-Range": f"{offset}-{offset + len(piece) - 1}"})
+            response = self.request(
+                "PATCH",
+                location,
+                repository=repository,
+                push=True,
+                content=piece,
+                headers={
+                    "Content-Type": "application/octet-stream",
+                    "Content-Length": str(len(piece)),
+                    "Content-Range": f"{offset}-{offset + len(piece) - 1}",
+                },
+            )
             self._expect(response, (202,), f"chunk {offset}-{offset + len(piece) - 1} of {digest}")
             offset += len(piece)
             location = response.headers.get("Location", location)
         return location
 
     def put_manifest(self, repository: str, reference: str, data: bytes, media_type: str) -> str:
-        response = self.request("PUT", f"/v2/{repository}/manifests/{reference}", repository=repository, push=True,
-                                content=data, headers={"Content-Type": media_type})
+        response = self.request(
+            "PUT",
+            f"/v2/{repository}/manifests/{reference}",
+            repository=repository,
+            push=True,
+            content=data,
+            headers={"Content-Type": media_type},
+        )
         self._expect(response, (201,), f"manifest push {repository}:{reference}")
         digest = sha256_digest(data)
         returned = response.headers.get("Docker-Content-Digest")
@@ -319,8 +385,9 @@ class RegistryClient:
         try:
             stored, _ = self.manifest(repository, digest)
         except OciError as exc:
-            raise OciError(f"{self.registry} acknowledged manifest {digest} but does not serve it: {exc}",
-                           field="manifest") from None
+            raise OciError(
+                f"{self.registry} acknowledged manifest {digest} but does not serve it: {exc}", field="manifest"
+            ) from None
         if stored != data:
             raise OciError(f"{self.registry} serves other bytes for manifest {digest}", field="manifest")
         return digest

@@ -6,6 +6,7 @@
 Both digests are verified; an index is resolved to the pinned platform. DIR receives
 manifest.json and config.json (exact bytes) and base.json (where the layers live).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,9 @@ def _pick(index: dict[str, Any], platform: dict[str, str], where: str) -> str:
         if all(found.get(key) == value for key, value in platform.items()):
             return entry["digest"]
     wanted = "/".join(platform.values())
-    raise OciError(f"{where}: platform {wanted} is missing from the index (it has {sorted(set(available))})",
-                   field="platform")
+    raise OciError(
+        f"{where}: platform {wanted} is missing from the index (it has {sorted(set(available))})", field="platform"
+    )
 
 
 MAX_CONFIG_BYTES = 8 << 20
@@ -64,8 +66,7 @@ class ResolvedImage:
         return [layer for layer in layers if isinstance(layer, dict)] if isinstance(layers, list) else []
 
 
-def resolve_image(client: RegistryClient, repository: str, reference: str, platform: str,
-                  label: str) -> ResolvedImage:
+def resolve_image(client: RegistryClient, repository: str, reference: str, platform: str, label: str) -> ResolvedImage:
     """The manifest of `platform` that `reference` (a tag or digest) names, an index resolved to
     that platform; both manifests are checked against their digests, the config against its
     descriptor, and the config must declare the platform."""
@@ -77,20 +78,25 @@ def resolve_image(client: RegistryClient, repository: str, reference: str, platf
         data, media_type = client.manifest(repository, _pick(document, wanted, label))
         document = json_object(data, f"{label} manifest")
     descriptor = document.get("config")
-    if not isinstance(descriptor, dict) or not isinstance(descriptor.get("digest"), str) \
-            or not isinstance(descriptor.get("size"), int):
+    if (
+        not isinstance(descriptor, dict)
+        or not isinstance(descriptor.get("digest"), str)
+        or not isinstance(descriptor.get("size"), int)
+    ):
         raise OciError(f"{label}: the manifest has no config descriptor", field="config")
     # Never read past the descriptor's size, and never a "config" larger than configs are.
     config_bytes = client.blob(repository, descriptor["digest"], size=descriptor["size"], max_bytes=MAX_CONFIG_BYTES)
     config = json_object(config_bytes, f"{label} config")
     if config.get("os") != wanted["os"] or config.get("architecture") != wanted["architecture"]:
-        raise OciError(f"{label} is {config.get('os')}/{config.get('architecture')}, not the pinned {platform}",
-                       field="platform")
+        raise OciError(
+            f"{label} is {config.get('os')}/{config.get('architecture')}, not the pinned {platform}", field="platform"
+        )
     return ResolvedImage(sha256_digest(data), data, document, config_bytes, config)
 
 
-def fetch_base(image: str, digest: str, platform: str, output: Path, *, registry: str = "",
-               client: RegistryClient | None = None) -> dict[str, Any]:
+def fetch_base(
+    image: str, digest: str, platform: str, output: Path, *, registry: str = "", client: RegistryClient | None = None
+) -> dict[str, Any]:
     if not digest:
         raise OciError(f"base {image} is not pinned: its digest is empty", field="digest")
     ref = Reference.parse(f"{image}@{digest}", require_digest=True)
@@ -106,8 +112,14 @@ def fetch_base(image: str, digest: str, platform: str, output: Path, *, registry
     output.mkdir(parents=True, exist_ok=True)
     (output / "manifest.json").write_bytes(resolved.manifest_bytes)
     (output / "config.json").write_bytes(resolved.config_bytes)
-    source = {"image": image, "registry": client.registry, "repository": ref.repository, "digest": ref.digest,
-              "manifest_digest": resolved.digest, "platform": platform}
+    source = {
+        "image": image,
+        "registry": client.registry,
+        "repository": ref.repository,
+        "digest": ref.digest,
+        "manifest_digest": resolved.digest,
+        "platform": platform,
+    }
     (output / "base.json").write_bytes(canonical(source))
     return source
 
@@ -115,8 +127,9 @@ def fetch_base(image: str, digest: str, platform: str, output: Path, *, registry
 @refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()  # every secret the run learns stays out of every line it prints
-    parser = argparse.ArgumentParser(prog="base", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="base", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--image", required=True)
     parser.add_argument("--digest", default="")
     parser.add_argument("--platform", required=True)

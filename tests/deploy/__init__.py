@@ -1,0 +1,3 @@
+"""The tests of `tools.deploy`: generated manifests checked by Kubernetes' schemas and a 3-rank rehearsal.
+They must not import `vllm`, `sglang` or `torch`.
+"""

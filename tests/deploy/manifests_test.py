@@ -1,0 +1,389 @@
+"""The Kubernetes manifests `bazel run //deploy:<image>` generates: read from the built images
+(the shipped images with test pins, tests/deploy), validated against the Kubernetes JSON schemas
+of every supported cluster version (kubernetes-validate, strict) and the LeaderWorkerSet CRD
+pinned in tests/data/lws, and refused, naming the flag or pin, for every bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from attest.pins import load_pins
+from tests.fixtures.pins import qwen_pins
+from tools.deploy.contract import read_contract
+from tools.deploy.errors import DeployError
+from tools.deploy.manifests import Options, resources
+from tools.oci.build.image import assemble, load_pins_checked
+from tools.oci.errors import OciError
+from tools.oci.layout import read_layout
+from tools.oci.push_record import record_push
+
+RUNNERS = {"qwen_mi300x": Path(os.environ["QWEN_MANIFESTS"]), "deepseek_spark": Path(os.environ["SPARK_MANIFESTS"])}
+LAYOUTS = {name: Path(f"tests/deploy/{name}_pinned.layout") for name in RUNNERS}
+TEST_PINS = {name: Path(f"tests/deploy/{name}.pins.json") for name in RUNNERS}
+UNPINNED_RUNNER = Path(os.environ["SHIPPED_QWEN_MANIFESTS"])
+CRD = Path("tests/data/lws/leaderworkerset.x-k8s.io_leaderworkersets.yaml")
+CRD_SHA256 = "92382b4a4eac032dbbce7eb9bb1e4e7e99880a30656f90649aeb284ce9dc732a"
+# The cluster versions Omni supports: LeaderWorkerSet needs 1.26+, and these are the releases
+# with upstream support or in the distributions' long-term channels.
+CLUSTER_VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
+SECRETS = {
+    "QWEN_API_KEY": "qwen-key-must-never-appear-1f3a",
+    "API_KEY": "spark-key-must-never-appear-9c2e",
+    "HF_TOKEN": "hf_token_must_never_appear_77b1",
+}
+
+
+def digest(name: str) -> str:
+    return read_layout(LAYOUTS[name])[0]
+
+
+def generate(
+    name: str, *flags: str, runner: Path | None = None, env: dict[str, str] | None = None, state: Path | None = None
+) -> subprocess.CompletedProcess:
+    environment = {**os.environ, **SECRETS, **(env or {})}
+    environment["XDG_STATE_HOME"] = str(state) if state else "/nonexistent-omni-state"
+    return subprocess.run(
+        [str(runner or RUNNERS[name]), *flags], env=environment, capture_output=True, text=True, timeout=120
+    )
+
+
+def generated(name: str, *flags: str, **kwargs) -> tuple[str, list[dict]]:
+    completed = generate(name, *flags, **kwargs)
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout, list(yaml.safe_load_all(completed.stdout))
+
+
+def refusal(completed: subprocess.CompletedProcess) -> dict:
+    assert completed.returncode == 2, (completed.stdout, completed.stderr)
+    assert completed.stdout == ""
+    return json.loads(completed.stderr.strip().splitlines()[-1])
+
+
+def validate_core(resource: dict) -> None:
+    for version in CLUSTER_VERSIONS:
+        kubernetes_validate.validate(resource, version, strict=True)
+
+
+def lws_schema() -> dict:
+    data = CRD.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == CRD_SHA256, "the LWS CRD is not the pinned one (tests/data/lws)"
+    crd = yaml.safe_load(data)
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def pod_spec(resource: dict, role: str = "") -> dict:
+    if resource["kind"] == "Deployment":
+        return resource["spec"]["template"]["spec"]
+    return resource["spec"]["leaderWorkerTemplate"][f"{role}Template"]["spec"]
+
+
+def as_pod_template(template: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "check"}, "template": template}
+
+
+def assert_hardened(spec: dict, *, groups: list[int] | None) -> dict:
+    assert spec["automountServiceAccountToken"] is False and spec["enableServiceLinks"] is False
+    security = spec["securityContext"]
+    assert security["runAsNonRoot"] is True and security["runAsUser"] == 1000 and security["runAsGroup"] == 1000
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert security.get("supplementalGroups") == groups
+    (container,) = spec["containers"]
+    own = container["securityContext"]
+    assert own["readOnlyRootFilesystem"] is True and own["allowPrivilegeEscalation"] is False
+    assert own["privileged"] is False and own["runAsNonRoot"] is True and own["capabilities"]["drop"] == ["ALL"]
+    mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    assert volumes[mounts["/dev/shm"]["name"]]["emptyDir"]["medium"] == "Memory"
+    for path in ("/cache", "/tmp"):
+        assert volumes[mounts[path]["name"]] == {"name": mounts[path]["name"], "emptyDir": {}}
+    return container
+
+
+def test_the_qwen_deployment_is_what_the_image_says(tmp_path: Path) -> None:
+    text, items = generated(
+        "qwen_mi300x",
+        "--repository",
+        "registry.example/omni/qwen",
+        "--namespace",
+        "llm",
+        "--model-pvc",
+        "qwen-models",
+        "--secret",
+        "qwen-api",
+    )
+    deployment, service = items
+    assert [deployment["kind"], service["kind"]] == ["Deployment", "Service"]
+    for value in SECRETS.values():
+        assert value not in text
+    spec = pod_spec(deployment)
+    container = assert_hardened(spec, groups=[44, 110])
+    assert container["image"] == "registry.example/omni/qwen@" + digest("qwen_mi300x")
+    assert container["resources"] == {"limits": {"amd.com/gpu": 1}, "requests": {"amd.com/gpu": 1}}
+    env = {item["name"]: item for item in container["env"]}
+    assert env["QWEN_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "qwen-api", "key": "api-key", "optional": False}
+    assert env["QWEN_BIND_HOST"]["value"] == "0.0.0.0" and env["QWEN_CONTAINER_INTERNAL_ONLY"]["value"] == "1"
+    mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
+    assert set(mounts) == {"/cache", "/models", "/tmp", "/dev/shm"}  # every declared volume, and shm
+    assert mounts["/models"]["readOnly"] is True
+    model = next(v for v in spec["volumes"] if v["name"] == mounts["/models"]["name"])
+    assert model["persistentVolumeClaim"] == {"claimName": "qwen-models", "readOnly": True}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": 8103}
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 3600  # a 27B load from a cold cache
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"} and deployment["spec"]["replicas"] == 1
+    assert service["spec"]["ports"][0]["port"] == 8103 and service["spec"]["type"] == "ClusterIP"
+    assert deployment["metadata"]["namespace"] == service["metadata"]["namespace"] == "llm"
+    pins = load_pins(TEST_PINS["qwen_mi300x"])
+    notes = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert notes["omni.image.digest"] == digest("qwen_mi300x")
+    assert (
+        notes["omni.base.digest"],
+        notes["omni.engine.commit"],
+        notes["omni.model.revision"],
+        notes["omni.speculator.revision"],
+    ) == (pins.base.digest, pins.engine.commit, pins.model.revision, pins.speculator.revision)
+    for resource in items:
+        validate_core(resource)
+
+
+def test_the_deepseek_group_is_a_leader_worker_set_of_three() -> None:
+    text, items = generated(
+        "deepseek_spark",
+        "--image",
+        "registry.example/omni/ds@" + digest("deepseek_spark"),
+        "--model-pvc",
+        "ds-models",
+        "--hf-token-secret",
+        "hub-token",
+    )
+    lws, service = items
+    for value in SECRETS.values():
+        assert value not in text
+    jsonschema.Draft7Validator(lws_schema()).validate(lws)
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 3 and template["restartPolicy"] == "RecreateGroupOnPodRestart"
+    leader = assert_hardened(pod_spec(lws, "leader"), groups=None)
+    worker = assert_hardened(pod_spec(lws, "worker"), groups=None)
+    for container in (leader, worker):
+        assert container["image"] == "registry.example/omni/ds@" + digest("deepseek_spark")
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
+        env = {item["name"]: item for item in container["env"]}
+        assert env["NNODES"]["value"] == "$(LWS_GROUP_SIZE)" and env["NODE_RANK"]["value"] == "$(LWS_WORKER_INDEX)"
+        assert env["DIST_INIT_ADDR"]["value"] == "$(LWS_LEADER_ADDRESS):20000"
+        assert env["API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "deepseek-spark-api-key"
+        assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hub-token", "key": "token", "optional": False}
+    assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(leader)
+    assert not {"startupProbe", "readinessProbe", "livenessProbe"} & set(worker)  # readiness on the leader only
+    leader_models = next(m for m in leader["volumeMounts"] if m["mountPath"] == "/models")
+    worker_models = next(m for m in worker["volumeMounts"] if m["mountPath"] == "/models")
+    assert leader_models["readOnly"] is False and worker_models["readOnly"] is True  # only rank 0 downloads
+    assert pod_spec(lws, "leader")["securityContext"]["fsGroup"] == 1000
+    assert {m["mountPath"] for m in leader["volumeMounts"]} == {"/cache", "/models", "/state", "/tmp", "/dev/shm"}
+    startup = leader["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 21600 + 3600  # download + load deadlines
+    assert service["spec"]["selector"] == {
+        "leaderworkerset.sigs.k8s.io/name": "deepseek-spark",
+        "leaderworkerset.sigs.k8s.io/worker-index": "0",
+    }
+    assert pod_spec(lws, "leader")["containers"][0]["ports"][0]["containerPort"] == service["spec"]["ports"][0]["port"]
+    validate_core(service)
+    for role in ("leader", "worker"):
+        validate_core(as_pod_template(template[f"{role}Template"]))
+
+
+def test_the_lws_schema_check_can_fail() -> None:
+    _, (lws, _) = generated("deepseek_spark", "--repository", "registry.example/omni/ds", "--model-pvc", "m")
+    lws["spec"]["leaderWorkerTemplate"]["size"] = "three"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft7Validator(lws_schema()).validate(lws)
+    broken = as_pod_template(lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"])
+    broken["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFS"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, CLUSTER_VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize(
+    "flags, spec_check",
+    [
+        (
+            ("--network", "host"),
+            lambda spec, _: spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet",
+        ),
+        (
+            ("--rdma-network", "rdma-200g"),
+            lambda spec, notes: (
+                notes["k8s.v1.cni.cncf.io/networks"] == "rdma-200g"
+                and spec["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+            ),
+        ),
+        (
+            ("--model-host-path", "/srv/models"),
+            lambda spec, _: (
+                {"path": "/srv/models", "type": "Directory"} in [v.get("hostPath") for v in spec["volumes"]]
+            ),
+        ),
+    ],
+)
+def test_network_and_model_flags(flags: tuple[str, ...], spec_check) -> None:
+    model = () if "--model-host-path" in flags else ("--model-pvc", "m")
+    _, (lws, _) = generated("deepseek_spark", "--repository", "r.example/ds", *model, *flags)
+    for role in ("leader", "worker"):
+        template = lws["spec"]["leaderWorkerTemplate"][f"{role}Template"]
+        assert spec_check(template["spec"], template["metadata"]["annotations"])
+        validate_core(as_pod_template(template))
+    jsonschema.Draft7Validator(lws_schema()).validate(lws)
+
+
+def test_the_image_comes_from_the_last_push_of_that_digest(tmp_path: Path) -> None:
+    record_dir = tmp_path / "state"
+    os.environ["XDG_STATE_HOME"] = str(record_dir)
+    try:
+        record_push("push.example/omni/qwen@" + digest("qwen_mi300x"), digest("qwen_mi300x"))
+        record_push("push.example/omni/other@sha256:" + "7" * 64, "sha256:" + "7" * 64)
+    finally:
+        del os.environ["XDG_STATE_HOME"]
+    _, (deployment, _) = generated("qwen_mi300x", "--model-pvc", "m", state=record_dir)
+    assert pod_spec(deployment)["containers"][0]["image"] == "push.example/omni/qwen@" + digest("qwen_mi300x")
+    record = record_dir / "omni" / "pushes" / (digest("qwen_mi300x").split(":")[1] + ".json")
+    record.write_text(json.dumps({"digest": digest("qwen_mi300x"), "reference": "push.example/x@sha256:" + "7" * 64}))
+    assert refusal(generate("qwen_mi300x", "--model-pvc", "m", state=record_dir))["field"] == str(record)
+
+
+def test_an_unpinned_image_is_refused_as_a_release_build_refuses_it() -> None:
+    with pytest.raises(OciError) as release:
+        load_pins_checked(Path("images/qwen_mi300x.pins.json"), release=True)
+    refused = refusal(
+        generate("qwen_mi300x", "--model-pvc", "m", "--repository", "r.example/q", runner=UNPINNED_RUNNER)
+    )
+    assert refused == {"ok": False, "error": str(release.value), "field": release.value.field}
+
+
+QWEN = ("--repository", "r.example/q", "--model-pvc", "m")
+
+
+@pytest.mark.parametrize(
+    "flags, field, says",
+    [
+        (("--image", "r.example/q:latest", "--model-pvc", "m"), "--image", "has no digest"),
+        (("--image", "r.example/q@sha256:" + "0" * 64, "--model-pvc", "m"), "--image", "but this target built"),
+        (("--image", "R.example/Q@sha256:" + "0" * 64, "--model-pvc", "m"), "--image", "lower case"),
+        (("--model-pvc", "m"), "--image", "was never pushed from here"),
+        (("--repository", "r.example/q:tag", "--model-pvc", "m"), "--repository", "REGISTRY/REPO only"),
+        (("--repository", "r.example/q"), "--model-pvc", "exactly one of"),
+        (QWEN + ("--model-host-path", "/srv"), "--model-pvc", "exactly one of"),
+        (("--repository", "r.example/q", "--model-host-path", "srv/models"), "--model-host-path", "absolute"),
+        (("--repository", "r.example/q", "--model-host-path", "/srv/../etc"), "--model-host-path", "without '..'"),
+        (QWEN + ("--namespace", "Prod_NS"), "--namespace", "not a DNS label"),
+        (QWEN + ("--secret", "bad secret"), "--secret", "not a Kubernetes object name"),
+        (QWEN + ("--network", "host"), "--network", "multi-node group only"),
+        (QWEN + ("--env", "QWEN_API_KEY=x"), "QWEN_API_KEY", "comes from the Secret"),
+        (QWEN + ("--env", "QWEN_PORT=9000"), "QWEN_PORT", "exposed port"),
+        (QWEN + ("--env", "MY_HUB_TOKEN=abc"), "MY_HUB_TOKEN", "put it in a Secret"),
+        (QWEN + ("--env", f"NOTES=see {SECRETS['API_KEY']}"), "NOTES", "put it in a Secret"),
+        (QWEN + ("--env", "BAD-NAME=1"), "--env", "not a variable name"),
+        (QWEN + ("--env", "MODEL_ID=a\nb"), "MODEL_ID", "control character"),
+        (QWEN + ("--env", "MODEL_ID=Qwen\u202e72B"), "MODEL_ID", "control character"),
+        (QWEN + ("--env", "LWS_WORKER_INDEX=1"), "LWS_WORKER_INDEX", "LeaderWorkerSet injects"),
+        (QWEN + ("--startup-timeout", "-5"), "--startup-timeout", "positive"),
+    ],
+)
+def test_bad_flags_are_refused_naming_them(flags: tuple[str, ...], field: str, says: str) -> None:
+    refused = refusal(generate("qwen_mi300x", *flags))
+    assert refused["field"] == field and says in refused["error"], refused
+    assert not any(value in json.dumps(refused) for value in SECRETS.values())
+
+
+@pytest.mark.parametrize(
+    "flags, field, says",
+    [
+        (("--dist-port", "80"), "--dist-port", "1024..65535"),
+        (("--env", "NODE_RANK=0"), "NODE_RANK", "LeaderWorkerSet"),
+        (("--env", "DOWNLOAD_DEADLINE_S=６０"), "DOWNLOAD_DEADLINE_S", "whole seconds"),
+        (("--rdma-network", "Not_A_Name"), "--rdma-network", "not a Kubernetes object name"),
+    ],
+)
+def test_bad_group_flags_are_refused_naming_them(flags: tuple[str, ...], field: str, says: str) -> None:
+    refused = refusal(generate("deepseek_spark", "--repository", "r.example/ds", "--model-pvc", "m", *flags))
+    assert refused["field"] == field and says in refused["error"], refused
+
+
+def _layout(tmp_path: Path, pins: dict, **spec) -> Path:
+    output = tmp_path / "layout"
+    base_spec = {
+        "os": "linux",
+        "architecture": "amd64",
+        "user": "1000:1000",
+        "volumes": ["/cache", "/models"],
+        "exposed_ports": ["8103/tcp"],
+        "env": {"MODEL_PATH": "/models/qwen"},
+    }
+    assemble(output, {**base_spec, **spec}, [], None, pins=pins)
+    return output
+
+
+def _options() -> Options:
+    return Options(image="r.example/q@sha256:" + "0" * 64, model_pvc="m")
+
+
+@pytest.mark.parametrize(
+    "spec, pins, field, says",
+    [
+        ({"labels": {"omni.test_only": "the engine lane's CPU image"}}, {}, "omni.test_only", "engine lane"),
+        ({}, {"engine__needs_root": True}, "engine.needs_root", "runs as root"),
+        ({"user": "omni:omni"}, {}, "config.User", "numeric"),
+        ({"env": {"MODEL_PATH": "/elsewhere/qwen"}}, {}, "MODEL_PATH", "none of the image's volumes"),
+        ({"exposed_ports": ["8103/tcp", "9000/tcp"]}, {}, "config.ExposedPorts", "expected one API port"),
+        ({"exposed_ports": ["8200/tcp"]}, {}, "config.ExposedPorts", "launcher listens on 8103"),
+        ({"exposed_ports": ["8103/udp"]}, {}, "config.ExposedPorts", "not a TCP port"),
+        ({"labels": {"omni.runtime.groups": "video:forty"}}, {}, "omni.runtime.groups", "name:gid"),
+        ({}, {"hardware": {"profile": "cpu_x86_64", "gpu_arch": ""}}, "hardware.profile", "no deployment"),
+    ],
+)
+def test_images_that_cannot_be_deployed_so_are_refused(
+    tmp_path: Path, spec: dict, pins: dict, field: str, says: str
+) -> None:
+    with pytest.raises(DeployError) as refused:
+        resources(read_contract(_layout(tmp_path, qwen_pins(**pins), **spec)), _options())
+    assert refused.value.field == field and says in str(refused.value)
+
+
+def test_a_synthetic_image_passes_the_same_checks(tmp_path: Path) -> None:
+    """The refusal table's base case is deployable: each row fails for its own reason."""
+    items = resources(read_contract(_layout(tmp_path, qwen_pins())), _options())
+    assert [item["kind"] for item in items] == ["Deployment", "Service"]
+
+
+def test_a_layout_without_the_baked_document_is_refused(tmp_path: Path) -> None:
+    output = tmp_path / "plain"
+    assemble(output, {"os": "linux", "architecture": "amd64", "user": "1000:1000"}, [], None)
+    with pytest.raises(DeployError) as refused:
+        read_contract(output)
+    assert refused.value.field == "etc/omni/image.json" and "only an omni_image" in str(refused.value)
+
+
+def test_the_leader_startup_budget_reads_boot_settings_as_boot_does() -> None:
+    """A value boot takes (fractional seconds) is taken; the budget is its whole-second ceiling."""
+    _, (lws, _) = generated(
+        "deepseek_spark",
+        "--repository",
+        "r.example/ds",
+        "--model-pvc",
+        "m",
+        "--env",
+        "DOWNLOAD_DEADLINE_S=1800.5",
+        "--env",
+        "READY_TIMEOUT_S=600",
+    )
+    startup = pod_spec(lws, "leader")["containers"][0]["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 2410  # ceil(2400.5) to the next period

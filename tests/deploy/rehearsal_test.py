@@ -1,0 +1,249 @@
+"""A rehearsal of the DeepSeek group on loopback, no cluster: three boot processes started with
+exactly the environment the generated LeaderWorkerSet gives each pod (LWS's injected variables
+first, leader address 127.0.0.1 and indices 0-2, then the container's own with Kubernetes'
+$(VAR) expansion and the Secret resolved), a loopback hub serving the tiny checkpoint, and a
+stand-in SGLang per rank (tests/fixtures/fake_sglang_group.py) that records its argv.
+
+What a pod gets from its image and node rather than from the manifest is named in POD_EXTRAS:
+paths (each volume a folder), the GPU tool, the stand-in engine, the baked checkpoint lock, and
+one API port per rank (three pods share one loopback here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from attest.lock import REFUSED_MARKER
+from tests.fixtures.deepseek import SHARDS, tiny_repo
+from tests.fixtures.hub import LoopbackHub
+from tests.fixtures.qwen import make_fake_tool
+from tests.fixtures.registry import free_port
+from tools.deploy.contract import read_contract
+
+RUNNER = Path(os.environ["SPARK_MANIFESTS"])
+LAYOUT = Path("tests/deploy/deepseek_spark_pinned.layout")
+LOCK = Path("tests/deploy/deepseek_spark.checkpoint.lock.json")
+PINS = json.loads(Path("tests/deploy/deepseek_spark.pins.json").read_text())
+KEY = "rehearsal-api-key-never-printed-5d1c"
+SECRETS = {"deepseek-spark-api-key": {"api-key": KEY}}
+GROUP = 3
+EXPANSION = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def k8s_expand(value: str, defined: dict[str, str]) -> str:
+    """The kubelet's $(VAR) expansion (k8s.io/kubernetes third_party/forked/golang/expansion):
+    a variable defined earlier in the list is replaced, $$ is a literal $, anything else stays.
+    Written here because no package on PyPI implements it."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        return defined.get(match.group(1), match.group(0))
+
+    return EXPANSION.sub(one, value)
+
+
+def pod_env(container: dict, index: int) -> dict[str, str]:
+    """What the container's process sees: the image's variables, then LeaderWorkerSet's (which
+    it puts ahead of the container's list), then the container's list in order."""
+    injected = [("LWS_LEADER_ADDRESS", "127.0.0.1"), ("LWS_GROUP_SIZE", str(GROUP)), ("LWS_WORKER_INDEX", str(index))]
+    env = dict(read_contract(LAYOUT).env)
+    defined: dict[str, str] = {}
+    for name, value in injected:
+        defined[name] = env[name] = value
+    for item in container["env"]:
+        if "valueFrom" in item:
+            ref = item["valueFrom"]["secretKeyRef"]
+            value = SECRETS[ref["name"]][ref["key"]]
+        else:
+            value = k8s_expand(item["value"], defined)
+        defined[item["name"]] = env[item["name"]] = value
+    return env
+
+
+def remap(env: dict[str, str], container: dict, volumes: dict[str, Path]) -> dict[str, str]:
+    """Each volume is a folder here: variables that point into a mount point into its folder."""
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"] if m["name"] in volumes}
+    result = {}
+    for name, value in env.items():
+        for mount in sorted(mounts, key=len, reverse=True):
+            if value == mount or value.startswith(mount + "/"):
+                value = str(mounts[mount]) + value[len(mount) :]
+                break
+        result[name] = value
+    return result
+
+
+class Group:
+    def __init__(self, tmp_path: Path, hub: LoopbackHub) -> None:
+        self.tmp = tmp_path
+        self.markers = tmp_path / "markers"
+        self.markers.mkdir()
+        self.dist_port = free_port()
+        completed = subprocess.run(
+            [
+                str(RUNNER),
+                "--repository",
+                "registry.example/omni/deepseek",
+                "--model-pvc",
+                "deepseek-models",
+                "--dist-port",
+                str(self.dist_port),
+                "--env",
+                f"HF_ENDPOINT={hub.url}",
+                "--env",
+                "RANK_WAIT_TIMEOUT_S=600",
+                "--env",
+                "MAX_RUNNING_REQUESTS=2",
+                "--env",
+                "WARMUP_PROMPT_WORDS=12",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "xdg")},
+        )
+        assert completed.returncode == 0, completed.stderr
+        (self.lws, _) = yaml.safe_load_all(completed.stdout)
+        self.processes: list[subprocess.Popen] = []
+        self.outputs: dict[int, Path] = {}
+        bin_dir = tmp_path / "bin"
+        make_fake_tool(bin_dir, "nvidia-smi", "NVIDIA GB10, 122880")
+        self.pythonpath = os.pathsep.join(p for p in sys.path if p)
+        engine = bin_dir / "engine-python"
+        # Drops `-m sglang.launch_server` and runs the stand-in with the test's own path.
+        engine.write_text(
+            f'#!/bin/sh\nshift 2\nPYTHONPATH="{self.pythonpath}" exec "{sys.executable}" '
+            f'-m tests.fixtures.fake_sglang_group "$@"\n'
+        )
+        engine.chmod(0o755)
+        self.pod_extras = {
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "SGLANG_PYTHON": str(engine),
+            "CHECKPOINT_LOCK": str(LOCK.resolve()),
+            "CHECKPOINT_LOCK_SHA256": PINS["model"]["lock_sha256"],
+            "PYTHONPATH": self.pythonpath,
+            "FAKE_SGLANG_MARKERS": str(self.markers),
+        }
+        self.model_volume = tmp_path / "pvc-deepseek-models"
+
+    def env(self, index: int) -> dict[str, str]:
+        role = "leader" if index == 0 else "worker"
+        template = self.lws["spec"]["leaderWorkerTemplate"][f"{role}Template"]
+        (container,) = template["spec"]["containers"]
+        volumes = {"models": self.model_volume}
+        for name in ("state", "cache", "tmp"):
+            volumes[name] = self.tmp / f"pod-{index}" / name
+            volumes[name].mkdir(parents=True, exist_ok=True)
+        env = remap(pod_env(container, index), container, volumes)
+        return {**env, **self.pod_extras, "SERVER_PORT": str(free_port())}
+
+    def start(self, index: int) -> subprocess.Popen:
+        output = self.tmp / f"pod-{index}.log"
+        with output.open("w") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "boot", "run"], env=self.env(index), stdout=log, stderr=subprocess.STDOUT
+            )
+        self.processes.append(process)
+        self.outputs[index] = output
+        return process
+
+    def log(self, index: int) -> str:
+        return self.outputs[index].read_text()
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def wait_until(check, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_the_pod_environment_is_what_the_manifest_and_lws_give(tmp_path: Path) -> None:
+    with LoopbackHub(tiny_repo()) as hub:
+        group = Group(tmp_path, hub)
+    for index in range(GROUP):
+        env = group.env(index)
+        assert (env["NNODES"], env["NODE_RANK"], env["DIST_INIT_ADDR"]) == (
+            "3",
+            str(index),
+            f"127.0.0.1:{group.dist_port}",
+        )
+        assert env["API_KEY"] == KEY and env["MODEL_PATH"] == str(group.model_volume / "DeepSeek-V4.1-Flash")
+    assert k8s_expand("$$(LWS_GROUP_SIZE) $(UNDEFINED) $(A)", {"A": "x"}) == "$(LWS_GROUP_SIZE) $(UNDEFINED) x"
+
+
+def test_three_ranks_agree_on_the_group_and_stop_with_the_leader(tmp_path: Path) -> None:
+    with LoopbackHub(tiny_repo()) as hub:
+        group = Group(tmp_path, hub)
+        try:
+            workers = [group.start(1), group.start(2)]  # before the leader: they wait for its verdict
+            time.sleep(1)
+            assert not list(group.markers.glob("argv-*")), "a rank started SGLang before rank 0's verdict"
+            leader = group.start(0)
+            wait_until(lambda: "Ready: API on port" in group.log(0), "rank 0 to be ready", timeout=120)
+            wait_until(lambda: all((group.markers / f"joined-{rank}").exists() for rank in (1, 2)), "ranks to join")
+            argvs = {rank: json.loads((group.markers / f"argv-{rank}.json").read_text()) for rank in range(GROUP)}
+            for rank in (1, 2):
+                assert f"Rank {rank}: checkpoint verified by rank 0 against the reviewed lock" in group.log(rank)
+            leader.send_signal(signal.SIGTERM)
+            codes = [process.wait(timeout=30) for process in (leader, *workers)]
+        finally:
+            group.close()
+    assert codes == [0, 0, 0]
+    assert (group.markers / "ended-0").read_text() == "sigterm"
+    assert [(group.markers / f"ended-{rank}").read_text() for rank in (1, 2)] == ["rank 0 went away"] * 2
+
+    def flag(argv: list[str], name: str) -> str:
+        return argv[argv.index(name) + 1]
+
+    assert {rank: flag(argv, "--node-rank") for rank, argv in argvs.items()} == {0: "0", 1: "1", 2: "2"}
+    for name in ("--nnodes", "--dist-init-addr", "--tp-size", "--ep-size", "--model-path"):
+        assert len({flag(argv, name) for argv in argvs.values()}) == 1, name
+    assert flag(argvs[0], "--nnodes") == "3" and flag(argvs[0], "--dist-init-addr") == f"127.0.0.1:{group.dist_port}"
+    assert flag(argvs[0], "--model-path") == str(group.model_volume / "DeepSeek-V4.1-Flash")
+    assert sum(hub.downloads.values()) == len(tiny_repo().files)  # rank 0 alone downloaded
+    for index in range(GROUP):
+        assert KEY not in group.log(index)
+
+
+def test_ranks_refuse_at_once_when_rank_0_refuses_the_checkpoint(tmp_path: Path) -> None:
+    corrupt = tiny_repo()
+    corrupt.served_instead = {SHARDS[1]: b"\x09" * 8192}  # the hub's metadata matches, the bytes do not
+    with LoopbackHub(corrupt) as hub:
+        group = Group(tmp_path, hub)
+        try:
+            stale = group.model_volume / "DeepSeek-V4.1-Flash" / REFUSED_MARKER
+            stale.parent.mkdir(parents=True)
+            stale.write_text(json.dumps({"schema_version": "1", "error": "an earlier run's", "field": "x"}))
+            workers = [group.start(1), group.start(2)]
+            time.sleep(1)
+            assert all(w.poll() is None for w in workers), "a worker took an earlier run's refusal for this one's"
+            started = time.monotonic()
+            leader = group.start(0)
+            codes = [process.wait(timeout=60) for process in (leader, *workers)]
+            took = time.monotonic() - started
+        finally:
+            group.close()
+    assert codes == [2, 2, 2]
+    assert took < 60  # not RANK_WAIT_TIMEOUT_S=600: the refusal reached them
+    leader_refusal = json.loads(group.log(0).strip().splitlines()[-1])
+    assert leader_refusal["field"] == SHARDS[1]
+    for rank in (1, 2):
+        refusal = json.loads(group.log(rank).strip().splitlines()[-1])
+        assert refusal["field"] == SHARDS[1] and "rank 0 refused the checkpoint" in refusal["error"]
+    assert not list(group.markers.glob("argv-*")), "SGLang started on a checkpoint rank 0 refused"

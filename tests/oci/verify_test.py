@@ -1,0 +1,644 @@
+"""tools/oci/verify.py against a registry the test scripts in memory: one genuine signed and
+attested image verifies; then each way a hostile registry or a careless signer can make an
+image disagree with its evidence is refused, naming the field. (The loopback registry tests in
+oci_hostile_test and pins_test cover the HTTP side; here every byte is the test's to change.)"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import gzip
+import io
+import json
+import re
+import tarfile
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tests.fixtures.oci import make_image, make_layer
+from tests.fixtures.pins import key_pair, qwen_pins
+from tests.fixtures.qwen import VLLM_COMMIT
+from tools.oci import verify as verify_module
+from tools.oci.build.image import BAKED_DEST, TITLE
+from tools.oci.build.provenance import build_statement
+from tools.oci.errors import OciError
+from tools.oci.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, read_blob, read_layout, sha256_digest
+from tools.oci.sign import (
+    DSSE_TYPE,
+    SIGNATURE_ANNOTATION,
+    SIMPLESIGNING_TYPE,
+    dsse_envelope,
+    load_private_key,
+    push_attestation,
+    push_image_signature,
+    sign,
+    simple_signing_payload,
+    tag_for,
+)
+from tools.oci.verify import verify_image
+
+REGISTRY = "registry.test"
+REPO = "omni/qwen"
+
+
+class MemoryRegistry:
+    """What verify_image asks of a RegistryClient, served from dictionaries the test edits."""
+
+    def __init__(self) -> None:
+        self.registry = REGISTRY
+        self.blobs: dict[str, bytes] = {}
+        self.manifests: dict[str, bytes] = {}
+        self.closed = False
+
+    def has_blob(self, repository: str, digest: str) -> bool:
+        return digest in self.blobs
+
+    def upload(self, repository: str, digest: str, content: bytes, size: int) -> None:
+        assert sha256_digest(content) == digest and len(content) == size
+        self.blobs[digest] = content
+
+    def put_manifest(self, repository: str, reference: str, data: bytes, media_type: str) -> str:
+        self.manifests[reference] = data
+        self.manifests[sha256_digest(data)] = data
+        return sha256_digest(data)
+
+    def manifest(self, repository: str, reference: str) -> tuple[bytes, str]:
+        if reference not in self.manifests:
+            raise OciError(f"no manifest {reference}", field=reference)
+        return self.manifests[reference], OCI_MANIFEST
+
+    def blob(self, repository: str, digest: str, *, size: int | None = None, max_bytes: int = 1 << 30) -> bytes:
+        self.requested.append((digest, size, max_bytes))
+        if size is not None and size > max_bytes:
+            raise OciError(f"blob {digest} declares {size} bytes; at most {max_bytes}", field=digest)
+        return self.blobs[digest]
+
+    requested: list = []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> dict[str, Any]:
+    work = tmp_path_factory.mktemp("keys")
+    private, public = key_pair(work, "signer")
+    other_private, other_public = key_pair(work, "other")
+    return {"key": load_private_key(private), "public": public, "other": load_private_key(other_private)}
+
+
+@pytest.fixture(scope="module")
+def genuine(tmp_path_factory) -> dict[str, Any]:
+    """An image made with Omni's own tools: its layout, digest, pins and provenance statement."""
+    work = tmp_path_factory.mktemp("image")
+    pins = qwen_pins()
+    make_image(
+        work / "base", [make_layer(work, "base", {"/usr/bin/tool": "#!/bin/true\n"})], os="linux", architecture="amd64"
+    )
+    base_digest = read_layout(work / "base")[0]
+    layer = make_layer(work, "app", {"/opt/omni/app/x.py": "x = 1\n"})
+    result = make_image(work / "layout", [layer], base=work / "base", pins=pins, entrypoint=["/bin/true"])
+    statement = build_statement("qwen_mi300x", result["digest"], pins, "a" * 40, {}, "", base_digest)
+    return {
+        "layout": work / "layout",
+        "digest": result["digest"],
+        "pins": pins,
+        "statement": statement,
+        "base_digest": base_digest,
+    }
+
+
+def _world(
+    genuine: dict[str, Any],
+    keys: dict[str, Any],
+    *,
+    statement: dict[str, Any] | None = None,
+    signer=None,
+    signed_digest: str | None = None,
+) -> MemoryRegistry:
+    registry = MemoryRegistry()
+    registry.requested = []
+    layout = genuine["layout"]
+    for path in (layout / "blobs" / "sha256").iterdir():
+        registry.blobs["sha256:" + path.name] = path.read_bytes()
+    _, _, manifest_bytes = read_layout(layout)
+    registry.put_manifest(REPO, genuine["digest"], manifest_bytes, OCI_MANIFEST)
+    key = signer or keys["key"]
+    if signed_digest is None:
+        push_image_signature(registry, REPO, genuine["digest"], key)
+    else:  # a genuine signature, but of another image's digest, stored under this one's tag
+        payload = simple_signing_payload(f"{REGISTRY}/{REPO}", signed_digest)
+        _single_layer_image(
+            registry,
+            tag_for(genuine["digest"], "sig"),
+            payload,
+            SIMPLESIGNING_TYPE,
+            {SIGNATURE_ANNOTATION: sign(key, payload)},
+        )
+    push_attestation(registry, REPO, genuine["digest"], dsse_envelope(key, statement or genuine["statement"]))
+    return registry
+
+
+def _single_layer_image(
+    registry: MemoryRegistry, tag: str, payload: bytes, media_type: str, annotations: dict[str, str], *, layers: int = 1
+) -> None:
+    config = canonical({"architecture": "", "os": "", "rootfs": {"type": "layers", "diff_ids": []}})
+    for blob in (payload, config):
+        registry.upload(REPO, sha256_digest(blob), blob, len(blob))
+    manifest = canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": descriptor(OCI_CONFIG, config),
+            "layers": [descriptor(media_type, payload, annotations=annotations)] * layers,
+        }
+    )
+    registry.put_manifest(REPO, tag, manifest, OCI_MANIFEST)
+
+
+def _reference(genuine: dict[str, Any]) -> str:
+    return f"{REGISTRY}/{REPO}@{genuine['digest']}"
+
+
+def test_a_genuine_image_verifies_reading_only_small_blobs(genuine, keys) -> None:
+    registry = _world(genuine, keys)
+    summary = verify_image(_reference(genuine), keys["public"], client=registry)
+    assert summary["ok"] is True and summary["image"] == "qwen_mi300x"
+    assert summary["engine"] == genuine["pins"]["engine"] and summary["model"] == genuine["pins"]["model"]
+    assert summary["pinned"] is True and summary["unpinned"] == []
+    assert summary["bytes_fetched_from_layers"] > 0
+    # Only the config, the pins layer and the two signed payloads: never the application layer.
+    _, manifest, _ = read_layout(genuine["layout"])
+    fetched = {digest for digest, _, _ in registry.requested}
+    assert manifest["layers"][0]["digest"] not in fetched
+    assert manifest["config"]["digest"] in fetched and manifest["layers"][-1]["digest"] in fetched
+    bounds = {digest: limit for digest, _, limit in registry.requested}
+    assert bounds[manifest["config"]["digest"]] == verify_module.MAX_CONFIG_BYTES
+    assert bounds[manifest["layers"][-1]["digest"]] == verify_module.MAX_PINS_LAYER_BYTES
+    assert not registry.closed  # a client the caller passed is the caller's to close
+
+
+def test_a_tag_reference_and_an_unsigned_image_are_refused(genuine, keys) -> None:
+    with pytest.raises(OciError, match="verify a digest") as refused:
+        verify_image(f"{REGISTRY}/{REPO}:latest", keys["public"], client=MemoryRegistry())
+    assert refused.value.field == "reference"
+    registry = _world(genuine, keys)
+    del registry.manifests[tag_for(genuine["digest"], "sig")]
+    with pytest.raises(OciError, match="is not signed/attested there") as refused:
+        verify_image(_reference(genuine), keys["public"], client=registry)
+    assert refused.value.field == tag_for(genuine["digest"], "sig")
+
+
+def _statement(genuine: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    statement = copy.deepcopy(genuine["statement"])
+    change(statement)
+    return statement
+
+
+def _dependency(statement: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(d for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"] if d["name"] == name)
+
+
+STATEMENT_CASES = [
+    (
+        "statement type",
+        lambda s: s.__setitem__("_type", "https://in-toto.io/Statement/v0.1"),
+        "provenance",
+        "not an in-toto v1 SLSA provenance v1 statement",
+    ),
+    (
+        "predicate type",
+        lambda s: s.__setitem__("predicateType", "https://slsa.dev/provenance/v0.2"),
+        "provenance",
+        "not an in-toto v1 SLSA provenance v1 statement",
+    ),
+    (
+        "subject",
+        lambda s: s["subject"][0]["digest"].__setitem__("sha256", "0" * 64),
+        "provenance.subject",
+        "the provenance is about",
+    ),
+    (
+        "pins",
+        lambda s: s["predicate"]["buildDefinition"]["externalParameters"]["pins"]["model"].__setitem__(
+            "id", "Qwen/Other"
+        ),
+        "provenance.pins",
+        "the provenance's pins differ",
+    ),
+    (
+        "engine",
+        lambda s: _dependency(s, "engine")["digest"].__setitem__("gitCommit", "b" * 40),
+        "provenance.engine",
+        f"provenance engine is {'b' * 40}, the image pins {VLLM_COMMIT}",
+    ),
+    (
+        "engine missing",
+        lambda s: _dependency(s, "engine").__setitem__("digest", {}),
+        "provenance.engine",
+        "provenance engine is unrecorded",
+    ),
+    (
+        "model",
+        lambda s: _dependency(s, "model")["digest"].__setitem__("gitCommit", "c" * 40),
+        "provenance.model",
+        "provenance model is " + "c" * 40,
+    ),
+    (
+        "base",
+        lambda s: _dependency(s, "base").__setitem__("digest", {"sha256": "d" * 64}),
+        "provenance.base",
+        "provenance base is " + "d" * 64 + ", the image pins ",
+    ),
+    (
+        "base missing",
+        lambda s: _dependency(s, "base").pop("digest"),
+        "provenance.base",
+        "provenance base is unrecorded, the image pins ",
+    ),
+]
+
+
+@pytest.mark.parametrize("name, change, field, message", STATEMENT_CASES, ids=[c[0] for c in STATEMENT_CASES])
+def test_a_provenance_that_disagrees_with_the_image_is_refused(genuine, keys, name, change, field, message) -> None:
+    registry = _world(genuine, keys, statement=_statement(genuine, change))
+    with pytest.raises(OciError, match=message) as refused:
+        verify_image(_reference(genuine), keys["public"], client=registry)
+    assert refused.value.field == field
+
+
+def test_signatures_by_another_key_or_of_another_digest_are_refused(genuine, keys) -> None:
+    with pytest.raises(OciError, match="the image signature does not verify") as refused:
+        verify_image(_reference(genuine), keys["public"], client=_world(genuine, keys, signer=keys["other"]))
+    assert refused.value.field == "signature"
+    other = "sha256:" + "e" * 64
+    with pytest.raises(OciError, match=f"the signature is for {other}, not") as refused:
+        verify_image(_reference(genuine), keys["public"], client=_world(genuine, keys, signed_digest=other))
+    assert refused.value.field == "signature"
+    # Image signed by the right key, provenance by another.
+    registry = _world(genuine, keys)
+    push_attestation(registry, REPO, genuine["digest"], dsse_envelope(keys["other"], genuine["statement"]))
+    with pytest.raises(OciError, match="the provenance signature does not verify") as refused:
+        verify_image(_reference(genuine), keys["public"], client=registry)
+    assert refused.value.field == "provenance"
+
+
+def _envelope(genuine, keys, change: Callable[[dict[str, Any]], None]) -> MemoryRegistry:
+    registry = _world(genuine, keys)
+    envelope = json.loads(dsse_envelope(keys["key"], genuine["statement"]))
+    change(envelope)
+    push_attestation(registry, REPO, genuine["digest"], json.dumps(envelope).encode())
+    return registry
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda e: e.__setitem__("payload", "not base64!"), "the provenance envelope is malformed"),
+        (lambda e: e.__setitem__("signatures", 7), "the provenance envelope is malformed"),
+        (lambda e: e.__setitem__("signatures", []), "the provenance signature does not verify"),
+        (lambda e: e.__setitem__("signatures", ["sig"]), "the provenance signature does not verify"),
+        (lambda e: e.__setitem__("payloadType", "text/plain"), "the provenance signature does not verify"),
+        (lambda e: e.__setitem__("payload", base64.b64encode(b"{}").decode()), "the provenance signature does not"),
+    ],
+)
+def test_a_malformed_or_tampered_envelope_is_refused(genuine, keys, change, message: str) -> None:
+    with pytest.raises(OciError, match=message) as refused:
+        verify_image(_reference(genuine), keys["public"], client=_envelope(genuine, keys, change))
+    assert refused.value.field == "provenance"
+
+
+def test_a_signature_image_of_two_layers_is_refused(genuine, keys) -> None:
+    registry = _world(genuine, keys)
+    payload = simple_signing_payload(f"{REGISTRY}/{REPO}", genuine["digest"])
+    _single_layer_image(
+        registry,
+        tag_for(genuine["digest"], "sig"),
+        payload,
+        SIMPLESIGNING_TYPE,
+        {SIGNATURE_ANNOTATION: sign(keys["key"], payload)},
+        layers=2,
+    )
+    with pytest.raises(OciError, match=re.escape(f"must hold exactly one {SIMPLESIGNING_TYPE} layer")):
+        verify_image(_reference(genuine), keys["public"], client=registry)
+    registry = _world(genuine, keys)
+    _single_layer_image(registry, tag_for(genuine["digest"], "att"), b"{}", "application/json", {})
+    with pytest.raises(OciError, match=re.escape(f"must hold exactly one {DSSE_TYPE} layer")):
+        verify_image(_reference(genuine), keys["public"], client=registry)
+
+
+def _repush_image(
+    registry: MemoryRegistry, genuine, keys, *, manifest_change=None, config_change=None, baked_change=None
+) -> str:
+    """The genuine image altered, re-signed (as a careless signer would) with a matching statement."""
+    layout = genuine["layout"]
+    _, manifest, _ = read_layout(layout)
+    manifest = copy.deepcopy(manifest)
+    if config_change:
+        config = json.loads(read_blob(layout, manifest["config"]["digest"]))
+        config_change(config)
+        data = canonical(config)
+        registry.upload(REPO, sha256_digest(data), data, len(data))
+        manifest["config"] = descriptor(OCI_CONFIG, data)
+    if baked_change:
+        baked = json.loads(_baked_bytes(layout, manifest))
+        baked_change(baked)
+        blob = _pins_layer(json.dumps(baked).encode())
+        registry.upload(REPO, sha256_digest(blob), blob, len(blob))
+        manifest["layers"][-1] = descriptor(
+            manifest["layers"][-1]["mediaType"], blob, annotations=manifest["layers"][-1].get("annotations")
+        )
+    if manifest_change:
+        manifest_change(manifest)
+    data = canonical(manifest)
+    digest = registry.put_manifest(REPO, sha256_digest(data), data, OCI_MANIFEST)
+    push_image_signature(registry, REPO, digest, keys["key"])
+    statement = copy.deepcopy(genuine["statement"])
+    statement["subject"][0]["digest"]["sha256"] = digest.split(":", 1)[1]
+    push_attestation(registry, REPO, digest, dsse_envelope(keys["key"], statement))
+    return f"{REGISTRY}/{REPO}@{digest}"
+
+
+def _baked_bytes(layout: Path, manifest: dict[str, Any]) -> bytes:
+    with tarfile.open(fileobj=io.BytesIO(read_blob(layout, manifest["layers"][-1]["digest"]))) as tar:
+        return tar.extractfile(BAKED_DEST.lstrip("/")).read()
+
+
+def _pins_layer(data: bytes, name: str = BAKED_DEST.lstrip("/")) -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return gzip.compress(raw.getvalue(), mtime=0)
+
+
+def _label(config: dict[str, Any], name: str, value: str) -> None:
+    config["config"]["Labels"][name] = value
+
+
+IMAGE_CASES = [
+    (
+        "label",
+        dict(config_change=lambda c: _label(c, "omni.model.revision", "f" * 40)),
+        "omni.model.revision",
+        "label omni.model.revision is",
+    ),
+    (
+        "label missing",
+        dict(config_change=lambda c: c["config"]["Labels"].pop("omni.engine")),
+        "omni.engine",
+        "label omni.engine is None",
+    ),
+    (
+        "layer list",
+        dict(baked_change=lambda b: b.__setitem__("layers", ["sha256:" + "0" * 64])),
+        BAKED_DEST,
+        "the baked layer list differs",
+    ),
+    (
+        "baked pins malformed",
+        dict(baked_change=lambda b: b["pins"]["hardware"].__setitem__("profile", "h100")),
+        f"{BAKED_DEST} pins.hardware.profile",
+        "Input should be",
+    ),
+    (
+        "baked pins differ",
+        dict(baked_change=lambda b: b["pins"]["model"].__setitem__("id", "Qwen/Other")),
+        "provenance.pins",
+        "the provenance's pins differ",
+    ),
+    (
+        "no title",
+        dict(manifest_change=lambda m: m["layers"][-1].pop("annotations")),
+        BAKED_DEST,
+        "has no final layer annotated",
+    ),
+    (
+        "two titles",
+        dict(manifest_change=lambda m: m["layers"][0].__setitem__("annotations", {TITLE: BAKED_DEST})),
+        BAKED_DEST,
+        "has no final layer annotated",
+    ),
+    (
+        "config descriptor",
+        dict(manifest_change=lambda m: m["config"].__setitem__("size", -1)),
+        "manifest config",
+        "is not a descriptor with a digest and a size",
+    ),
+    (
+        "layer size bool",
+        dict(manifest_change=lambda m: m["layers"][0].__setitem__("size", True)),
+        "manifest layer 0",
+        "is not a descriptor",
+    ),
+    (
+        "layer digest",
+        dict(manifest_change=lambda m: m["layers"][0].__setitem__("digest", 7)),
+        "manifest layer 0",
+        "is not a descriptor",
+    ),
+    (
+        "config not an object",
+        dict(manifest_change=lambda m: m.__setitem__("config", "sha256:" + "0" * 64)),
+        "manifest config",
+        "is not a descriptor",
+    ),
+    (
+        "config size text",
+        dict(manifest_change=lambda m: m["config"].__setitem__("size", "12")),
+        "manifest config",
+        "is not a descriptor",
+    ),
+    (
+        "layers not a list",
+        dict(manifest_change=lambda m: m.__setitem__("layers", {"0": {}})),
+        "manifest",
+        "manifest has no layers",
+    ),
+    ("layers empty", dict(manifest_change=lambda m: m.__setitem__("layers", [])), "manifest", "manifest has no layers"),
+    (
+        "title on another layer only",
+        dict(manifest_change=lambda m: m["layers"][0].__setitem__("annotations", m["layers"][-1].pop("annotations"))),
+        BAKED_DEST,
+        "has no final layer annotated",
+    ),
+    ("config without config", dict(config_change=lambda c: c.pop("config")), "omni.image", "label omni.image is None"),
+    (
+        "config without labels",
+        dict(config_change=lambda c: c["config"].pop("Labels")),
+        "omni.image",
+        "label omni.image is None",
+    ),
+    (
+        "huge pins layer",
+        dict(manifest_change=lambda m: m["layers"][-1].__setitem__("size", verify_module.MAX_PINS_LAYER_BYTES + 1)),
+        None,
+        "declares",
+    ),
+]
+
+
+@pytest.mark.parametrize("name, changes, field, message", IMAGE_CASES, ids=[c[0] for c in IMAGE_CASES])
+def test_an_image_that_disagrees_with_its_pins_is_refused_even_when_signed(
+    genuine, keys, name, changes, field, message
+) -> None:
+    registry = _world(genuine, keys)
+    reference = _repush_image(registry, genuine, keys, **changes)
+    with pytest.raises(OciError, match=message) as refused:
+        verify_image(reference, keys["public"], client=registry)
+    if field is not None:
+        assert refused.value.field == field
+
+
+def test_the_pins_layer_bound_is_exact(genuine, keys, monkeypatch) -> None:
+    """A pins layer that decompresses to exactly the bound is read; one byte more is refused."""
+    registry = _world(genuine, keys)
+    _, manifest, _ = read_layout(genuine["layout"])
+    size = len(gzip.decompress(read_blob(genuine["layout"], manifest["layers"][-1]["digest"])))
+    monkeypatch.setattr(verify_module, "MAX_PINS_UNCOMPRESSED", size)
+    assert verify_image(_reference(genuine), keys["public"], client=registry)["ok"] is True
+    monkeypatch.setattr(verify_module, "MAX_PINS_UNCOMPRESSED", size - 1)
+    with pytest.raises(OciError, match=f"decompresses to more than {size - 1} bytes"):
+        verify_image(_reference(genuine), keys["public"], client=registry)
+
+
+def test_a_truncated_pins_layer_and_one_without_the_file_are_refused(genuine, keys) -> None:
+    registry = _world(genuine, keys)
+    whole = _pins_layer(b'{"pins": {}}')
+    reference = _repush_image(registry, genuine, keys, manifest_change=lambda m: _swap_last(registry, m, whole[:-12]))
+    with pytest.raises(OciError, match="is a truncated gzip stream"):
+        verify_image(reference, keys["public"], client=registry)
+    other = _pins_layer(b"{}", name="etc/other.json")
+    reference = _repush_image(registry, genuine, keys, manifest_change=lambda m: _swap_last(registry, m, other))
+    with pytest.raises(OciError, match=f"the pins layer does not hold {BAKED_DEST}") as refused:
+        verify_image(reference, keys["public"], client=registry)
+    assert refused.value.field == BAKED_DEST
+
+
+def _swap_last(registry: MemoryRegistry, manifest: dict[str, Any], blob: bytes) -> None:
+    registry.upload(REPO, sha256_digest(blob), blob, len(blob))
+    manifest["layers"][-1] = descriptor(
+        manifest["layers"][-1]["mediaType"], blob, annotations=manifest["layers"][-1]["annotations"]
+    )
+
+
+def test_an_unpinned_image_verifies_and_says_what_is_unpinned(tmp_path: Path, keys) -> None:
+    pins = qwen_pins(base__digest="", engine__commit="", model__revision="")
+    layer = make_layer(tmp_path, "app", {"/opt/omni/app/x.py": "x = 1\n"})
+    result = make_image(tmp_path / "layout", [layer], pins=pins, entrypoint=["/bin/true"])
+    statement = build_statement("qwen_mi300x", result["digest"], pins, "a" * 40, {}, "", "")
+    image = {"layout": tmp_path / "layout", "digest": result["digest"], "pins": pins, "statement": statement}
+    summary = verify_image(_reference(image), keys["public"], client=_world(image, keys))
+    assert summary["pinned"] is False
+    assert summary["unpinned"] == ["base.digest", "engine.commit or engine.record_sha256", "model.revision"]
+    # A provenance that records a commit the image leaves unpinned is refused, saying so.
+    recorded = copy.deepcopy(statement)
+    _dependency(recorded, "engine")["digest"] = {"gitCommit": "b" * 40}
+    with pytest.raises(OciError, match=f"provenance engine is {'b' * 40}, the image pins nothing"):
+        verify_image(_reference(image), keys["public"], client=_world(image, keys, statement=recorded))
+
+
+def test_the_cli_reports_a_refusal_as_one_json_line(tmp_path: Path, capsys) -> None:
+    assert verify_module.main([f"{REGISTRY}/{REPO}:latest", "--key", str(tmp_path / "absent.pem")]) == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["ok"] is False and refusal["field"] == "reference"
+
+
+@pytest.mark.parametrize(
+    "cap, blob",
+    [
+        ("MAX_CONFIG_BYTES", lambda manifest, registry, digest: manifest["config"]["digest"]),
+        ("MAX_PINS_LAYER_BYTES", lambda manifest, registry, digest: manifest["layers"][-1]["digest"]),
+        # One cap for both signed payloads: the provenance envelope is the larger.
+        (
+            "MAX_SIGNED_BYTES",
+            lambda manifest, registry, digest: json.loads(registry.manifests[tag_for(digest, "att")])["layers"][0][
+                "digest"
+            ],
+        ),
+    ],
+)
+def test_each_read_bound_is_exact(genuine, keys, monkeypatch, cap: str, blob) -> None:
+    """Every blob verify reads is bounded by its cap: at the cap it is read, one byte under refused."""
+    registry = _world(genuine, keys)
+    _, manifest, _ = read_layout(genuine["layout"])
+    size = len(registry.blobs[blob(manifest, registry, genuine["digest"])])
+    for name in ("MAX_CONFIG_BYTES", "MAX_PINS_LAYER_BYTES", "MAX_SIGNED_BYTES"):
+        monkeypatch.setattr(verify_module, name, 1 << 30)  # only the cap under test binds
+    monkeypatch.setattr(verify_module, cap, size)
+    assert verify_image(_reference(genuine), keys["public"], client=registry)["ok"] is True
+    monkeypatch.setattr(verify_module, cap, size - 1)
+    with pytest.raises(OciError, match=f"declares {size} bytes; at most {size - 1}"):
+        verify_image(_reference(genuine), keys["public"], client=registry)
+
+
+def test_extra_annotations_and_a_size_zero_descriptor_are_no_reason_to_refuse(genuine, keys) -> None:
+    registry = _world(genuine, keys)
+    reference = _repush_image(
+        registry,
+        genuine,
+        keys,
+        manifest_change=lambda m: (
+            m["layers"][0].__setitem__("annotations", {"org.example.note": "x"}),
+            m["layers"][0].__setitem__("size", 0),
+        ),
+    )
+    assert verify_image(reference, keys["public"], client=registry)["ok"] is True
+
+
+def _raw_pins_layer(genuine, compress) -> bytes:
+    layout = genuine["layout"]
+    _, manifest, _ = read_layout(layout)
+    return compress(gzip.decompress(read_blob(layout, manifest["layers"][-1]["digest"])))
+
+
+def test_the_pins_layer_must_be_gzip_with_the_full_window(genuine, keys) -> None:
+    """Not zlib, not raw bytes; and a stream that refers back 20 kB (gzip's 32 kB window) is read."""
+    import random
+    import zlib
+
+    registry = _world(genuine, keys)
+    for blob, message in (
+        (_raw_pins_layer(genuine, zlib.compress), "is not a gzip stream"),
+        (b"plain bytes, not gzip", "is not a gzip stream"),
+    ):
+        reference = _repush_image(registry, genuine, keys, manifest_change=lambda m: _swap_last(registry, m, blob))
+        with pytest.raises(OciError, match=message):
+            verify_image(reference, keys["public"], client=registry)
+    noise = random.Random(7).randbytes(20_000)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in (
+            ("etc/omni/pad", noise + noise),
+            (BAKED_DEST.lstrip("/"), _baked_bytes(genuine["layout"], read_layout(genuine["layout"])[1])),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    far = gzip.compress(raw.getvalue(), mtime=0)
+    reference = _repush_image(registry, genuine, keys, manifest_change=lambda m: _swap_last(registry, m, far))
+    assert verify_image(reference, keys["public"], client=registry)["ok"] is True
+
+
+def test_an_envelope_without_signatures_does_not_verify(genuine, keys) -> None:
+    registry = _envelope(genuine, keys, lambda e: e.pop("signatures"))
+    with pytest.raises(OciError, match="the provenance signature does not verify") as refused:
+        verify_image(_reference(genuine), keys["public"], client=registry)
+    assert refused.value.field == "provenance"
+
+
+def test_a_config_that_is_not_json_is_refused(genuine, keys) -> None:
+    registry = _world(genuine, keys)
+    junk = b"not json at all"
+
+    def swap_config(manifest: dict[str, Any]) -> None:
+        registry.upload(REPO, sha256_digest(junk), junk, len(junk))
+        manifest["config"] = descriptor(OCI_CONFIG, junk)
+
+    reference = _repush_image(registry, genuine, keys, manifest_change=swap_config)
+    with pytest.raises(OciError) as refused:
+        verify_image(reference, keys["public"], client=registry)
+    assert refused.value.field == "config"

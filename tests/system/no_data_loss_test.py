@@ -1,0 +1,85 @@
+"""Every command that writes a path the user chose never replaces something it did not write:
+a foreign file there is refused, named, and left byte for byte as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from tests.fixtures.qwen import SPECULATOR_REVISION, TARGET_REVISION, VLLM_COMMIT, make_checkpoint
+
+NOTES = b"my notes: do not lose these\n"
+
+
+def _attestation(tmp_path: Path, target: Path) -> int:
+    from launcher import build_attestation
+
+    make_checkpoint(tmp_path / "model")
+    return build_attestation.main([str(tmp_path / "model"), "--revision", TARGET_REVISION, "--output", str(target)])
+
+
+def _lock(tmp_path: Path, target: Path) -> int:
+    from boot.lock_command import main as lock_main
+
+    # --force is the user's "replace it": still only a lock is replaced. No hub is contacted first.
+    with mock.patch.dict(os.environ, {"HF_ENDPOINT": "http://127.0.0.1:9"}):
+        return lock_main(["--output", str(target), "--force"])
+
+
+def _gate(tmp_path: Path, target: Path) -> int:
+    from tools.gate import cli
+
+    return cli.main(
+        [
+            "--ar-url",
+            "http://127.0.0.1:9",
+            "--spec-url",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+            "--target-revision",
+            TARGET_REVISION,
+            "--speculator-revision",
+            SPECULATOR_REVISION,
+            "--engine-commit",
+            VLLM_COMMIT,
+            "--output",
+            str(target),
+        ]
+    )
+
+
+def _gate_results(tmp_path: Path, target: Path) -> int:
+    return _gate(tmp_path, target.with_name(target.name.removesuffix(".results.json")))
+
+
+@pytest.mark.parametrize(
+    "command, name, field",
+    [
+        (_attestation, "notes.json", "--output"),
+        (_lock, "notes.json", "--output"),
+        (_gate, "notes.json", "--output"),
+        (_gate_results, "gate.json.results.json", "--output"),
+    ],
+)
+@pytest.mark.parametrize("foreign", [NOTES, b'{"mine": true}\n'])
+def test_a_foreign_file_at_the_output_is_refused_and_kept(
+    tmp_path: Path, capsys, command, name: str, field: str, foreign: bytes
+) -> None:
+    target = tmp_path / name
+    target.write_bytes(foreign)
+    assert command(tmp_path, target) == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == field and str(target) in refusal["error"] and "left as it is" in refusal["error"]
+    assert target.read_bytes() == foreign
+
+
+def test_an_earlier_attestation_is_replaced(tmp_path: Path, capsys) -> None:
+    target = tmp_path / "attestation.json"
+    assert _attestation(tmp_path, target) == 0
+    first = target.read_bytes()
+    assert _attestation(tmp_path, target) == 0 and target.read_bytes() == first

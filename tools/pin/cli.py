@@ -1,0 +1,241 @@
+"""Fill an image's pins from the registry and the hub, or check that upstream has not moved.
+
+    bazel run //tools/pin -- IMAGE [--base-tag TAG] [--model-ref REF] [--speculator-ref REF]
+                                   [--deadline S] [--write | --check]
+
+IMAGE names images/IMAGE.pins.json. What is resolved, each value computed here:
+  base.digest          the manifest digest of base.platform for the tag (an index is resolved
+                       to that platform), from OMNI_BASE_MIRROR when set
+  engine.*             the engine's commit (full only) and RECORD digest, read from the base's
+                       layers as they stream (whiteouts honoured, nothing unpacked)
+  model.revision       the hub's 40-hex commit for the ref (HF_ENDPOINT, HF_TOKEN)
+  model.lock_sha256    where the image pins a checkpoint lock: the lock of the listing at that
+                       revision, written beside the pins as IMAGE.checkpoint.lock.json
+  speculator.revision  as the model's
+
+Without --write it prints a table (pin, current, upstream) and the diff, and writes nothing.
+--write writes the pins (and lock) atomically. --check exits 1 when any pin differs from
+upstream (a tag names another digest, a ref another revision, an empty pin). A refusal
+(an unreachable source, a platform missing from the index, a base without the engine or
+with two of it) exits 2 with one JSON line naming the pin and the source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import difflib
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from attest.documents import parse_document
+from attest.errors import AttestError, refusing_main
+from attest.files import write_atomic
+from attest.pins import ImagePins
+from attest.reader import MAX_JSON_BYTES, loads_object, read_file
+from attest.redact import redacting_output
+from boot.settings import url_or_empty
+from tools.oci.errors import OciError
+from tools.pin.upstream import Upstream, engine_pins, lock_summary, resolve_base, resolve_model
+from tools.settings import PIN, tools_help
+
+IMAGE_NAME = re.compile(r"^[a-z0-9_]{1,64}$")
+PINS_SUFFIX = ".pins.json"
+LOCK_SUFFIX = ".checkpoint.lock.json"
+DEFAULT_DEADLINE_S = 3600.0
+
+
+def _pins_text(document: dict[str, Any]) -> bytes:
+    """The pin document as the repository keeps it: two-space indent, key order kept."""
+    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _leading(entry: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """`entry` with `values` set, those keys first (the document reads id/image, ref/tag, pin)."""
+    return {**values, **{key: value for key, value in entry.items() if key not in values}}
+
+
+def _proposed(current: dict[str, Any], upstream: Upstream) -> tuple[dict[str, Any], list[str]]:
+    """(the pin document with upstream's values, notes on how they were found)."""
+    document = copy.deepcopy(current)
+    base = document["base"]
+    document["base"] = _leading(
+        base, {"image": base["image"], "tag": upstream.base.tag, "digest": upstream.base.digest}
+    )
+    engine, note = engine_pins(upstream.base.engine)
+    notes = [note]
+    document["engine"].update(engine)
+    for key, found in (("model", upstream.model), ("speculator", upstream.speculator)):
+        if found is None:
+            continue
+        values = {"id": document[key]["id"], "ref": found.ref, "revision": found.revision}
+        if found.lock is not None:
+            values["lock_sha256"] = found.lock_sha256
+            notes.append(f"{key} checkpoint lock: {lock_summary(found.lock)}")
+        document[key] = _leading(document[key], values)
+    parse_document(ImagePins, document, label="the proposed pins")  # what is written must load as pins
+    return document, notes
+
+
+PIN_ROWS = (
+    "base.tag",
+    "base.digest",
+    "engine.commit",
+    "engine.record_sha256",
+    "model.ref",
+    "model.revision",
+    "model.lock_sha256",
+    "speculator.ref",
+    "speculator.revision",
+)
+
+
+def _value(document: dict[str, Any], name: str) -> str | None:
+    """The pin's value ("" when absent); None where the document has no such pin (no
+    speculator, no checkpoint lock)."""
+    section_name, key = name.split(".")
+    section = document.get(section_name)
+    if not isinstance(section, dict):
+        return None
+    value = section.get(key, "")
+    return None if value is None else str(value)
+
+
+def _table(current: dict[str, Any], proposed: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(table lines, names of pins whose upstream differs)."""
+    rows, moved = [("pin", "current", "upstream", "")], []
+    for name in PIN_ROWS:
+        ours, theirs = _value(current, name), _value(proposed, name)
+        if theirs is None:
+            continue
+        differs = (ours or "") != theirs
+        if differs and not name.endswith((".tag", ".ref")):
+            moved.append(name)
+        rows.append(
+            (
+                name,
+                ours or "(empty)",
+                theirs or "(empty)",
+                "moved" if differs and ours else "unpinned" if differs else "",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip() for a, b, c, d in rows]
+    return lines, moved
+
+
+def _workspace(given: Path | None) -> Path:
+    if given is not None:
+        return given
+    return Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY") or ".")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not IMAGE_NAME.fullmatch(args.image):
+        raise AttestError(
+            f"IMAGE {args.image!r} must be an image name such as qwen_mi300x (lower case, digits, _)", field="IMAGE"
+        )
+    images = _workspace(args.workspace) / "images"
+    pins_path = images / f"{args.image}{PINS_SUFFIX}"
+    if not pins_path.is_file():
+        known = sorted(path.name[: -len(PINS_SUFFIX)] for path in images.glob(f"*{PINS_SUFFIX}"))
+        raise AttestError(f"{pins_path} does not exist; images with pins: {', '.join(known) or 'none'}", field="IMAGE")
+    read = read_file(pins_path, label=pins_path.name, max_bytes=MAX_JSON_BYTES)  # once: checked and kept
+    current = loads_object(read.data, label=pins_path.name)
+    pins = parse_document(ImagePins, current, label=pins_path.name)
+    mirror = os.environ.get("OMNI_BASE_MIRROR", "").strip()
+    endpoint = url_or_empty(os.environ.get("HF_ENDPOINT", ""), "HF_ENDPOINT")
+    if args.speculator_ref and pins.speculator is None:
+        raise AttestError(f"--speculator-ref: {pins_path.name} pins no speculator", field="--speculator-ref")
+    deadline = time.monotonic() + args.deadline
+    try:
+        base = resolve_base(pins, args.base_tag or pins.base.tag, mirror, deadline=deadline)
+        model = resolve_model(pins.model, args.model_ref, endpoint, "model", deadline=deadline)
+        speculator = (
+            resolve_model(pins.speculator, args.speculator_ref, endpoint, "speculator", deadline=deadline)
+            if pins.speculator is not None
+            else None
+        )
+    except OciError as exc:
+        if exc.field == "deadline":
+            raise OciError(f"{exc} (--deadline {args.deadline:g} s)", field="--deadline") from None
+        raise
+    proposed, notes = _proposed(current, Upstream(base, model, speculator))
+    lines, moved = _table(current, proposed)
+    print("\n".join(lines))
+    for note in notes:
+        print(f"note: {note}")
+    before, after = _pins_text(current), _pins_text(proposed)
+    diff = list(
+        difflib.unified_diff(
+            before.decode().splitlines(),
+            after.decode().splitlines(),
+            f"a/images/{pins_path.name}",
+            f"b/images/{pins_path.name}",
+            lineterm="",
+        )
+    )
+    print("\n".join(diff) if diff else f"images/{pins_path.name}: every pin matches upstream")
+    lock_path = images / f"{args.image}{LOCK_SUFFIX}"
+    if args.write:
+        if model.lock is not None:
+            write_atomic(lock_path, model.lock_bytes)
+            print(f"pin: wrote {lock_path} (sha256 {model.lock_sha256}): review it and commit it", file=sys.stderr)
+        if diff:
+            write_atomic(pins_path, after)
+            print(f"pin: wrote {pins_path}", file=sys.stderr)
+        return 0
+    if args.check and moved:
+        print(f"pin: upstream differs from the pins of {args.image}: {', '.join(moved)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _seconds(text: str) -> float:
+    if not re.fullmatch(r"[0-9]{1,7}(\.[0-9]{1,3})?", text) or float(text) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds (ASCII digits), got {text!r}")
+    return float(text)
+
+
+def parser() -> argparse.ArgumentParser:
+    result = argparse.ArgumentParser(
+        prog="pin", description=__doc__, epilog=tools_help(PIN), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    result.add_argument("image", metavar="IMAGE", help="the image whose pins to resolve (images/IMAGE.pins.json)")
+    result.add_argument("--base-tag", default="", help="the base tag to resolve (default: base.tag of the pins)")
+    result.add_argument("--model-ref", default="", help="the model's hub branch or tag (default: model.ref, or main)")
+    result.add_argument(
+        "--speculator-ref", default="", help="the speculator's hub branch or tag (default: speculator.ref, or main)"
+    )
+    result.add_argument(
+        "--deadline",
+        type=_seconds,
+        default=DEFAULT_DEADLINE_S,
+        help=f"seconds the whole resolution may take (default {DEFAULT_DEADLINE_S:g}); each wait "
+        "for a peer is also bounded by its read timeout",
+    )
+    mode = result.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="write the pins (and checkpoint lock) atomically")
+    mode.add_argument("--check", action="store_true", help="exit 1 when any pin differs from upstream")
+    result.add_argument("--workspace", type=Path, default=None, help=argparse.SUPPRESS)
+    return result
+
+
+@refusing_main
+def main(argv: list[str] | None = None) -> int:
+    redacting_output()  # every secret the run learns stays out of every line it prints
+    arguments = parser()
+    try:
+        args = arguments.parse_args(argv)
+    except SystemExit as exc:
+        return 0 if exc.code == 0 else 2
+    return run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
