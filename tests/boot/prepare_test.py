@@ -409,7 +409,7 @@ def test_a_waiting_rank_starts_once_rank_0_publishes(tmp_path: Path) -> None:
 
     def rank_one() -> None:
         try:
-            with mock.patch("boot.prepare.POLL_S", 0.05):
+            with mock.patch("boot.ranks.POLL_S", 0.05):
                 _rank(tmp_path, 1, RANK_WAIT_TIMEOUT_S="20")
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)

@@ -1,5 +1,6 @@
-"""The tree's style, enforced: ruff's checks and formatter over every Python file (ruff.toml), and
-buildifier's formatting and lint over every Bazel file.
+"""The tree's style, enforced: ruff's checks and formatter over every Python file (ruff.toml),
+buildifier's formatting and lint over every Bazel file, the function-length limit, and the map of
+tools/ in docs/development.md.
 
 The test reads the checkout itself (through its own file's link), not a declared set of inputs:
 every file of the tree counts, including ones no target names yet. It is tagged `external` so
@@ -113,3 +114,24 @@ def test_no_function_is_longer_than_the_limit() -> None:
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{name}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, "\n".join(long)
+
+
+def test_the_map_of_tools_names_every_folder_of_tools_and_only_those() -> None:
+    """docs/development.md's map of tools/ (a row per package, in three groups) equals the tree."""
+    import re
+
+    page = (ROOT / "docs" / "development.md").read_text()
+    block = page.split("<!-- tools-map:begin -->", 1)[1].split("<!-- tools-map:end -->", 1)[0]
+    rows = re.findall(r"^\| `(tools/[^`]*)` \| (rules|build and release|development only) \|", block, flags=re.M)
+    mapped = sorted(folder.rstrip("/") for folder, _ in rows)
+    folders = sorted(
+        {
+            str(path.parent.relative_to(ROOT))
+            for pattern in ("BUILD.bazel", "*.py", "*.bzl")
+            for path in ROOT.glob(f"tools/**/{pattern}")
+            if "__pycache__" not in path.parts
+        }
+    )
+    assert mapped == folders, f"docs/development.md's map of tools/ differs from the tree: {mapped} vs {folders}"
+    groups = {folder.rstrip("/"): group for folder, group in rows}
+    assert all(groups[folder] == "development only" for folder in folders if folder.startswith("tools/dev"))

@@ -41,38 +41,42 @@ def _omni(ctx, name, default):
     """An omni_image attribute; oci_image has none of them."""
     return getattr(ctx.attr, name, default)
 
-def _oci_image_impl(ctx):
-    layout = ctx.actions.declare_directory(ctx.label.name + ".layout")
-    digest = ctx.actions.declare_file(ctx.label.name + ".digest")
+def _config_spec(ctx, layers):
+    """The image tool's config spec (entrypoint, env, labels, ...), written as a file."""
     spec = {}
-    if ctx.attr.entrypoint:
-        spec["entrypoint"] = ctx.attr.entrypoint
-    if ctx.attr.cmd:
-        spec["cmd"] = ctx.attr.cmd
-    for key in ("env", "labels", "annotations"):
+    for key in ("entrypoint", "cmd", "env", "labels", "annotations", "volumes"):
         if getattr(ctx.attr, key):
             spec[key] = getattr(ctx.attr, key)
-    if ctx.attr.volumes:
-        spec["volumes"] = ctx.attr.volumes
     for key in ("workdir", "user", "os", "architecture", "variant"):
         if getattr(ctx.attr, key):
             spec[key] = getattr(ctx.attr, key)
     if ctx.attr.exposed_ports:
         spec["exposed_ports"] = ctx.attr.exposed_ports
-    layers = [struct(name = display(layer.label), info = layer[OciLayerInfo]) for layer in ctx.attr.layers]
-    layers += _tar_layers(ctx)
     spec["layer_names"] = [layer.name for layer in layers]
     spec_file = ctx.actions.declare_file(ctx.label.name + ".config.json")
     ctx.actions.write(spec_file, json.encode(spec))
+    return spec_file
+
+def _single_file(ctx, name):
+    """The one file of an omni_image label attribute, or None (oci_image has none of them)."""
+    target = _omni(ctx, name, None)
+    return target.files.to_list()[0] if target else None
+
+def _base_inputs(base):
+    """The image tool's --base directory and the files it reads there."""
+    if OciImageInfo in base:
+        return base[OciImageInfo].layout.path, [base[OciImageInfo].layout]
+    return base[OciBaseInfo].dir_marker.dirname, base[DefaultInfo].files.to_list()
+
+def _assemble(ctx, layout, digest, layers, pins):
+    """The image tool: base + layers + config (+ the pins and the lock it bakes) -> the layout."""
+    spec_file = _config_spec(ctx, layers)
     args = worker_args(ctx)
     args.add("--output", layout.path)
     args.add("--config-spec", spec_file)
     args.add("--digest-file", digest)
     inputs = [spec_file]
-    pins = _omni(ctx, "pins", None)
-    pins = pins.files.to_list()[0] if pins else None
-    checkpoint_lock = _omni(ctx, "checkpoint_lock", None)
-    checkpoint_lock = checkpoint_lock.files.to_list()[0] if checkpoint_lock else None
+    checkpoint_lock = _single_file(ctx, "checkpoint_lock")
     if pins:
         args.add("--pins", pins)
         inputs.append(pins)
@@ -82,14 +86,9 @@ def _oci_image_impl(ctx):
             args.add("--checkpoint-lock", checkpoint_lock)
             inputs.append(checkpoint_lock)
     if ctx.attr.base:
-        base = ctx.attr.base
-        if OciImageInfo in base:
-            args.add("--base", base[OciImageInfo].layout.path)
-            inputs.append(base[OciImageInfo].layout)
-        else:
-            marker = base[OciBaseInfo].dir_marker
-            args.add("--base", marker.dirname)
-            inputs += base[DefaultInfo].files.to_list()
+        base_dir, base_files = _base_inputs(ctx.attr.base)
+        args.add("--base", base_dir)
+        inputs += base_files
     for layer in layers:
         info = layer.info
         args.add("--layer", info.descriptor.path + "=" + info.blob.path)
@@ -104,51 +103,71 @@ def _oci_image_impl(ctx):
         progress_message = "Assembling image %{label}",
         env = {"SOURCE_DATE_EPOCH": ctx.attr.source_date_epoch},
     )
-    outputs = [layout, digest]
-    extra_args = ""
+
+def _provenance(ctx, layout, digest, pins):
+    """The provenance tool: the image's SLSA provenance, naming its pins and locks."""
     locks = _files(_omni(ctx, "locks", []))
-    if pins:
-        provenance = ctx.actions.declare_file(ctx.label.name + ".provenance.json")
-        prov_args = ctx.actions.args()
-        prov_args.add("--name", ctx.label.name)
-        prov_args.add("--digest-file", digest)
-        prov_args.add("--layout", layout.path)
-        prov_args.add("--pins", pins)
-        prov_args.add("--status", ctx.info_file)
-        prov_args.add_all(locks, before_each = "--lock")
-        prov_args.add("--output", provenance)
-        ctx.actions.run(
-            executable = oci_tools(ctx).provenance,
-            arguments = [prov_args],
-            inputs = [digest, layout, pins, ctx.info_file] + locks,
-            outputs = [provenance],
-            mnemonic = "OciProvenance",
-            progress_message = "Writing the provenance of %{label}",
-        )
-        outputs.append(provenance)
-        extra_args += " --provenance " + provenance.short_path
+    provenance = ctx.actions.declare_file(ctx.label.name + ".provenance.json")
+    args = ctx.actions.args()
+    args.add("--name", ctx.label.name)
+    args.add("--digest-file", digest)
+    args.add("--layout", layout.path)
+    args.add("--pins", pins)
+    args.add("--status", ctx.info_file)
+    args.add_all(locks, before_each = "--lock")
+    args.add("--output", provenance)
+    ctx.actions.run(
+        executable = oci_tools(ctx).provenance,
+        arguments = [args],
+        inputs = [digest, layout, pins, ctx.info_file] + locks,
+        outputs = [provenance],
+        mnemonic = "OciProvenance",
+        progress_message = "Writing the provenance of %{label}",
+    )
+    return provenance
+
+def _sbom(ctx, digest):
+    """The SBOM tool: the image's SPDX document from its package lists, or None without any."""
     sbom_debian = _files(_omni(ctx, "sbom_debian", []))
     sbom_wheels = _files(_omni(ctx, "sbom_wheels", []))
     debian_lock = _files([_omni(ctx, "debian_lock", None)] if _omni(ctx, "debian_lock", None) else [])
-    if sbom_debian or sbom_wheels:
-        sbom = ctx.actions.declare_file(ctx.label.name + ".spdx.json")
-        sbom_args = ctx.actions.args()
-        sbom_args.add("--name", ctx.label.name)
-        sbom_args.add("--digest-file", digest)
-        sbom_args.add("--output", sbom)
-        sbom_args.add_all(sbom_debian, before_each = "--debian")
-        sbom_args.add_all(sbom_wheels, before_each = "--wheels")
-        if debian_lock:
-            sbom_args.add("--debian-lock", debian_lock[0])
-        ctx.actions.run(
-            executable = oci_tools(ctx).sbom,
-            arguments = [sbom_args],
-            inputs = [digest] + sbom_debian + sbom_wheels + debian_lock,
-            outputs = [sbom],
-            mnemonic = "OciSbom",
-            progress_message = "Writing the SBOM of %{label}",
-            env = {"SOURCE_DATE_EPOCH": ctx.attr.source_date_epoch},
-        )
+    if not sbom_debian and not sbom_wheels:
+        return None
+    sbom = ctx.actions.declare_file(ctx.label.name + ".spdx.json")
+    args = ctx.actions.args()
+    args.add("--name", ctx.label.name)
+    args.add("--digest-file", digest)
+    args.add("--output", sbom)
+    args.add_all(sbom_debian, before_each = "--debian")
+    args.add_all(sbom_wheels, before_each = "--wheels")
+    if debian_lock:
+        args.add("--debian-lock", debian_lock[0])
+    ctx.actions.run(
+        executable = oci_tools(ctx).sbom,
+        arguments = [args],
+        inputs = [digest] + sbom_debian + sbom_wheels + debian_lock,
+        outputs = [sbom],
+        mnemonic = "OciSbom",
+        progress_message = "Writing the SBOM of %{label}",
+        env = {"SOURCE_DATE_EPOCH": ctx.attr.source_date_epoch},
+    )
+    return sbom
+
+def _oci_image_impl(ctx):
+    layout = ctx.actions.declare_directory(ctx.label.name + ".layout")
+    digest = ctx.actions.declare_file(ctx.label.name + ".digest")
+    layers = [struct(name = display(layer.label), info = layer[OciLayerInfo]) for layer in ctx.attr.layers]
+    layers += _tar_layers(ctx)
+    pins = _single_file(ctx, "pins")
+    _assemble(ctx, layout, digest, layers, pins)
+    outputs = [layout, digest]
+    extra_args = ""
+    if pins:
+        provenance = _provenance(ctx, layout, digest, pins)
+        outputs.append(provenance)
+        extra_args += " --provenance " + provenance.short_path
+    sbom = _sbom(ctx, digest)
+    if sbom:
         outputs.append(sbom)
         extra_args += " --sbom " + sbom.short_path
     return runnable_layout(ctx, layout, digest, outputs, extra_args)

@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from boot.prepare import resolve_lock, verify_rank0
+from boot.locks import resolve_lock
+from boot.prepare import verify_rank0
 from boot.settings import REPO, REVISION, BootSettings
 from boot.verify import VerifyReport
 
