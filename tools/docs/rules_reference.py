@@ -3,8 +3,9 @@
     bazel run //tools/docs:rules_reference            # print the reference
     bazel run //tools/docs:rules_reference -- --write # rewrite the block in docs/images.md
 
-Every public name of tools/defs.bzl is documented: rules with their attributes, macros with
-their docstring, providers with their fields. `tests/system/docs_test.py` keeps the block in step and
+Every public name of tools/defs.bzl is documented, in a section per concern (the private .bzl
+file that implements it): rules with an example and their attributes, macros with their
+docstring (an example included), providers with their fields. `tests/system/docs_test.py` keeps the block in step and
 refuses a public rule, attribute or macro without a doc.
 
 Written here rather than with stardoc, whose Bazel module does not resolve offline: the .bzl
@@ -186,40 +187,73 @@ def _docstring(function: Callable) -> str:
     return textwrap.dedent("    " + (function.__doc__ or "").strip()).strip()
 
 
-def reference(root: Path = ROOT) -> str:
-    names = public_names(root)
-    parts = []
-    for kind, wanted in (("Rules", Rule), ("Macros", type(lambda: None)), ("Providers", Provider)):
-        items = sorted((name, value) for name, value in names.items() if isinstance(value, wanted))
-        if not items:
+# The sections of the reference: the concern each private .bzl file implements, in this order.
+CONCERNS = {
+    "layer.bzl": "Layers",
+    "debian_layer.bzl": "Layers",
+    "image.bzl": "Images",
+    "index.bzl": "Image indexes",
+    "push.bzl": "Pushing and loading",
+    "load.bzl": "Pushing and loading",
+    "manifests.bzl": "Deploying",
+    "py_test.bzl": "Tests",
+    "settings.bzl": "Build settings",
+    "providers.bzl": "Providers",
+}
+EXAMPLE = "\n\nExample:\n\n"
+
+
+def concerns(root: Path = ROOT) -> dict[str, list[tuple[str, Any]]]:
+    """Every public name under the concern of the private file that defines it."""
+    loader = Loader(root)
+    names = {
+        name: value
+        for name, value in loader.module(PUBLIC).items()
+        if not name.startswith("_") and name not in {"load", *starlark_builtins()}
+    }
+    sections: dict[str, list[tuple[str, Any]]] = {title: [] for title in dict.fromkeys(CONCERNS.values())}
+    for name, value in sorted(names.items()):
+        homes = [path for path, module in loader.modules.items() if path != PUBLIC and module.get(name) is value]
+        title = CONCERNS.get(Path(homes[0]).name if homes else "", "Other")
+        sections.setdefault(title, []).append((name, value))
+    return {title: items for title, items in sections.items() if items}
+
+
+def _summary_and_example(doc: str) -> tuple[str, str]:
+    summary, _, example = doc.partition(EXAMPLE)
+    return summary, textwrap.dedent(example).strip("\n")
+
+
+def _rule_section(value: Rule) -> list[str]:
+    summary, example = _summary_and_example(value.doc)
+    rows = [
+        "| attribute | type | default | what |",
+        "| --- | --- | --- | --- |",
+        "| `name` | name | required | the target's name |",
+    ]
+    for attr_name, attribute in sorted(value.attrs.items()):
+        if attr_name.startswith("_"):
             continue
-        parts.append(f"### {kind}")
+        what = attribute.doc + (f" One of: {', '.join(attribute.values)}." if attribute.values else "")
+        rows.append(f"| `{attr_name}` | {attribute.kind} | {_default(attribute)} | {_cell(what)} |")
+    parts = [_cell(summary)]
+    if example:
+        parts.append("```starlark\n" + example + "\n```")
+    return parts + ["\n".join(rows)]
+
+
+def reference(root: Path = ROOT) -> str:
+    parts = []
+    for title, items in concerns(root).items():
+        parts.append(f"### {title}")
         for name, value in items:
             parts.append(f"#### `{name}`")
             if isinstance(value, Rule):
-                parts.append(_cell(value.doc))
-                rows = [
-                    "| attribute | type | default | what |",
-                    "| --- | --- | --- | --- |",
-                    "| `name` | name | required | the target's name |",
-                ]
-                for attr_name, attribute in sorted(value.attrs.items()):
-                    if attr_name.startswith("_"):
-                        continue
-                    what = attribute.doc + (f" One of: {', '.join(attribute.values)}." if attribute.values else "")
-                    rows.append(f"| `{attr_name}` | {attribute.kind} | {_default(attribute)} | {_cell(what)} |")
-                parts.append("\n".join(rows))
+                parts += _rule_section(value)
             elif isinstance(value, Provider):
                 parts.append(_cell(value.doc))
-                parts.append(
-                    "\n".join(
-                        [
-                            "| field | what |",
-                            "| --- | --- |",
-                            *(f"| `{f}` | {_cell(d)} |" for f, d in value.fields.items()),
-                        ]
-                    )
-                )
+                fields = [f"| `{f}` | {_cell(d)} |" for f, d in value.fields.items()]
+                parts.append("\n".join(["| field | what |", "| --- | --- |", *fields]))
             else:
                 parts.append("```\n" + _docstring(value) + "\n```")
     return "\n\n".join(parts)
@@ -232,6 +266,8 @@ def undocumented(root: Path = ROOT) -> list[str]:
         if isinstance(value, Rule):
             if not value.doc.strip():
                 missing.append(name)
+            if EXAMPLE not in value.doc:
+                missing.append(f"{name} (no example)")
             missing += [
                 f"{name}.{a}"
                 for a, attribute in value.attrs.items()
@@ -243,6 +279,8 @@ def undocumented(root: Path = ROOT) -> list[str]:
             missing += [f"{name}.{f}" for f, doc in value.fields.items() if not doc.strip()]
         elif callable(value) and not (value.__doc__ or "").strip():
             missing.append(name)
+        elif callable(value) and "Example:" not in (value.__doc__ or ""):
+            missing.append(f"{name} (no example)")
     return sorted(missing)
 
 

@@ -38,10 +38,24 @@ def _debian_base_layer_impl(ctx):
         OutputGroupInfo(packages = depset([packages])),
     ]
 
+_DEBIAN_BASE_LAYER_EXAMPLE = """
+
+Example:
+
+    debian_base_layer(
+        name = "debian_rootfs_amd64",
+        arch = "amd64",
+        debs = "@debian_bookworm//:debs_amd64",
+        lock = "debian.lock.json",
+        passwd = "local_base/passwd",
+        group = "local_base/group",
+    )
+"""
+
 debian_base_layer = rule(
     implementation = _debian_base_layer_impl,
     doc = "The locked Debian packages of one architecture, merged in lock order into one layer: a base " +
-          "(with passwd and group), or an add-on over one (neither; its lock made with --over).",
+          "(with passwd and group), or an add-on over one (neither; its lock made with --over)." + _DEBIAN_BASE_LAYER_EXAMPLE,
     toolchains = [TOOLCHAIN_TYPE],
     attrs = {
         "lock": attr.label(mandatory = True, allow_single_file = True, doc = "The package lock (images/debian.lock.json): names, versions and sha256 in install order."),

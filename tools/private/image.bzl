@@ -218,19 +218,49 @@ _OMNI_ATTRS = {
 _RUN_DOC = """`bazel run` prints its digest and a summary; `-- --push REGISTRY/REPO[:TAG]` pushes it,
 `--output DIR` copies the layout, `--archive FILE` writes an OCI archive tarball."""
 
+_OCI_IMAGE_EXAMPLE = """
+
+Example:
+
+    oci_image(
+        name = "tool",
+        base = ":local_base_amd64",  # or a pinned shallow base: "@my_vendor_base//:base"
+        layers = [":app"],
+        tars = [":some_tar"],        # a tar another rule made, one more layer
+        entrypoint = ["/usr/bin/python3", "/opt/omni/app/tool.py"],
+        user = "1000:1000",
+    )
+"""
+
 oci_image = rule(
     implementation = _oci_image_impl,
     executable = True,
-    doc = "Base + layers + config -> an OCI image layout (rules_oci's attribute names). " + _RUN_DOC,
+    doc = "Base + layers + config -> an OCI image layout (rules_oci's attribute names). " + _RUN_DOC + _OCI_IMAGE_EXAMPLE,
     toolchains = [TOOLCHAIN_TYPE],
     attrs = _GENERIC_ATTRS,
 )
+
+_OMNI_IMAGE_EXAMPLE = """
+
+Example:
+
+    omni_image(
+        name = "qwen_mi300x",
+        base = select({":release": "@qwen_mi300x_vendor_base//:base", "//conditions:default": ":local_base_amd64"}),
+        layers = [":deps_amd64", ":entry_shim", ":app_qwen"],
+        pins = "qwen_mi300x.pins.json",  # baked into labels and /etc/omni/image.json
+        release = select({":release": True, "//conditions:default": False}),  # empty pins refused
+        locks = ["//:requirements.lock"],  # recorded by the provenance
+        sbom_wheels = ["@pypi_image_cp311_amd64//:wheels.json"],
+    )
+    # images/serving_image.bzl's omni_serving_image writes this shape once for both serving images.
+"""
 
 omni_image = rule(
     implementation = _oci_image_impl,
     executable = True,
     doc = "An oci_image that carries Omni's evidence: the pin document (labels, /etc/omni/image.json, " +
-          "release checks, the runtime contract), its SLSA provenance and its SPDX SBOM. " + _RUN_DOC,
+          "release checks, the runtime contract), its SLSA provenance and its SPDX SBOM. " + _RUN_DOC + _OMNI_IMAGE_EXAMPLE,
     toolchains = [TOOLCHAIN_TYPE],
     attrs = _GENERIC_ATTRS | _OMNI_ATTRS,
 )

@@ -23,12 +23,22 @@ def _oci_image_index_impl(ctx):
     )
     return runnable_layout(ctx, layout, digest, [layout, digest])
 
+_OCI_IMAGE_INDEX_EXAMPLE = """
+
+Example:
+
+    oci_image_index(
+        name = "spark_multiarch",
+        images = [":deepseek_spark", ":deepseek_spark_amd64"],  # one per platform
+    )
+"""
+
 oci_image_index = rule(
     implementation = _oci_image_index_impl,
     executable = True,
     doc = """One OCI image index over images of different platforms (each image's platform is read
 from its own config; two of one platform are refused). `bazel run` prints it; `oci_push` pushes
-every image and the index, signed as one digest.""",
+every image and the index, signed as one digest.""" + _OCI_IMAGE_INDEX_EXAMPLE,
     toolchains = [TOOLCHAIN_TYPE],
     attrs = {
         "images": attr.label_list(mandatory = True, providers = [OciImageInfo], doc = "One image per platform (two of the same platform are refused)."),

@@ -57,9 +57,21 @@ def _oci_layer_impl(ctx):
         OciLayerInfo(blob = blob, descriptor = descriptor),
     ]
 
+_OCI_LAYER_EXAMPLE = """
+
+Example:
+
+    oci_layer(
+        name = "app",
+        srcs = ["//launcher:lib"],  # the files of a py_library and its runfiles
+        include = "main",           # only this repository's files (deps go in their own layer)
+        prefix = "/opt/omni/app",
+    )
+"""
+
 oci_layer = rule(
     implementation = _oci_layer_impl,
-    doc = "Files, the transitive files of Python targets and the members of tars -> one deterministic layer.",
+    doc = "Files, the transitive files of Python targets and the members of tars -> one deterministic layer." + _OCI_LAYER_EXAMPLE,
     toolchains = [TOOLCHAIN_TYPE],
     attrs = {
         "srcs": attr.label_list(doc = "Targets whose files (and runfiles) go in the layer."),

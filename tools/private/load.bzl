@@ -34,11 +34,23 @@ def _oci_load_impl(ctx):
     runfiles = ctx.runfiles(files = [tarball]).merge(ctx.attr._loader[DefaultInfo].default_runfiles)
     return [DefaultInfo(files = depset([tarball]), executable = script, runfiles = runfiles)]
 
+_OCI_LOAD_EXAMPLE = """
+
+Example:
+
+    oci_load(
+        name = "qwen_mi300x_load",
+        image = ":qwen_mi300x",
+        repo_tags = ["omni/qwen_mi300x:dev"],
+    )
+    # bazel build :qwen_mi300x_load  (the tarball); bazel run :qwen_mi300x_load  (into docker/podman)
+"""
+
 oci_load = rule(
     implementation = _oci_load_impl,
     executable = True,
     doc = "A tarball `docker load` / `podman load` read (docker-archive, or an OCI archive); " +
-          "`bazel run` loads it into whichever of docker or podman is on PATH.",
+          "`bazel run` loads it into whichever of docker or podman is on PATH." + _OCI_LOAD_EXAMPLE,
     toolchains = [TOOLCHAIN_TYPE],
     attrs = {
         "image": attr.label(mandatory = True, providers = [OciImageInfo], doc = "The image to load (a complete layout: a shallow one is refused)."),

@@ -20,6 +20,17 @@ def _omni_manifests_impl(ctx):
     runfiles = ctx.runfiles(files = [image.layout]).merge(ctx.attr._generator[DefaultInfo].default_runfiles)
     return [DefaultInfo(executable = script, runfiles = runfiles)]
 
+_OMNI_MANIFESTS_EXAMPLE = """
+
+Example:
+
+    omni_manifests(
+        name = "qwen_mi300x",
+        image = "//images:qwen_mi300x",
+    )
+    # bazel run //deploy:qwen_mi300x -- --image REGISTRY/REPO@sha256:... --model-pvc qwen-weights
+"""
+
 omni_manifests = rule(
     implementation = _omni_manifests_impl,
     executable = True,
@@ -28,7 +39,7 @@ omni_manifests = rule(
           "a Deployment and Service for a single-GPU image, a LeaderWorkerSet and Service for a " +
           "multi-node one. An image with an empty pin is refused as `--config=release` refuses it. " +
           "`-- --help` lists the flags (--image REF@sha256:..., --namespace, --model-pvc, --secret, " +
-          "--network, --output).",
+          "--network, --output)." + _OMNI_MANIFESTS_EXAMPLE,
     attrs = {
         "image": attr.label(
             mandatory = True,

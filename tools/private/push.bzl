@@ -39,12 +39,26 @@ def _oci_push_impl(ctx):
     runfiles = ctx.runfiles(files = files).merge(ctx.attr._runner[DefaultInfo].default_runfiles)
     return [DefaultInfo(executable = script, runfiles = runfiles)]
 
+_OCI_PUSH_EXAMPLE = """
+
+Example:
+
+    oci_push(
+        name = "qwen_mi300x_push",
+        image = ":qwen_mi300x",
+        repository = "localhost:5000/omni/qwen_mi300x",
+        remote_tags = ["latest", "git-{STABLE_OMNI_SOURCE_COMMIT}"],  # {KEY}: workspace status
+        stamp = True,
+    )
+    # bazel run //images:qwen_mi300x_push -- --push registry.example.com/omni/qwen
+"""
+
 oci_push = rule(
     implementation = _oci_push_impl,
     executable = True,
     doc = "`bazel run` pushes the image by digest to repository (REGISTRY/REPO), then tags it with each " +
           "of remote_tags and the lines of remote_tags_file; prints REGISTRY/REPO@sha256:... . " +
-          "`-- --push OTHER/REPO` overrides the repository, `-- --tag T` adds a tag.",
+          "`-- --push OTHER/REPO` overrides the repository, `-- --tag T` adds a tag." + _OCI_PUSH_EXAMPLE,
     attrs = {
         "image": attr.label(mandatory = True, providers = [OciImageInfo], doc = "The image or image index to push."),
         "repository": attr.string(mandatory = True, doc = "REGISTRY/REPO, no tag or digest (refused)."),

@@ -38,6 +38,16 @@ def omni_py_test(name, srcs, deps = [], args = [], also_on_oldest_python = False
         own python3 where that is an older release of the toolchain's minor version (see
         pytest_runner.py); elsewhere it only checks that the tests collect.
       **kwargs: passed to py_test (data, tags, size, env, ...).
+
+    Example:
+
+        omni_py_test(
+            name = "verify_test",
+            size = "small",
+            srcs = ["verify_test.py"],
+            also_on_oldest_python = True,
+            deps = ["//tests/fixtures:oci", "//tools/oci"],
+        )
     """
     _pytest(name, srcs, deps, args, **kwargs)
     if also_on_oldest_python:
