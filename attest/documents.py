@@ -55,7 +55,7 @@ class CheckpointAttestation(Document):
 DocumentT = TypeVar("DocumentT", bound=Document)
 
 
-def validation_refusal(exc: ValidationError, label: str) -> AttestError:
+def _validation_refusal(exc: ValidationError, label: str) -> AttestError:
     """Turn pydantic's first error into one refusal naming the exact field."""
     first = exc.errors()[0]
     where = ".".join(str(part) for part in first["loc"])
@@ -72,7 +72,7 @@ def parse_document(model: type[DocumentT], value: dict[str, Any], *, label: str)
     try:
         return model.model_validate(value)
     except ValidationError as exc:
-        raise validation_refusal(exc, label) from None
+        raise _validation_refusal(exc, label) from None
 
 
 def read_document(

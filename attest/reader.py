@@ -126,7 +126,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def json_depth(data: bytes) -> int:
+def _json_depth(data: bytes) -> int:
     """The deepest nesting of arrays and objects, strings ignored."""
     depth = deepest = 0
     for match in _BRACKET.finditer(_JSON_STRING.sub(b'""', data)):
@@ -143,7 +143,7 @@ def loads(data: bytes | str, *, label: str, max_bytes: int = MAX_JSON_BYTES, max
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:
         raise AttestError(f"{label} is {len(raw)} bytes; at most {max_bytes} allowed", field=label)
-    if json_depth(raw) > max_depth:
+    if _json_depth(raw) > max_depth:
         raise AttestError(f"{label} nests deeper than {max_depth} levels", field=label)
     try:
         return json.loads(

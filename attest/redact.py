@@ -69,7 +69,7 @@ def redactor(secrets: Iterable[str]) -> Callable[[str], str]:
     return redact
 
 
-def environment_secrets() -> list[str]:
+def _environment_secrets() -> list[str]:
     return [os.environ[name] for name in SECRET_VARIABLES if os.environ.get(name)]
 
 
@@ -92,7 +92,7 @@ def learn_basic(username: str, password: str) -> None:
 def known_secrets() -> tuple[str, ...]:
     with _learned_lock:
         learned = sorted(_learned)
-    return tuple(sorted({*environment_secrets(), *learned}))
+    return tuple(sorted({*_environment_secrets(), *learned}))
 
 
 @functools.lru_cache(maxsize=16)

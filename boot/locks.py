@@ -47,7 +47,7 @@ class LockInUse:
             )
 
 
-def pinned_lock_sha256(settings: BootSettings, baked: BakedImage | None) -> str:
+def _pinned_lock_sha256(settings: BootSettings, baked: BakedImage | None) -> str:
     image_pin = (baked.pins.model.lock_sha256 or "") if baked else ""
     if image_pin and settings.checkpoint_lock_sha256 and image_pin != settings.checkpoint_lock_sha256:
         raise BootError(
@@ -80,7 +80,7 @@ def resolve_lock(settings: BootSettings, baked: BakedImage | None, *, derive: bo
     """The lock to verify against. Pinned: its bytes must have the pinned sha256. Unpinned:
     the lock file as found, else the trust-on-first-use lock kept in STATE_PATH, else (when
     `derive`) one derived from the hub now; None where none exists and none may be derived."""
-    pinned = pinned_lock_sha256(settings, baked)
+    pinned = _pinned_lock_sha256(settings, baked)
     path = settings.checkpoint_lock
     if path.exists() or path.is_symlink():
         lock, data = load_lock_file(path, "CHECKPOINT_LOCK")

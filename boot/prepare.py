@@ -35,7 +35,7 @@ def _limits(settings: BootSettings) -> hub.Limits:
     )
 
 
-def fetch_missing(settings: BootSettings, in_use: LockInUse, names: list[str]) -> dict[str, Identity]:
+def _fetch_missing(settings: BootSettings, in_use: LockInUse, names: list[str]) -> dict[str, Identity]:
     """Download `names` (files missing or wrong on disk) after the hub's listing matched the
     lock; each is hashed as it arrives. Returns each placed file's identity."""
     lock = in_use.lock
@@ -82,7 +82,7 @@ def fetch_missing(settings: BootSettings, in_use: LockInUse, names: list[str]) -
     return {item.path: Identity.of(future.result()) for item, future in zip(items, futures)}
 
 
-def model_root(settings: BootSettings, *, create: bool) -> Path:
+def _model_root(settings: BootSettings, *, create: bool) -> Path:
     model = settings.model
     source = "MODEL_PATH" + (" (default)" if "MODEL_PATH" in settings.defaults_used else "")
     if not model.is_absolute():
@@ -133,7 +133,7 @@ def verify_rank0(
         for name, problem in check.problems.items():
             if "is missing" not in problem:
                 print(f"fetching {name} again: {problem}", file=sys.stderr, flush=True)
-        check.good.update(fetch_missing(settings, in_use, list(check.problems)))
+        check.good.update(_fetch_missing(settings, in_use, list(check.problems)))
         check.downloaded = len(check.problems)
         check.problems = {}
     if check.problems:
@@ -156,7 +156,7 @@ def prepare(settings: BootSettings) -> VerifyReport | None:
     if settings.node_rank != 0:
         wait_for_rank0(settings, baked)
         return None
-    model_root(settings, create=True)
+    _model_root(settings, create=True)
     try:
         return _prepare_rank0(settings, baked)
     except AttestError as exc:
@@ -176,7 +176,7 @@ def _prepare_rank0(settings: BootSettings, baked: BakedImage | None) -> VerifyRe
             if (found := stat_regular(settings.model, item.path)) is None or found.st_size != item.size
         ]
         if missing:
-            fetch_missing(settings, in_use, missing)
+            _fetch_missing(settings, in_use, missing)
         print("SKIP_VERIFY=1 - not re-hashing the checkpoint (downloads were hashed as they arrived)", flush=True)
         return None
     return verify_rank0(settings, in_use, download=True)
@@ -184,7 +184,7 @@ def _prepare_rank0(settings: BootSettings, baked: BakedImage | None) -> VerifyRe
 
 def verify_only(settings: BootSettings, *, full: bool) -> VerifyReport:
     """`boot verify [--full]`: the local checkpoint against the lock, no network."""
-    model = model_root(settings, create=False)
+    model = _model_root(settings, create=False)
     print(f"verifying {model} (MODEL_PATH)", file=sys.stderr, flush=True)
     in_use = resolve_lock(settings, load_baked(), derive=False)
     if in_use is None:

@@ -50,15 +50,15 @@ def fraction(raw: str, variable: str) -> str:
     return raw.strip()  # passed to SGLang as the operator wrote it
 
 
-def exactly_one(raw: str, variable: str) -> bool:
+def _exactly_one(raw: str, variable: str) -> bool:
     return raw.strip() == "1"
 
 
-def not_off(raw: str, variable: str) -> bool:
+def _not_off(raw: str, variable: str) -> bool:
     return raw.strip() not in ("0", "off", "false")
 
 
-def word_counts(raw: str, variable: str) -> tuple[int, ...]:
+def _word_counts(raw: str, variable: str) -> tuple[int, ...]:
     values = tuple(ascii_integer(x) for x in raw.split(","))
     if any(value is None for value in values):
         raise BootError(f"{variable} must be comma-separated integers in ASCII digits, got {raw!r}", field=variable)
@@ -72,14 +72,14 @@ def api_key(raw: str, variable: str) -> str:
     return "" if value.lower() in NO_KEY else value
 
 
-def sha256_or_empty(raw: str, variable: str) -> str:
+def _sha256_or_empty(raw: str, variable: str) -> str:
     value = raw.strip().lower()
     if value and not re.fullmatch(r"[0-9a-f]{64}", value):
         raise refuse(variable, raw, "empty or a 64-character SHA-256 digest")
     return value
 
 
-def revision_or_empty(raw: str, variable: str) -> str:
+def _revision_or_empty(raw: str, variable: str) -> str:
     return text(raw, variable)
 
 
@@ -141,7 +141,7 @@ SETTINGS: tuple[Setting, ...] = (
         "MODEL_REVISION",
         "model_revision",
         "",
-        revision_or_empty,
+        _revision_or_empty,
         "optional: the revision the operator expects; checked against the image pin",
     ),
     Setting("CHECKPOINT_LOCK", "checkpoint_lock", DEFAULT_LOCK_PATH, path, "the checkpoint lock file"),
@@ -149,7 +149,7 @@ SETTINGS: tuple[Setting, ...] = (
         "CHECKPOINT_LOCK_SHA256",
         "checkpoint_lock_sha256",
         "",
-        sha256_or_empty,
+        _sha256_or_empty,
         "the lock's sha256 when no image pin gives it",
     ),
     Setting("HF_ENDPOINT", "hf_endpoint", "", url_or_empty, "hub or mirror to download from (huggingface_hub)"),
@@ -166,12 +166,12 @@ SETTINGS: tuple[Setting, ...] = (
         "ranks > 0: how long to wait for rank 0's verified checkpoint",
     ),
     Setting("READY_TIMEOUT_S", "ready_timeout_s", "3600", integer(1, 10**7), "how long SGLang may take to be healthy"),
-    Setting("SKIP_PREPARE", "skip_prepare", "0", exactly_one, "1: use the checkpoint as it is (no download, no lock)"),
-    Setting("SKIP_VERIFY", "skip_verify", "0", exactly_one, "1: do not re-hash files already on disk"),
-    Setting("SKIP_SMOKE", "skip_smoke", "0", exactly_one, "1: no smoke and warm-up after start"),
-    Setting("SMOKE_QUICK", "smoke_quick", "0", exactly_one, "1: only the arithmetic smoke check"),
-    Setting("WARMUP", "warmup", "1", not_off, "0, off or false: no warm-up"),
-    Setting("WARMUP_PROMPT_WORDS", "warmup_prompt_words", "12,200,900,3600", word_counts, "warm-up prompt sizes"),
+    Setting("SKIP_PREPARE", "skip_prepare", "0", _exactly_one, "1: use the checkpoint as it is (no download, no lock)"),
+    Setting("SKIP_VERIFY", "skip_verify", "0", _exactly_one, "1: do not re-hash files already on disk"),
+    Setting("SKIP_SMOKE", "skip_smoke", "0", _exactly_one, "1: no smoke and warm-up after start"),
+    Setting("SMOKE_QUICK", "smoke_quick", "0", _exactly_one, "1: only the arithmetic smoke check"),
+    Setting("WARMUP", "warmup", "1", _not_off, "0, off or false: no warm-up"),
+    Setting("WARMUP_PROMPT_WORDS", "warmup_prompt_words", "12,200,900,3600", _word_counts, "warm-up prompt sizes"),
     Setting(
         "SGLANG_PYTHON",
         "engine_python",
@@ -180,7 +180,7 @@ SETTINGS: tuple[Setting, ...] = (
         "the interpreter that has SGLang (default: this one)",
     ),
     Setting("OFFLOAD_MODE", "offload_mode", "nvme", offload_mode, "where the Engram tables live"),
-    Setting("ALLOW_RAM_OFFLOAD", "allow_ram_offload", "0", exactly_one, "1: allow OFFLOAD_MODE=ram"),
+    Setting("ALLOW_RAM_OFFLOAD", "allow_ram_offload", "0", _exactly_one, "1: allow OFFLOAD_MODE=ram"),
     Setting(
         "CONTEXT_LENGTH",
         "context_length",

@@ -48,7 +48,7 @@ def _drafter(target: CheckpointInspection) -> DrafterProfile:
     return target.profile.dflash2
 
 
-def verify_speculator(settings: LauncherSettings, target: CheckpointInspection) -> Path:
+def _verify_speculator(settings: LauncherSettings, target: CheckpointInspection) -> Path:
     drafter = _drafter(target)
     if settings.dflash2_path is None:
         raise LauncherError("DFLASH2_SPECULATOR_PATH is required", field="DFLASH2_SPECULATOR_PATH")
@@ -187,7 +187,7 @@ def verify_dflash2_gate(
             f"pinned {required_commit})",
             field="DFLASH2_VLLM_COMMIT",
         )
-    speculator_root = verify_speculator(settings, target)
+    speculator_root = _verify_speculator(settings, target)
     if settings.dflash2_gate_path is None:
         raise LauncherError("QWEN_DFLASH2_GATE_PATH is required", field="QWEN_DFLASH2_GATE_PATH")
     expected_gate_sha = require_sha256(settings.dflash2_gate_sha256, "QWEN_DFLASH2_GATE_SHA256")

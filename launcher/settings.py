@@ -56,7 +56,7 @@ def number(kind: type, low: float, high: float, rule: str) -> Callable[[str, str
     return parse
 
 
-def inference_mode(raw: str, variable: str) -> str:
+def _inference_mode(raw: str, variable: str) -> str:
     mode = raw.strip().lower()
     mode = MODE_ALIASES.get(mode, mode)
     if mode not in MODES:
@@ -90,7 +90,7 @@ def dtype(raw: str, variable: str) -> str:
     return value
 
 
-def profile_name(raw: str, variable: str) -> str:
+def _profile_name(raw: str, variable: str) -> str:
     value = raw.strip()
     if not PROFILE_NAME_RE.fullmatch(value):
         raise LauncherError(
@@ -110,7 +110,7 @@ def bind_host(raw: str, variable: str) -> str:
     return value
 
 
-def lower_text(raw: str, variable: str) -> str:
+def _lower_text(raw: str, variable: str) -> str:
     return text(raw, variable).lower()
 
 
@@ -127,7 +127,7 @@ SETTINGS: tuple[Setting, ...] = (
         PROFILE_SETTING,
         "target_profile",
         DEFAULT_PROFILE,
-        profile_name,
+        _profile_name,
         "the target profile (launcher/profiles/); inside an image only its pinned one",
     ),
     Setting("MODEL_PATH", "model_path", "/models/qwen", path, "the local checkpoint directory (absolute)"),
@@ -150,7 +150,11 @@ SETTINGS: tuple[Setting, ...] = (
         "`python -m launcher.build_attestation` printed",
     ),
     Setting(
-        "INFERENCE_MODE", "requested_mode", "auto", inference_mode, "auto, autoregressive, native_mtp or dflash2_canary"
+        "INFERENCE_MODE",
+        "requested_mode",
+        "auto",
+        _inference_mode,
+        "auto, autoregressive, native_mtp or dflash2_canary",
     ),
     Setting("NATIVE_MTP_TOKENS", "mtp_tokens", "1", mtp_tokens, "speculative tokens of native MTP (only 1)"),
     Setting(
@@ -198,7 +202,7 @@ SETTINGS: tuple[Setting, ...] = (
         "QWEN_REQUIRE_GPU_ARCH",
         "required_gpu_arch",
         "",
-        lower_text,
+        _lower_text,
         "refuse unless rocminfo reports this architecture (e.g. gfx942)",
     ),
     Setting(

@@ -60,7 +60,7 @@ def _get(client: httpx.Client, url: str) -> bytes:
     return response.content
 
 
-def packages_index(client: httpx.Client, arch: str) -> tuple[dict[str, dict[str, str]], str]:
+def _packages_index(client: httpx.Client, arch: str) -> tuple[dict[str, dict[str, str]], str]:
     release = _get(client, f"{ARCHIVE}/dists/{RELEASE}/Release").decode()
     fields = next(stanzas(release))
     path = f"{COMPONENT}/binary-{arch}/Packages.xz"
@@ -117,7 +117,7 @@ def resolve(
     return [chosen[name] for name in order]
 
 
-def lock_entry(stanza: dict[str, str], snapshot: str) -> dict[str, object]:
+def _lock_entry(stanza: dict[str, str], snapshot: str) -> dict[str, object]:
     return {
         "name": stanza["Package"],
         "version": stanza["Version"],
@@ -155,12 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         lock["over"] = args.over.name
     with httpx.Client(timeout=120, follow_redirects=True) as client:
         for arch in ARCHITECTURES:
-            index, date = packages_index(client, arch)
+            index, date = _packages_index(client, arch)
             snapshot = email.utils.parsedate_to_datetime(date).strftime("%Y%m%dT%H%M%SZ")
             lock["release_date"] = date
             present = frozenset(p["name"] for p in over["packages"][arch]) if over else frozenset()
             entries = [
-                lock_entry(stanza, snapshot) for stanza in resolve(index, arch, tuple(args.roots), data_only, present)
+                _lock_entry(stanza, snapshot) for stanza in resolve(index, arch, tuple(args.roots), data_only, present)
             ]
             lock["packages"][arch] = entries  # type: ignore[index]
             print(

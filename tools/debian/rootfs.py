@@ -33,7 +33,7 @@ CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 STATUS_DIR = "var/lib/dpkg/status.d"
 
 
-def ar_members(data: bytes, where: str) -> dict[str, bytes]:
+def _ar_members(data: bytes, where: str) -> dict[str, bytes]:
     """The members of a Unix ar archive (the .deb container); hand-written: the standard
     library has no ar reader and the format is a fixed 60-byte header per member."""
     if not data.startswith(b"!<arch>\n"):
@@ -87,7 +87,7 @@ def unpack(deb: Path, entry: dict[str, Any], tree: dict[str, dict[str, Any]]) ->
             f"{deb.name}: downloaded bytes do not match the lock (sha256 {digest}, lock says {entry['sha256']})",
             field=entry["name"],
         )
-    members = ar_members(data, deb.name)
+    members = _ar_members(data, deb.name)
     with _open_tar(members, "control.tar", deb.name) as control_tar:
         control_files = {
             _clean(m.name): control_tar.extractfile(m).read() for m in control_tar.getmembers() if m.isfile()

@@ -40,7 +40,7 @@ def _parsed(flag: str, text: str) -> Reference:
         raise DeployError(f"{flag} {text!r}: {exc}", field=flag) from None
 
 
-def image_reference(contract: ImageContract, image: str, repository: str) -> str:
+def _image_reference(contract: ImageContract, image: str, repository: str) -> str:
     if image:
         ref = _parsed("--image", image)
         if not ref.digest:
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         contract = read_contract(args.layout)
         check_pins(contract)
         options = Options(
-            image=image_reference(contract, args.image, args.repository),
+            image=_image_reference(contract, args.image, args.repository),
             namespace=args.namespace,
             secret=args.secret,
             model_pvc=args.model_pvc,

@@ -74,7 +74,7 @@ class Options:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def k8s_name(image: str) -> str:
+def _k8s_name(image: str) -> str:
     name = image.replace("_", "-").lower()
     if not DNS_LABEL_RE.fullmatch(name):
         raise DeployError(f"image name {image!r} does not make a Kubernetes name ({name!r})", field="image")
@@ -115,7 +115,7 @@ def _managed(target: Target) -> dict[str, str]:
     return names
 
 
-def check_options(contract: ImageContract, options: Options, secrets: tuple[str, ...]) -> Target:
+def _check_options(contract: ImageContract, options: Options, secrets: tuple[str, ...]) -> Target:
     target = TARGETS.get(contract.baked.pins.hardware.profile)
     if target is None:
         raise DeployError(
@@ -288,7 +288,7 @@ def _pod_spec(
     if capabilities:
         container_security["capabilities"]["add"] = list(capabilities)
     container = {
-        "name": k8s_name(contract.name),
+        "name": _k8s_name(contract.name),
         "image": options.image,
         "imagePullPolicy": "IfNotPresent",
         "env": env,
@@ -342,8 +342,8 @@ def _service(name: str, namespace: str, port: int, selector: dict[str, str], lab
     }
 
 
-def launcher_resources(contract: ImageContract, options: Options, target: Target) -> list[dict[str, Any]]:
-    name, port = k8s_name(contract.name), _port(contract)
+def _launcher_resources(contract: ImageContract, options: Options, target: Target) -> list[dict[str, Any]]:
+    name, port = _k8s_name(contract.name), _port(contract)
     default_port = int(_setting(launcher_settings.SETTINGS, "QWEN_PORT").default)
     if port != default_port:
         raise DeployError(
@@ -386,8 +386,8 @@ def _boot_startup_s(options: Options) -> int:
     return math.ceil(total)
 
 
-def boot_resources(contract: ImageContract, options: Options, target: Target) -> list[dict[str, Any]]:
-    name, port = k8s_name(contract.name), _port(contract)
+def _boot_resources(contract: ImageContract, options: Options, target: Target) -> list[dict[str, Any]]:
+    name, port = _k8s_name(contract.name), _port(contract)
     default_port = int(_setting(boot_settings.SETTINGS, "SERVER_PORT").default)
     if port != default_port:
         raise DeployError(f"the image exposes {port} but boot listens on {default_port}", field="config.ExposedPorts")
@@ -457,7 +457,7 @@ def check_pins(contract: ImageContract) -> None:
 def resources(contract: ImageContract, options: Options, secrets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Every resource of the image's deployment; refused (DeployError) before anything is made."""
     check_pins(contract)
-    target = check_options(contract, options, secrets)
+    target = _check_options(contract, options, secrets)
     if target.program == "launcher":
-        return launcher_resources(contract, options, target)
-    return boot_resources(contract, options, target)
+        return _launcher_resources(contract, options, target)
+    return _boot_resources(contract, options, target)

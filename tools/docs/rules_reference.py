@@ -100,7 +100,7 @@ def _provider(doc: str = "", fields: dict | list | None = None, **_: Any) -> Pro
     return Provider(doc=doc, fields=dict(fields) if isinstance(fields, dict) else {f: "" for f in fields or []})
 
 
-def starlark_builtins() -> dict[str, Any]:
+def _starlark_builtins() -> dict[str, Any]:
     """The stand-ins for what the top level of our .bzl files uses (and `load`, bound per file)."""
     return {
         "attr": _Attr(),
@@ -141,7 +141,7 @@ class Loader:
 
     def module(self, path: str) -> dict[str, Any]:
         if path not in self.modules:
-            namespace: dict[str, Any] = {"__builtins__": __builtins__, **starlark_builtins()}
+            namespace: dict[str, Any] = {"__builtins__": __builtins__, **_starlark_builtins()}
             namespace["load"] = lambda label, *names, **aliases: self._load(namespace, path, label, names, aliases)
             source = (self.root / path).read_text(encoding="utf-8")
             exec(compile(source, str(self.root / path), "exec"), namespace)  # noqa: S102 - our own .bzl files
@@ -157,9 +157,9 @@ class Loader:
             namespace[alias] = loaded.get(name, _Anything())
 
 
-def public_names(root: Path = ROOT) -> dict[str, Any]:
+def _public_names(root: Path = ROOT) -> dict[str, Any]:
     namespace = Loader(root).module(PUBLIC)
-    given = {"load", *starlark_builtins()}
+    given = {"load", *_starlark_builtins()}
     return {name: value for name, value in namespace.items() if not name.startswith("_") and name not in given}
 
 
@@ -203,13 +203,13 @@ CONCERNS = {
 EXAMPLE = "\n\nExample:\n\n"
 
 
-def concerns(root: Path = ROOT) -> dict[str, list[tuple[str, Any]]]:
+def _concerns(root: Path = ROOT) -> dict[str, list[tuple[str, Any]]]:
     """Every public name under the concern of the private file that defines it."""
     loader = Loader(root)
     names = {
         name: value
         for name, value in loader.module(PUBLIC).items()
-        if not name.startswith("_") and name not in {"load", *starlark_builtins()}
+        if not name.startswith("_") and name not in {"load", *_starlark_builtins()}
     }
     sections: dict[str, list[tuple[str, Any]]] = {title: [] for title in dict.fromkeys(CONCERNS.values())}
     for name, value in sorted(names.items()):
@@ -244,7 +244,7 @@ def _rule_section(value: Rule) -> list[str]:
 
 def reference(root: Path = ROOT) -> str:
     parts = []
-    for title, items in concerns(root).items():
+    for title, items in _concerns(root).items():
         parts.append(f"### {title}")
         for name, value in items:
             parts.append(f"#### `{name}`")
@@ -262,7 +262,7 @@ def reference(root: Path = ROOT) -> str:
 def undocumented(root: Path = ROOT) -> list[str]:
     """Every public rule, attribute, macro or provider field without a doc."""
     missing = []
-    for name, value in public_names(root).items():
+    for name, value in _public_names(root).items():
         if isinstance(value, Rule):
             if not value.doc.strip():
                 missing.append(name)
@@ -284,7 +284,7 @@ def undocumented(root: Path = ROOT) -> list[str]:
     return sorted(missing)
 
 
-def replace_block(page: str, block: str) -> str:
+def _replace_block(page: str, block: str) -> str:
     pattern = re.compile(re.escape(BEGIN) + r"\n.*?\n" + re.escape(END), flags=re.S)
     if not pattern.search(page):
         raise SystemExit(f"{PAGE} has no {BEGIN} ... {END} block")
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         print(block)
         return 0
     path = root / PAGE
-    path.write_text(replace_block(path.read_text(encoding="utf-8"), block), encoding="utf-8")
+    path.write_text(_replace_block(path.read_text(encoding="utf-8"), block), encoding="utf-8")
     print(f"rules_reference: wrote the rules reference into {path}", file=sys.stderr)
     return 0
 

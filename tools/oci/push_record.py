@@ -19,7 +19,7 @@ from tools.oci.remote.reference import DIGEST_RE, Reference
 MAX_RECORD_BYTES = 4096
 
 
-def records_dir() -> Path | None:
+def _records_dir() -> Path | None:
     state = os.environ.get("XDG_STATE_HOME", "")
     if state.startswith("/"):
         return Path(state) / "omni" / "pushes"
@@ -28,7 +28,7 @@ def records_dir() -> Path | None:
 
 
 def _record_path(digest: str) -> Path | None:
-    where = records_dir()
+    where = _records_dir()
     if where is None or not DIGEST_RE.fullmatch(digest):
         return None
     return where / (digest.split(":", 1)[1] + ".json")

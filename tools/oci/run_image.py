@@ -90,7 +90,7 @@ def summary(layout: Path, name: str) -> str:
     return "\n".join(lines)
 
 
-def engine_line(layout: Path, name: str) -> str:
+def _engine_line(layout: Path, name: str) -> str:
     """Whether the image carries an engine: the local base has none (its launcher refuses to
     start), the release's vendor base does."""
     if (layout / BASE_SIDECAR).is_file():
@@ -117,7 +117,7 @@ def _is_oci_layout(path: Path) -> bool:
     )
 
 
-def write_output(layout: Path, target: Path, *, force: bool) -> None:
+def _write_output(layout: Path, target: Path, *, force: bool) -> None:
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise OciError(f"--output {target} exists and is not a directory; choose another path", field="--output")
     existing = target.is_dir() and any(target.iterdir())
@@ -145,7 +145,7 @@ def write_output(layout: Path, target: Path, *, force: bool) -> None:
         staging.rename(target)
 
 
-def write_archive(layout: Path, archive: Path, *, force: bool = False) -> None:
+def _write_archive(layout: Path, archive: Path, *, force: bool = False) -> None:
     """An OCI archive: the layout as a tar, entries sorted, owners and times fixed."""
     if archive.is_symlink() or archive.is_dir():
         raise OciError(f"--archive {archive} is a directory or a symlink; name a file", field="--archive")
@@ -168,7 +168,7 @@ def write_archive(layout: Path, archive: Path, *, force: bool = False) -> None:
     staging.replace(archive)
 
 
-def push_evidence(layout: Path, args: argparse.Namespace, digest: str, key) -> None:
+def _push_evidence(layout: Path, args: argparse.Namespace, digest: str, key) -> None:
     """SBOM and provenance as artifacts referring to the image; cosign signatures."""
     ref = Reference.parse(args.push)
     _, _, manifest_bytes = read_layout(layout)
@@ -254,7 +254,7 @@ def _push_signed(layout: Path, args: argparse.Namespace) -> None:
         f"{len(report.mounted)} mounted, {len(report.streamed)} streamed, {len(report.present)} present",
         file=sys.stderr,
     )
-    push_evidence(layout, args, report.digest, key)
+    _push_evidence(layout, args, report.digest, key)
     repository = report.reference.split("@", 1)[0]  # REGISTRY/REPO, as pushed
     for tag in report.tags:
         print(f"tagged: {repository}:{tag}", file=sys.stderr)
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         args.signing_key = base_dir / args.signing_key
     layout = args.layout.resolve()
     print(summary(layout, args.name))
-    print(engine_line(layout, args.name))
+    print(_engine_line(layout, args.name))
     shallow = (layout / BASE_SIDECAR).is_file()
     if args.archive and shallow and not args.allow_shallow:
         raise OciError(
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.output:
         target = base_dir / args.output
-        write_output(layout, target, force=args.force)
+        _write_output(layout, target, force=args.force)
         print(f"layout: {target}")
     else:
         print(f"layout: {layout}")
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.provenance:
         print(f"provenance: {args.provenance.resolve()}")
     if args.archive:
-        write_archive(layout, base_dir / args.archive, force=args.force)
+        _write_archive(layout, base_dir / args.archive, force=args.force)
         print(f"archive: {base_dir / args.archive}" + (" (base layers not included: shallow)" if shallow else ""))
     if args.push:
         _push_signed(layout, args)

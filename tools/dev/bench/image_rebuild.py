@@ -37,7 +37,7 @@ from tools.oci.remote.shallow_base import fetch_base
 CHUNK_LAYER = 256 * 1024 * 1024
 
 
-def synthetic_base(registry: LoopbackRegistry, work: Path, size: int, repo: str) -> str:
+def _synthetic_base(registry: LoopbackRegistry, work: Path, size: int, repo: str) -> str:
     """A base of incompressible layer blobs (registries never look inside layers)."""
     layers, diff_ids = [], []
     with RegistryClient(registry.host) as client:
@@ -77,13 +77,13 @@ def synthetic_base(registry: LoopbackRegistry, work: Path, size: int, repo: str)
         return client.put_manifest(repo, "base", manifest, "application/vnd.oci.image.manifest.v1+json")
 
 
-def app_entries(source: Path) -> list[dict]:
+def _app_entries(source: Path) -> list[dict]:
     return [{"src": str(p), "dest": f"/opt/omni/app/{p.relative_to(source)}"} for p in sorted(source.rglob("*.py"))]
 
 
 def ours(work: Path, shallow: Path, source: Path) -> float:
     """The two build actions as Bazel runs them: separate processes, inputs from files."""
-    (work / "app.spec.json").write_text(json.dumps({"entries": app_entries(source)}))
+    (work / "app.spec.json").write_text(json.dumps({"entries": _app_entries(source)}))
     (work / "image.spec.json").write_text(json.dumps({"entrypoint": ["/usr/bin/python3", "-m", "launcher"]}))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     started = time.perf_counter()
@@ -152,8 +152,8 @@ class Workers:
             process.wait(timeout=30)
 
 
-def ours_with_workers(work: Path, shallow: Path, source: Path, workers: Workers) -> float:
-    (work / "app.spec.json").write_text(json.dumps({"entries": app_entries(source)}))
+def _ours_with_workers(work: Path, shallow: Path, source: Path, workers: Workers) -> float:
+    (work / "app.spec.json").write_text(json.dumps({"entries": _app_entries(source)}))
     started = time.perf_counter()
     workers.request(
         "layer",
@@ -182,7 +182,7 @@ def ours_with_workers(work: Path, shallow: Path, source: Path, workers: Workers)
     return time.perf_counter() - started
 
 
-def crane_append(registry: LoopbackRegistry, work: Path, base_ref: str) -> float:
+def _crane_append(registry: LoopbackRegistry, work: Path, base_ref: str) -> float:
     started = time.perf_counter()
     subprocess.run(
         [
@@ -203,7 +203,7 @@ def crane_append(registry: LoopbackRegistry, work: Path, base_ref: str) -> float
     return time.perf_counter() - started
 
 
-def copy_based(work: Path, base_ref: str) -> float:
+def _copy_based(work: Path, base_ref: str) -> float:
     started = time.perf_counter()
     pulled = work / "pulled"
     subprocess.run(
@@ -218,7 +218,7 @@ def copy_based(work: Path, base_ref: str) -> float:
         shutil.copyfile(blob, out / "blobs" / "sha256" / blob.name)
     shutil.copyfile(pulled / "index.json", out / "index.json")
     shutil.copyfile(pulled / "oci-layout", out / "oci-layout")
-    layer = write_layer(app_entries(work / "src"), work / "app-copy.tar.gz")
+    layer = write_layer(_app_entries(work / "src"), work / "app-copy.tar.gz")
     assemble(
         work / "copy-based-final",
         {"entrypoint": ["/usr/bin/python3", "-m", "launcher"]},
@@ -238,7 +238,7 @@ def measure(size_gb: float, work: Path, launcher_src: Path) -> tuple:
     with LoopbackRegistry() as registry:
         work.mkdir()
         repo = f"bench/base{str(size_gb).replace('.', '_')}"
-        digest = synthetic_base(registry, work, int(size_gb * 1e9), repo)
+        digest = _synthetic_base(registry, work, int(size_gb * 1e9), repo)
         base_ref = f"{registry.host}/{repo}@{digest}"
         fetch_base(f"{registry.host}/{repo}", digest, "linux/amd64", work / "shallow")
         shutil.copytree(launcher_src, work / "src" / "launcher")
@@ -254,7 +254,7 @@ def measure(size_gb: float, work: Path, launcher_src: Path) -> tuple:
         try:
             for _ in range(4):  # the first request warms the imports, as Bazel's first action does
                 shutil.rmtree(work / "ours")
-                warm.append(ours_with_workers(work, work / "shallow", work / "src", workers))
+                warm.append(_ours_with_workers(work, work / "shallow", work / "src", workers))
         finally:
             workers.close()
         manifest = read_layout(work / "ours")[1]
@@ -264,8 +264,8 @@ def measure(size_gb: float, work: Path, launcher_src: Path) -> tuple:
             if (work / "ours/blobs/sha256" / layer["digest"].split(":")[1]).exists()
         )
         report = push(work / "ours", f"{registry.host}/bench/app")
-        crane_s = crane_append(registry, work, base_ref)
-        copy_s = copy_based(work, base_ref)
+        crane_s = _crane_append(registry, work, base_ref)
+        copy_s = _copy_based(work, base_ref)
     shutil.rmtree(work)
     return size_gb, min(timings), min(warm[1:]), crane_s, copy_s, base_bytes_out, report
 

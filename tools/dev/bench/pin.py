@@ -75,7 +75,7 @@ def _write_layer(path: Path, index: int, size: int, extra: dict[str, bytes]) -> 
     return "sha256:" + sha256_file(path), path.stat().st_size, "sha256:" + raw_hash.hexdigest()
 
 
-def make_base(work: Path, registry: str, size: int, layers: int) -> None:
+def _make_base(work: Path, registry: str, size: int, layers: int) -> None:
     engine = {
         name.lstrip("/"): data
         for name, data in installed_engine(
@@ -132,7 +132,7 @@ def main() -> int:
         parser.error("--layers must be at least 2 (the engine and the whiteout sit in the last two)")
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp, LoopbackRegistry() as registry:
         work = Path(tmp)
-        make_base(work, registry.host, int(args.size_gb * 1e9), args.layers)
+        _make_base(work, registry.host, int(args.size_gb * 1e9), args.layers)
         pins = work / "bench.pins.json"
         pins.write_text(
             json.dumps(

@@ -74,7 +74,7 @@ def _write_keys(directory: Path) -> None:
     )
 
 
-def make_demo(target: Path, *, rootfs: Path | None, registry_port: int, force: bool) -> dict[str, str]:
+def _make_demo(target: Path, *, rootfs: Path | None, registry_port: int, force: bool) -> dict[str, str]:
     staged = _prepare_dir(target, force)
     model = staged / "models" / "qwen"
     make_checkpoint(model, shards=2, mtp=True)
@@ -111,11 +111,11 @@ http:
         shutil.rmtree(target)
     staged.rename(target)
     if rootfs is not None:
-        place_in_rootfs(target, rootfs)
+        _place_in_rootfs(target, rootfs)
     return settings
 
 
-def place_in_rootfs(demo: Path, rootfs: Path) -> None:
+def _place_in_rootfs(demo: Path, rootfs: Path) -> None:
     if not (rootfs / "opt" / "omni" / "bin" / "omni-run").is_file():
         raise DemoError(
             f"{rootfs} is not an unpacked Omni image root (no opt/omni/bin/omni-run); unpack it with "
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     target = base / args.dir
     rootfs = base / args.rootfs if args.rootfs else None
     try:
-        settings = make_demo(target, rootfs=rootfs, registry_port=args.registry_port, force=args.force)
+        settings = _make_demo(target, rootfs=rootfs, registry_port=args.registry_port, force=args.force)
     except (DemoError, OSError) as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 2

@@ -261,7 +261,7 @@ def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> str:
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
-def load_equivalents(root: Path) -> dict[str, str]:
+def _load_equivalents(root: Path) -> dict[str, str]:
     found = {}
     for number, line in enumerate((root / EQUIVALENT).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip() or line.startswith("#"):
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"mutation: no covering tests declared for {unknown}; known: {sorted(TARGETS)}", file=sys.stderr)
         return 2
-    equivalents = load_equivalents(root)
+    equivalents = _load_equivalents(root)
     work = Path(tempfile.mkdtemp(prefix="omni-mutation-"))
     # The job's copy first, then this interpreter's packages (under `bazel run`: the locked ones).
     python_path = os.pathsep.join([str(work / "job{}"), *dict.fromkeys(p for p in sys.path if p)])

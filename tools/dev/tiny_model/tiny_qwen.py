@@ -88,7 +88,7 @@ def _bytes_to_unicode() -> dict[int, str]:
     return table
 
 
-def tokenizer_json() -> dict:
+def _tokenizer_json() -> dict:
     byte_chars = _bytes_to_unicode()
     vocab = {byte_chars[byte]: byte for byte in range(256)}
     added = [
@@ -269,7 +269,7 @@ def write(out: Path, variant: str = "qwen3_5") -> list[Path]:
     files = {
         "config.json": _canonical({"architectures": [architecture], **config}),
         "generation_config.json": _canonical({"bos_token_id": 256, "eos_token_id": 257, "do_sample": False}),
-        "tokenizer.json": _canonical(tokenizer_json()),
+        "tokenizer.json": _canonical(_tokenizer_json()),
         "tokenizer_config.json": _canonical(tokenizer_config()),
         SHARD: weights,
         "model.safetensors.index.json": _canonical(

@@ -76,7 +76,7 @@ def _rfc3339(epoch: int) -> str:
     return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def load_base(base: Path | None) -> dict[str, Any]:
+def _load_base(base: Path | None) -> dict[str, Any]:
     """{"manifest", "config", "source", "layout"}: what the new image builds on."""
     if base is None:
         return {"manifest": {"layers": []}, "config": {}, "source": None, "layout": None}
@@ -125,7 +125,7 @@ def _platform(base_config: dict[str, Any], spec: dict[str, Any]) -> dict[str, st
     return platform
 
 
-def build_config(
+def _build_config(
     base_config: dict[str, Any], spec: dict[str, Any], layers: list[dict[str, Any]], created: str
 ) -> dict[str, Any]:
     platform = _platform(base_config, spec)
@@ -214,7 +214,7 @@ def load_pins_checked(path: Path, release: bool) -> dict[str, Any]:
     return pins.model_dump(mode="json")
 
 
-def runtime_contract(spec: dict[str, Any], pins: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _runtime_contract(spec: dict[str, Any], pins: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Who the image runs as and where it writes, from its own config spec: the spec (with
     User forced to root only where the pin document says the engine needs it) and the
     contract recorded in labels and /etc/omni/image.json."""
@@ -263,7 +263,7 @@ def checked_lock(path: Path | None, pins: dict[str, Any]) -> bytes | None:
     return data
 
 
-def baked_layer(
+def _baked_layer(
     output: Path,
     pins: dict[str, Any],
     base_digest: str,
@@ -302,12 +302,12 @@ def assemble(
     unknown = sorted(set(spec) - set(CONFIG_KEYS))
     if unknown:
         raise OciError(f"unknown image config keys: {unknown}", field="config")
-    base = load_base(base_dir)
+    base = _load_base(base_dir)
     created = _rfc3339(source_date_epoch())
     layers = list(layers)
     runtime = None
     if pins is not None:
-        spec, runtime = runtime_contract(spec, pins)
+        spec, runtime = _runtime_contract(spec, pins)
         spec = {
             **spec,
             "labels": {**(spec.get("labels") or {}), **pin_labels(pins)},
@@ -315,10 +315,10 @@ def assemble(
         }
         built = [layer["digest"] for layer in base["manifest"]["layers"]] + [desc["digest"] for desc, _ in layers]
         output.mkdir(parents=True, exist_ok=True)
-        desc, blob = baked_layer(output, pins, base.get("digest", ""), built, checkpoint_lock, runtime)
+        desc, blob = _baked_layer(output, pins, base.get("digest", ""), built, checkpoint_lock, runtime)
         layers.append((desc, blob))
     descriptors = [desc for desc, _ in layers]
-    config = build_config(base["config"], spec, descriptors, created)
+    config = _build_config(base["config"], spec, descriptors, created)
     if not config.get("os") or not config.get("architecture"):
         raise OciError("the image has no os/architecture: name them, or build on a base", field="platform")
     config_bytes = canonical(config)

@@ -38,7 +38,7 @@ def platform_name(platform: dict[str, str]) -> str:
     return "/".join(platform[key] for key in ("os", "architecture", "variant") if platform.get(key))
 
 
-def platform_of(layout: Path, manifest: dict[str, Any]) -> dict[str, str]:
+def _platform_of(layout: Path, manifest: dict[str, Any]) -> dict[str, str]:
     config = json.loads(read_blob(layout, manifest["config"]["digest"]))
     platform = {key: config[key] for key in ("os", "architecture", "variant") if config.get(key)}
     if "os" not in platform or "architecture" not in platform:
@@ -59,7 +59,7 @@ def write_index(output: Path, images: list[Path]) -> str:
                 field=str(layout),
             )
         digest, manifest, manifest_bytes = read_layout(layout)
-        platform = platform_of(layout, manifest)
+        platform = _platform_of(layout, manifest)
         key = platform_name(platform)
         if key in seen:
             raise OciError(

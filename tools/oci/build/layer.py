@@ -81,7 +81,7 @@ _IMPLIED_DIR = {
 }
 
 
-def plan_entries(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _plan_entries(entries: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Destination -> entry, parents included, duplicates refused unless identical."""
     planned: dict[str, dict[str, Any]] = {}
     for raw in entries:
@@ -170,7 +170,7 @@ def write_layer(
         from_tars = [
             entry for item in tars for entry in tar_entries(Path(item["src"]), item.get("prefix", "/"), scratch)
         ]
-        planned = plan_entries([*entries, *from_tars])
+        planned = _plan_entries([*entries, *from_tars])
         with output.open("wb") as raw:
             compressed = _HashingWriter(raw)
             if compression == "gzip":

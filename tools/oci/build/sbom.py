@@ -46,7 +46,7 @@ def _package(
     }
 
 
-def build_sbom(
+def _build_sbom(
     name: str, digest: str, debian: list[dict[str, Any]], wheels: list[dict[str, Any]], release: str = "bookworm"
 ) -> dict[str, Any]:
     created = datetime.datetime.fromtimestamp(source_date_epoch(), datetime.timezone.utc)
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         for item in debian:
             item["url"] = urls.get((item["name"], item["architecture"]), "")
     wheels = [item for path in args.wheels for item in json.loads(path.read_text())]
-    sbom = build_sbom(args.name, args.digest_file.read_text().strip(), debian, wheels)
+    sbom = _build_sbom(args.name, args.digest_file.read_text().strip(), debian, wheels)
     args.output.write_text(json.dumps(sbom, indent=2, sort_keys=True) + "\n")
     print(f"sbom: {len(debian)} Debian packages, {len(wheels)} Python distributions", file=sys.stderr)
     return 0

@@ -23,7 +23,7 @@ from typing import Callable
 Main = Callable[[list[str]], int]
 
 
-def expand(arguments: list[str]) -> list[str]:
+def _expand(arguments: list[str]) -> list[str]:
     """Arguments with each `@FILE` replaced by the file's lines (Bazel's multiline param file)."""
     expanded = []
     for argument in arguments:
@@ -45,7 +45,7 @@ def serve(main: Main, stdin=None, stdout=None) -> int:
         captured = io.StringIO()
         try:
             with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
-                code = main(expand(list(request.get("arguments") or [])))
+                code = main(_expand(list(request.get("arguments") or [])))
         except SystemExit as exc:  # argparse and tools exit this way
             code = exc.code if isinstance(exc.code, int) else 1
         except Exception as exc:  # a bug in one action must not take the worker down silently
@@ -61,4 +61,4 @@ def run(main: Main, argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     if "--persistent_worker" in arguments:
         return serve(main)
-    return main(expand(arguments))
+    return main(_expand(arguments))

@@ -51,7 +51,7 @@ def _public_suffixes():
     return PublicSuffixList()
 
 
-def registrable_domain(host: str) -> str | None:
+def _registrable_domain(host: str) -> str | None:
     """example.com for auth.example.com; None for an IP address or a public suffix itself."""
     try:
         ipaddress.ip_address(host.strip("[]"))
@@ -67,7 +67,7 @@ def realm_withholds(registry: httpx.URL, realm: httpx.URL) -> str:
         return ""
     if realm.scheme != "https":
         return f"the token realm {realm.scheme}://{realm.netloc.decode()} is another host over plain http"
-    ours, theirs = registrable_domain(registry.host), registrable_domain(realm.host)
+    ours, theirs = _registrable_domain(registry.host), _registrable_domain(realm.host)
     if ours is None or ours != theirs:
         return f"the token realm {realm.host} is not in the registry's registrable domain ({ours or registry.host})"
     return ""

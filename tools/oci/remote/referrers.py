@@ -20,7 +20,7 @@ def _ensure_blob(client: RegistryClient, repository: str, data: bytes) -> None:
         client.upload(repository, digest, data, len(data))
 
 
-def fallback_tag(subject_digest: str) -> str:
+def _fallback_tag(subject_digest: str) -> str:
     return subject_digest.replace(":", "-")
 
 
@@ -31,7 +31,7 @@ def referrers(client: RegistryClient, repository: str, subject_digest: str) -> t
         return response.json().get("manifests", []), "api"
     tagged = client.request(
         "GET",
-        f"/v2/{repository}/manifests/{fallback_tag(subject_digest)}",
+        f"/v2/{repository}/manifests/{_fallback_tag(subject_digest)}",
         repository=repository,
         headers={"Accept": OCI_INDEX},
     )
@@ -75,5 +75,5 @@ def push_referrer(
     if not any(item["digest"] == digest for item in listed):
         listed = [*listed, entry]
         index = canonical({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": listed})
-        client.put_manifest(repository, fallback_tag(subject["digest"]), index, OCI_INDEX)
+        client.put_manifest(repository, _fallback_tag(subject["digest"]), index, OCI_INDEX)
     return digest
