@@ -5,7 +5,7 @@ Plain HTTP is used only for loopback registries; anything else is HTTPS. Who may
 credential, and the token dance: tools.oci.remote.auth.
 
 Deadlines: every answer's status line and headers arrive within DOCUMENT_DEADLINE_S
-(tools.oci.remote.answer_deadline); a document (manifest, token, small blob) is read within
+(tools.oci.remote.transport); a document (manifest, token, small blob) is read within
 DOCUMENT_DEADLINE_S in all, body included; a streamed blob within its size at
 BLOB_MIN_BYTES_PER_S (at least BLOB_MIN_DEADLINE_S); a peer trickling bytes cannot hold a read
 open past them.
@@ -25,11 +25,11 @@ import httpx
 from attest.redact import redact_known
 from tools.oci.errors import OciError
 from tools.oci.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
-from tools.oci.remote.answer_deadline import answer_deadline, bound_answers
 from tools.oci.remote.auth import LOOKUP, RegistryAuth, is_loopback, origin
 from tools.oci.remote.bodies import DETAIL_READ_BYTES, error_detail, read_bounded
 from tools.oci.remote.credentials import Credential
 from tools.oci.remote.reference import DIGEST_RE
+from tools.oci.remote.transport import DeadlineTransport, ProxyRefused, answer_deadline
 
 ACCEPT_MANIFESTS = ", ".join((OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST))
 # Registries are untrusted: every read is bounded. A blob is never read past its descriptor's
@@ -66,8 +66,13 @@ class RegistryClient:
         asks for one; None forces anonymous access."""
         self.registry = registry
         scheme = "http" if is_loopback(registry) else "https"
-        self.client = bound_answers(
-            httpx.Client(base_url=f"{scheme}://{registry}", timeout=timeout, follow_redirects=True, transport=transport)
+        if transport is None:  # a transport given from outside (a test's MockTransport) is used as it is
+            try:
+                transport = DeadlineTransport()
+            except ProxyRefused as exc:
+                raise OciError(f"{registry}: {exc}", field=exc.variable) from None
+        self.client = httpx.Client(
+            base_url=f"{scheme}://{registry}", timeout=timeout, follow_redirects=True, transport=transport
         )
         self.auth = RegistryAuth(registry, self.client, credential)
         self.origin = origin(self.client.base_url)

@@ -1,0 +1,114 @@
+"""The registry transport (tools/oci/remote/transport.py): httpcore's public pool under httpx,
+proxies from the environment per request, a SOCKS proxy refused naming its variable, and
+httpcore's errors surfacing as httpx's."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+from http.server import BaseHTTPRequestHandler
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.fixtures.loopback import LoopbackHTTPServer
+from tools.oci.errors import OciError
+from tools.oci.remote.registry import RegistryClient
+from tools.oci.remote.transport import DeadlineTransport
+
+BLOB = b"a blob behind a proxy\n"
+DIGEST = "sha256:" + hashlib.sha256(BLOB).hexdigest()
+
+
+class _Registry(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == f"/v2/omni/blobs/{DIGEST}":
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(BLOB)))
+            self.end_headers()
+            self.wfile.write(BLOB)
+            return
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+class _ForwardProxy(BaseHTTPRequestHandler):
+    """A plain HTTP forward proxy: the absolute-form request line is fetched from its origin."""
+
+    seen: list[str]
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.seen.append(self.path)
+        target = urlsplit(self.path)
+        upstream = http.client.HTTPConnection(target.hostname, target.port, timeout=10)
+        upstream.request("GET", target.path)
+        answer = upstream.getresponse()
+        body = answer.read()
+        self.send_response(answer.status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        upstream.close()
+
+
+class Served(LoopbackHTTPServer):
+    def __init__(self, handler: type[BaseHTTPRequestHandler], **attributes: object) -> None:
+        self._serve(type("Handler", (handler,), attributes))
+
+
+@pytest.fixture
+def no_proxy_env(monkeypatch):
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    return monkeypatch
+
+
+def test_a_proxy_from_the_environment_carries_the_request(no_proxy_env) -> None:
+    seen: list[str] = []
+    with Served(_Registry) as registry, Served(_ForwardProxy, seen=seen) as proxy:
+        no_proxy_env.setenv("HTTP_PROXY", proxy.url)
+        with RegistryClient(f"127.0.0.1:{registry.port}", credential=None) as client:
+            assert client.blob("omni", DIGEST, size=len(BLOB)) == BLOB
+    assert seen == [f"http://127.0.0.1:{registry.port}/v2/omni/blobs/{DIGEST}"]
+
+
+@pytest.mark.parametrize("no_proxy", ["127.0.0.1", "*"])
+def test_no_proxy_sends_the_request_direct(no_proxy_env, no_proxy: str) -> None:
+    seen: list[str] = []
+    with Served(_Registry) as registry, Served(_ForwardProxy, seen=seen) as proxy:
+        no_proxy_env.setenv("HTTP_PROXY", proxy.url)
+        no_proxy_env.setenv("NO_PROXY", no_proxy)
+        with RegistryClient(f"127.0.0.1:{registry.port}", credential=None) as client:
+            assert client.blob("omni", DIGEST, size=len(BLOB)) == BLOB
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("ALL_PROXY", "socks5://127.0.0.1:1080"),
+        ("HTTPS_PROXY", "socks5h://127.0.0.1:1080"),
+        ("all_proxy", "socks4://x"),
+    ],
+)
+def test_a_socks_proxy_is_refused_naming_its_variable(no_proxy_env, variable: str, value: str) -> None:
+    no_proxy_env.setenv(variable, value)
+    with pytest.raises(OciError, match=f"{variable.upper()}=socks") as refused:
+        RegistryClient("127.0.0.1:5000", credential=None)
+    assert refused.value.field == variable.upper()
+
+
+def test_a_refused_connection_is_httpx_s_connect_error(no_proxy_env) -> None:
+    with Served(_Registry) as closed:
+        port = closed.port
+    with httpx.Client(transport=DeadlineTransport()) as client, pytest.raises(httpx.ConnectError):
+        client.get(f"http://127.0.0.1:{port}/v2/")

@@ -1,0 +1,217 @@
+"""The registry's HTTP transport: httpcore's public connection pool, built with a network backend
+of ours (`ConnectionPool(network_backend=...)`), under httpx's client; proxies from the
+environment chosen per request.
+
+A total deadline on the wait for an answer's status line and headers:
+
+httpx bounds each socket read, not their sum: its read timeout restarts with every byte, so a
+peer sending a header byte every few seconds would hold a request open for days. httpx has no
+total timeout, so the bound sits under it, in httpcore's network backend: within
+`answer_deadline(seconds)` (the calling thread's: httpx's sync client reads on the thread that
+sends), the reads that follow a request's last write wait at most `seconds` in all, then fail
+as httpx.ReadTimeout. Bodies are read outside it, each under its own deadline (registry.py).
+
+The same backend reads bodies in pieces of up to BODY_READ_BYTES: httpcore asks its network
+stream for 64 kB at a time, and at that size the Python work per read, not the network, bounded
+a layer's download (`bazel run //tools/dev/bench:pin`, 2 GB on loopback: 3.09 s at 64 kB, 2.30 s at
+1 MB, against crane export's 2.9 s). h11 buffers whatever it is given; HTTP/1.1 without
+pipelining sends nothing past the answer being read.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import httpcore
+import httpx
+
+_budget = threading.local()
+BODY_READ_BYTES = 1 << 20
+
+
+@contextmanager
+def answer_deadline(seconds: float) -> Iterator[None]:
+    previous = getattr(_budget, "seconds", None)
+    _budget.seconds = seconds
+    try:
+        yield
+    finally:
+        _budget.seconds = previous
+
+
+def _late(seconds: float) -> httpcore.ReadTimeout:
+    return httpcore.ReadTimeout(
+        f"the answer's status line and headers did not arrive within {seconds:g} s (a peer trickling bytes, or none)"
+    )
+
+
+class _Stream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+        self._answer_started: float | None = None  # the first read after the request's writes
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        seconds = getattr(_budget, "seconds", None)
+        if seconds is None:  # a body: read in larger pieces (see the module's docstring)
+            return self._inner.read(max(max_bytes, BODY_READ_BYTES), timeout)
+        if self._answer_started is None:
+            self._answer_started = time.monotonic()
+        ends = self._answer_started + seconds
+        left = ends - time.monotonic()
+        if left <= 0:
+            raise _late(seconds)
+        try:
+            return self._inner.read(max_bytes, left if timeout is None else min(timeout, left))
+        except httpcore.ReadTimeout:
+            if time.monotonic() >= ends:
+                raise _late(seconds) from None
+            raise
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._answer_started = None  # a new request on this connection: its answer's clock starts later
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        return _Stream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _Backend(httpcore.NetworkBackend):
+    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+        self._inner = inner
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.NetworkStream:
+        return _Stream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.NetworkStream:
+        return _Stream(self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+class ProxyRefused(ValueError):
+    """A proxy setting the transport will not use; `variable` names it."""
+
+    def __init__(self, message: str, variable: str) -> None:
+        super().__init__(message)
+        self.variable = variable
+
+
+def _environment_proxies() -> dict[str, str]:
+    """http, https and all proxies from the environment (either case), as httpx reads them."""
+    return {scheme: url for scheme, url in urllib.request.getproxies_environment().items() if scheme != "no"}
+
+
+def _variable_for(scheme: str) -> str:
+    return "ALL_PROXY" if scheme == "all" else f"{scheme.upper()}_PROXY"
+
+
+HTTPCORE_ERRORS = (
+    httpcore.TimeoutException,
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.ProxyError,
+    httpcore.UnsupportedProtocol,
+)
+
+
+@contextmanager
+def _httpx_errors() -> Iterator[None]:
+    """httpcore's exceptions as httpx's own of the same name (httpx's mapping is private)."""
+    try:
+        yield
+    except HTTPCORE_ERRORS as exc:
+        raise getattr(httpx, type(exc).__name__, httpx.TransportError)(str(exc)) from exc
+
+
+class _Body(httpx.SyncByteStream):
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _httpx_errors():
+            yield from self._stream
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+
+class DeadlineTransport(httpx.BaseTransport):
+    """httpx's transport over httpcore pools whose network backend bounds each answer (above):
+    one pool for direct connections, one per proxy. A request goes through the environment's
+    proxy for its scheme (HTTPS_PROXY, HTTP_PROXY, else ALL_PROXY) unless NO_PROXY names its
+    host; a SOCKS proxy is refused, naming its variable."""
+
+    def __init__(self) -> None:
+        self._ssl = httpx.create_ssl_context()  # the system's CAs; SSL_CERT_FILE/SSL_CERT_DIR honoured
+        self._proxies = _environment_proxies()
+        for scheme, url in self._proxies.items():
+            if not url.startswith(("http://", "https://")):
+                raise ProxyRefused(
+                    f"{_variable_for(scheme)}={url.split('://')[0]}://...: only http(s) proxies are supported "
+                    "(a SOCKS proxy needs a library Omni does not ship); unset it or use an http proxy",
+                    _variable_for(scheme),
+                )
+        self._pools: dict[str, httpcore.ConnectionPool] = {}
+        self._lock = threading.Lock()  # pushes share one client across threads
+
+    def _pool(self, url: httpx.URL) -> httpcore.ConnectionPool:
+        proxy = (
+            ""
+            if urllib.request.proxy_bypass_environment(url.host)
+            else (self._proxies.get(url.scheme) or self._proxies.get("all", ""))
+        )
+        with self._lock:
+            if proxy not in self._pools:
+                self._pools[proxy] = httpcore.ConnectionPool(
+                    ssl_context=self._ssl,
+                    proxy=httpcore.Proxy(proxy, ssl_context=self._ssl) if proxy else None,
+                    network_backend=_Backend(httpcore.SyncBackend()),
+                )
+            return self._pools[proxy]
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        core = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        with _httpx_errors():
+            answer = self._pool(request.url).handle_request(core)
+        return httpx.Response(
+            status_code=answer.status, headers=answer.headers, stream=_Body(answer.stream), extensions=answer.extensions
+        )
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
