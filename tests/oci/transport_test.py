@@ -4,6 +4,7 @@ httpcore's errors surfacing as httpx's."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.client
 from http.server import BaseHTTPRequestHandler
@@ -41,12 +42,14 @@ class _ForwardProxy(BaseHTTPRequestHandler):
     """A plain HTTP forward proxy: the absolute-form request line is fetched from its origin."""
 
     seen: list[str]
+    authorizations: list[str]
 
     def log_message(self, *args: object) -> None:
         pass
 
     def do_GET(self) -> None:
         self.seen.append(self.path)
+        self.authorizations.append(self.headers.get("Proxy-Authorization", ""))
         target = urlsplit(self.path)
         upstream = http.client.HTTPConnection(target.hostname, target.port, timeout=10)
         upstream.request("GET", target.path)
@@ -72,19 +75,25 @@ def no_proxy_env(monkeypatch):
     return monkeypatch
 
 
-def test_a_proxy_from_the_environment_carries_the_request(no_proxy_env) -> None:
+@pytest.mark.parametrize(
+    "userinfo, authorization",
+    [("", ""), ("proxy-user:s%40cret@", "Basic " + base64.b64encode(b"proxy-user:s@cret").decode())],
+)
+def test_a_proxy_from_the_environment_carries_the_request(no_proxy_env, userinfo: str, authorization: str) -> None:
     seen: list[str] = []
-    with Served(_Registry) as registry, Served(_ForwardProxy, seen=seen) as proxy:
-        no_proxy_env.setenv("HTTP_PROXY", proxy.url)
+    authorizations: list[str] = []
+    with Served(_Registry) as registry, Served(_ForwardProxy, seen=seen, authorizations=authorizations) as proxy:
+        no_proxy_env.setenv("HTTP_PROXY", f"http://{userinfo}127.0.0.1:{proxy.port}")
         with RegistryClient(f"127.0.0.1:{registry.port}", credential=None) as client:
             assert client.blob("omni", DIGEST, size=len(BLOB)) == BLOB
     assert seen == [f"http://127.0.0.1:{registry.port}/v2/omni/blobs/{DIGEST}"]
+    assert authorizations == [authorization]
 
 
 @pytest.mark.parametrize("no_proxy", ["127.0.0.1", "*"])
 def test_no_proxy_sends_the_request_direct(no_proxy_env, no_proxy: str) -> None:
     seen: list[str] = []
-    with Served(_Registry) as registry, Served(_ForwardProxy, seen=seen) as proxy:
+    with Served(_Registry) as registry, Served(_ForwardProxy, seen=seen, authorizations=[]) as proxy:
         no_proxy_env.setenv("HTTP_PROXY", proxy.url)
         no_proxy_env.setenv("NO_PROXY", no_proxy)
         with RegistryClient(f"127.0.0.1:{registry.port}", credential=None) as client:

@@ -157,8 +157,8 @@ class Loader:
             namespace[alias] = loaded.get(name, _Anything())
 
 
-def _public_names(root: Path = ROOT) -> dict[str, Any]:
-    namespace = Loader(root).module(PUBLIC)
+def _public_names(loader: Loader) -> dict[str, Any]:
+    namespace = loader.module(PUBLIC)
     given = {"load", *_starlark_builtins()}
     return {name: value for name, value in namespace.items() if not name.startswith("_") and name not in given}
 
@@ -206,11 +206,7 @@ EXAMPLE = "\n\nExample:\n\n"
 def _concerns(root: Path = ROOT) -> dict[str, list[tuple[str, Any]]]:
     """Every public name under the concern of the private file that defines it."""
     loader = Loader(root)
-    names = {
-        name: value
-        for name, value in loader.module(PUBLIC).items()
-        if not name.startswith("_") and name not in {"load", *_starlark_builtins()}
-    }
+    names = _public_names(loader)
     sections: dict[str, list[tuple[str, Any]]] = {title: [] for title in dict.fromkeys(CONCERNS.values())}
     for name, value in sorted(names.items()):
         homes = [path for path, module in loader.modules.items() if path != PUBLIC and module.get(name) is value]
@@ -262,7 +258,7 @@ def reference(root: Path = ROOT) -> str:
 def undocumented(root: Path = ROOT) -> list[str]:
     """Every public rule, attribute, macro or provider field without a doc."""
     missing = []
-    for name, value in _public_names(root).items():
+    for name, value in _public_names(Loader(root)).items():
         if isinstance(value, Rule):
             if not value.doc.strip():
                 missing.append(name)

@@ -126,7 +126,7 @@ class _BlobSender:
         if local.is_file():
             self.client.upload(self.repository, digest, local, size)
             return "uploaded", digest
-        if digest not in set(self.sidecar.get("shallow_layers") or []):
+        if digest not in (self.sidecar.get("shallow_layers") or ()):
             raise OciError(f"{self.layout}: blob {digest} is neither in the layout nor a base layer", field=digest)
         base_repository = self.sidecar["repository"]
         if self.sidecar["registry"] == self.registry and self.client.mount(self.repository, digest, base_repository):

@@ -145,23 +145,25 @@ class RegistryClient:
             ours = origin(self.client.base_url.join(url)) == self.origin
         except httpx.InvalidURL:
             raise OciError(f"{self.registry}: {url!r} is not a URL", field="registry") from None
+
+        def send() -> httpx.Response:
+            return self.client.send(self.client.build_request(method, url, headers=headers, **kwargs), stream=True)
+
         if not ours:
             # Another host (an upload Location, a blob store): no credential of ours goes there.
             try:
-                return self.client.send(self.client.build_request(method, url, headers=headers, **kwargs), stream=True)
+                return send()
             except httpx.HTTPError as exc:
                 raise OciError(f"{self.registry}: {method} to another host failed: {exc}", field="registry") from None
         known = self.auth.known(scope)
         if known:
             headers["Authorization"] = known
         try:
-            response = self.client.send(self.client.build_request(method, url, headers=headers, **kwargs), stream=True)
+            response = send()
             answer = self.auth.answer(response, scope, self.document_deadline_s)
             if answer:
                 headers["Authorization"] = answer
-                response = self.client.send(
-                    self.client.build_request(method, url, headers=headers, **kwargs), stream=True
-                )
+                response = send()
                 if response.status_code == 401 and answer.startswith("Basic "):
                     response.close()
                     raise self.auth.refused(self.auth.credential(), 401, scope)

@@ -118,16 +118,11 @@ class ProxyRefused(ValueError):
         self.variable = variable
 
 
-def _environment_proxies() -> dict[str, str]:
-    """http, https and all proxies from the environment (either case), as httpx reads them."""
-    return {scheme: url for scheme, url in urllib.request.getproxies_environment().items() if scheme != "no"}
-
-
 def _variable_for(scheme: str) -> str:
     return "ALL_PROXY" if scheme == "all" else f"{scheme.upper()}_PROXY"
 
 
-HTTPCORE_ERRORS = (
+_HTTPCORE_ERRORS = (
     httpcore.TimeoutException,
     httpcore.NetworkError,
     httpcore.ProtocolError,
@@ -141,7 +136,7 @@ def _httpx_errors() -> Iterator[None]:
     """httpcore's exceptions as httpx's own of the same name (httpx's mapping is private)."""
     try:
         yield
-    except HTTPCORE_ERRORS as exc:
+    except _HTTPCORE_ERRORS as exc:
         raise getattr(httpx, type(exc).__name__, httpx.TransportError)(str(exc)) from exc
 
 
@@ -167,13 +162,15 @@ class DeadlineTransport(httpx.BaseTransport):
 
     def __init__(self) -> None:
         self._ssl = httpx.create_ssl_context()  # the system's CAs; SSL_CERT_FILE/SSL_CERT_DIR honoured
-        self._proxies = _environment_proxies()
-        for scheme, url in self._proxies.items():
-            if not url.startswith(("http://", "https://")):
+        # Read once: http, https, all and no (either case), as httpx reads them.
+        self._environment = urllib.request.getproxies_environment()
+        for scheme, url in self._environment.items():
+            if scheme != "no" and not url.startswith(("http://", "https://")):
+                variable = _variable_for(scheme)
                 raise ProxyRefused(
-                    f"{_variable_for(scheme)}={url.split('://')[0]}://...: only http(s) proxies are supported "
+                    f"{variable}={url.split('://')[0]}://...: only http(s) proxies are supported "
                     "(a SOCKS proxy needs a library Omni does not ship); unset it or use an http proxy",
-                    _variable_for(scheme),
+                    variable,
                 )
         self._pools: dict[str, httpcore.ConnectionPool] = {}
         self._lock = threading.Lock()  # pushes share one client across threads
@@ -181,17 +178,24 @@ class DeadlineTransport(httpx.BaseTransport):
     def _pool(self, url: httpx.URL) -> httpcore.ConnectionPool:
         proxy = (
             ""
-            if urllib.request.proxy_bypass_environment(url.host)
-            else (self._proxies.get(url.scheme) or self._proxies.get("all", ""))
+            if urllib.request.proxy_bypass_environment(url.host, self._environment)
+            else (self._environment.get(url.scheme) or self._environment.get("all", ""))
         )
         with self._lock:
             if proxy not in self._pools:
                 self._pools[proxy] = httpcore.ConnectionPool(
                     ssl_context=self._ssl,
-                    proxy=httpcore.Proxy(proxy, ssl_context=self._ssl) if proxy else None,
+                    proxy=self._proxy(proxy) if proxy else None,
                     network_backend=_Backend(httpcore.SyncBackend()),
                 )
             return self._pools[proxy]
+
+    def _proxy(self, url: str) -> httpcore.Proxy:
+        """The proxy of a URL, its user:password (if any) sent as Proxy-Authorization as httpx
+        sends it: httpcore's own URL parsing drops the userinfo."""
+        parsed = httpx.URL(url)
+        auth = (parsed.username, parsed.password) if parsed.username else None
+        return httpcore.Proxy(str(parsed.copy_with(userinfo=b"")), auth=auth, ssl_context=self._ssl)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         core = httpcore.Request(
