@@ -20,6 +20,7 @@ from tests.fixtures.oci import SKOPEO, UMOCI, blobs_of, crane, run, writable_cop
 from tests.fixtures.registry import LoopbackRegistry
 from tools.oci.layout import read_blob, read_layout
 from tools.oci.tar_members import extract_all
+from tools.oci.tar_reader import TarStream
 
 IMAGES = {
     "qwen_mi300x": {"arch": "amd64", "module": "launcher", "machine": "x86_64"},
@@ -179,8 +180,8 @@ def test_the_load_tarballs_are_read_back_by_skopeo_with_the_same_rootfs(tmp_path
     inspected = json.loads(run([SKOPEO, "inspect", f"docker-archive:{docker}"]).stdout)
     assert inspected["Layers"] == config["rootfs"]["diff_ids"] and len(inspected["Layers"]) == 5
     # skopeo unpacks an oci-archive under /var/tmp (read-only in Bazel's sandbox): unpacked here instead.
-    with tarfile.open("images/qwen_mi300x_load_oci.tar") as tar:
-        extract_all(tar, tmp_path / "oci-archive", source="images/qwen_mi300x_load_oci.tar")
+    with open("images/qwen_mi300x_load_oci.tar", "rb") as tar:
+        extract_all(TarStream.of_file(tar), tmp_path / "oci-archive", source="images/qwen_mi300x_load_oci.tar")
     inspected_oci = run([SKOPEO, "inspect", f"oci:{tmp_path / 'oci-archive'}:omni/qwen_mi300x:latest"])
     assert inspected_oci.returncode == 0, inspected_oci.stderr
     oci = json.loads(inspected_oci.stdout)

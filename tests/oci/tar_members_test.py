@@ -15,6 +15,7 @@ import pytest
 
 from tools.oci.errors import OciError
 from tools.oci.tar_members import extract_all, member_path
+from tools.oci.tar_reader import TarStream
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes = b"", **fields) -> None:
@@ -34,8 +35,8 @@ def _tar(path: Path, *members) -> Path:
 
 
 def _extract(source: Path, dest: Path) -> list[str]:
-    with tarfile.open(source) as archive:
-        return extract_all(archive, dest, source=source)
+    with source.open("rb") as handle:
+        return extract_all(TarStream.of_file(handle), dest, source=source)
 
 
 def test_a_well_formed_tar_is_written_as_its_members_say(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from tools.oci.build.layer import write_layer
 from tools.oci.errors import OciError
 from tools.oci.layout import canonical, sha256_digest
 from tools.oci.push import push
-from tools.oci.remote.reference import Reference
+from tools.oci.reference import Reference
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.remote.shallow_base import fetch_base
 
@@ -208,7 +208,7 @@ def test_platform_is_resolved_from_an_index_and_refused_when_missing(tmp_path: P
     [
         ("127.0.0.1:1/vendor/base:latest", "", "is not pinned: its digest is empty"),
         ("127.0.0.1:1/vendor/base:latest", "sha256:" + "a" * 64, "names a tag; pin it by digest only"),
-        ("127.0.0.1:1/vendor/base", "sha256:short", "digest must be sha256:<64 hex>"),
+        ("127.0.0.1:1/vendor/base", "sha256:short", "the digest must be sha256:<64 lower-case hex>"),
     ],
 )
 def test_unpinned_bases_are_refused(tmp_path: Path, image: str, digest: str, message: str) -> None:

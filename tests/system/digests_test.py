@@ -4,6 +4,7 @@ and the deps layer installs wheels with nothing of the build host in it."""
 from __future__ import annotations
 
 import copy
+import gzip
 import io
 import json
 import tarfile
@@ -16,6 +17,7 @@ from tests.fixtures.oci import make_image, make_layer
 from tools.oci.build_diff import check, diff, manifest_of
 from tools.oci.layout import blob_path
 from tools.oci.tar_members import extract_all
+from tools.oci.tar_reader import TarStream
 
 RECORDED = Path("images/digests.json")
 IMAGES = {name: Path("images") / f"{name}.layout" for name in ("qwen_mi300x", "deepseek_spark")}
@@ -79,8 +81,8 @@ def _deps_layer(tmp_path: Path) -> Path:
             names = [member.name for _, member in zip(range(50), archive)]
         if any(name.lstrip("./").startswith(SITE + "/") for name in names):
             root = tmp_path / "rootfs"
-            with tarfile.open(blob_path(layout, layer["digest"]), "r:gz") as archive:
-                extract_all(archive, root, source=blob_path(layout, layer["digest"]))
+            with gzip.open(blob_path(layout, layer["digest"]), "rb") as archive:
+                extract_all(TarStream.of_file(archive), root, source=blob_path(layout, layer["digest"]))
             return root / SITE
     raise AssertionError(f"no layer of {layout} holds {SITE}")
 

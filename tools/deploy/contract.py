@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ from tools.deploy.errors import DeployError
 from tools.oci.build.image import BAKED_DEST, GROUPS_LABEL, TITLE
 from tools.oci.errors import OciError
 from tools.oci.layout import read_blob, read_layout
+from tools.oci.tar_members import clean_name
+from tools.oci.tar_reader import TarStream, read_members
 
 BAKED_PATH = BAKED_DEST.lstrip("/")  # as a tar member names it
 # The baked layer holds two small documents; anything bigger is not ours.
@@ -55,15 +56,18 @@ def _baked_layer(layout: Path, manifest: dict[str, Any]) -> bytes:
         raise DeployError(
             f"the /{BAKED_PATH} layer is {layer.get('size')} bytes (at most {MAX_BAKED_LAYER})", field=BAKED_PATH
         )
+    found = None
     try:
         data = read_blob(layout, layer["digest"])
-        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(data))) as tar:
-            member = tar.extractfile(BAKED_PATH)
-            if member is None:
-                raise KeyError(BAKED_PATH)
-            return member.read(MAX_BAKED_LAYER)
-    except (OciError, OSError, KeyError, tarfile.TarError, EOFError) as exc:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as plain:
+            for member, content in read_members(TarStream.of_file(plain), f"the /{BAKED_PATH} layer"):
+                if clean_name(layout, member.name) == BAKED_PATH and member.kind == "file":
+                    found = content.read(min(member.size, MAX_BAKED_LAYER))  # the last one wins, as unpacked
+    except (OciError, OSError, EOFError) as exc:
         raise DeployError(f"cannot read /{BAKED_PATH} from {layout}: {exc}", field=BAKED_PATH) from None
+    if found is None:
+        raise DeployError(f"cannot read /{BAKED_PATH} from {layout}: the layer does not hold it", field=BAKED_PATH)
+    return found
 
 
 def _user(value: str) -> tuple[int, int]:

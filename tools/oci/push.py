@@ -26,7 +26,7 @@ from tools.oci.build.index import read_index
 from tools.oci.errors import OciError
 from tools.oci.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
 from tools.oci.push_record import record_push
-from tools.oci.remote.reference import Reference
+from tools.oci.reference import Reference
 from tools.oci.remote.registry import RegistryClient
 
 # The distribution spec's tag grammar.

@@ -25,7 +25,7 @@ from tools.oci.errors import OciError
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
 from tools.oci.push import expand_tags, push, read_status, read_tags
 from tools.oci.push_record import record_push
-from tools.oci.remote.reference import Reference
+from tools.oci.reference import Reference
 from tools.oci.remote.referrers import push_referrer
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.sign import (

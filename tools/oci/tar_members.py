@@ -2,39 +2,52 @@
 
 A member name must be relative and stay inside the archive's root (no `..`, no NUL); only
 regular files, directories, symbolic links and hard links are accepted. `extract_all` writes
-such a tar into a directory without trusting anything else in it: links may not point out of
-the directory, owners are never applied, set-id bits are dropped, and a member never writes
-through a symbolic link that an earlier member made.
+such a tar, read by tools.oci.tar_reader (members as the container runtimes read them), into a
+directory without trusting anything else in it: links may not point out of the directory,
+owners are never applied, set-id bits are dropped, and a member never writes through a
+symbolic link that an earlier member made.
 
 Why by hand and not `TarFile.extractall(filter="data")`: extraction filters arrived in
-Python 3.11.4, and Debian 12's python3 is 3.11.2, which has no `filter` argument.
+Python 3.11.4, Debian 12's python3 is 3.11.2, and tarfile reads some headers differently from
+the runtimes (tools.oci.tar_reader says which).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tarfile
 from pathlib import Path, PurePosixPath
 
 from tools.oci.errors import OciError
+from tools.oci.tar_reader import MemberData, TarMember, TarStream, read_members
 
 COPY_CHUNK = 1 << 20
 PERMISSION_BITS = 0o777
+PATH_MAX = 4096
 
 
-def member_path(source: str | Path, name: str, *, kind: str = "tar") -> PurePosixPath:
-    """`name` as a clean relative path (`.` for the root); refuses absolute and climbing names.
-    `kind` starts the refusal ("layer tar", "base layer", ...)."""
-    parts = [part for part in PurePosixPath(name).parts if part not in ("", ".")]
+def clean_name(source: str | Path, name: str, *, kind: str = "tar") -> str:
+    """`name` as a clean relative path (`.` for the root); refuses absolute and climbing names
+    and names no runtime can create. `kind` starts the refusal ("layer tar", "base layer", ...)."""
+    if len(name) > PATH_MAX // 4 and len(name.encode("utf-8", "surrogateescape")) > PATH_MAX:
+        raise OciError(
+            f"{kind} {source}: member {name[:64]!r}... is longer than {PATH_MAX} bytes (Linux's PATH_MAX: "
+            "no runtime can create it)",
+            field=f"{source}:{name[:64]}",
+        )
+    parts = [part for part in name.split("/") if part not in ("", ".")]
     if name.startswith("/") or ".." in parts or "\x00" in name:
         raise OciError(
             f"{kind} {source}: member {name!r} is absolute or leaves the tar's root", field=f"{source}:{name}"
         )
-    return PurePosixPath(*parts) if parts else PurePosixPath(".")
+    return "/".join(parts) or "."
 
 
-def _link_stays_inside(source: str | Path, member: tarfile.TarInfo, relative: PurePosixPath) -> None:
+def member_path(source: str | Path, name: str, *, kind: str = "tar") -> PurePosixPath:
+    """clean_name as a path."""
+    return PurePosixPath(clean_name(source, name, kind=kind))
+
+
+def _link_stays_inside(source: str | Path, member: TarMember, relative: PurePosixPath) -> None:
     """A symbolic link's target, read from the link's own directory, must stay inside the root."""
     target = member.linkname
     if not target or target.startswith("/") or "\x00" in target:
@@ -77,42 +90,48 @@ def _make_room(source: str | Path, path: Path, name: str) -> None:
         path.unlink()
 
 
-def extract_all(archive: tarfile.TarFile, dest: Path, *, source: str | Path) -> list[str]:
-    """Writes every member of `archive` under `dest` (created); returns the relative paths written.
+def _write_file(data: MemberData, path: Path, mode: int) -> None:
+    with open(path, "xb") as out:
+        while chunk := data.read(COPY_CHUNK):
+            out.write(chunk)
+    path.chmod(mode)
 
-    Refuses, naming the tar and the member, anything `member_path` refuses, a device, FIFO or
-    other special file, a link pointing outside `dest`, and a hard link to a member not
-    written before it. Nothing is written for a refused archive's later members.
+
+def extract_all(stream: TarStream, dest: Path, *, source: str | Path) -> list[str]:
+    """Writes every member of the tar `stream` under `dest` (created); returns the relative
+    paths written. `source` names the tar in refusals.
+
+    Refuses, naming the tar and the member, anything tools.oci.tar_reader or `member_path`
+    refuses, a device, FIFO or other special file, a link pointing outside `dest`, and a hard
+    link to a member not written before it. Nothing is written for a refused archive's later
+    members.
     """
     dest.mkdir(parents=True, exist_ok=True)
     written: list[str] = []
     regular_files: set[str] = set()
-    for member in archive:
+    for member, data in read_members(stream, f"tar {source}", field=str(source)):
         relative = member_path(source, member.name)
         if str(relative) == ".":
             continue
         _no_link_on_the_way(source, dest, relative, member.name)
         path = dest / relative
         mode = member.mode & PERMISSION_BITS
-        if member.isdir():
+        if member.kind == "dir":
             if path.is_symlink() or (path.exists() and not path.is_dir()):
                 path.unlink()
                 regular_files.discard(str(relative))
             path.mkdir(parents=True, exist_ok=True)
             path.chmod(mode | 0o700)  # the owner must be able to write what follows into it
-        elif member.isfile():
+        elif member.kind == "file":
             _make_room(source, path, member.name)
-            handle = archive.extractfile(member)
-            with handle, open(path, "xb") as out:
-                shutil.copyfileobj(handle, out, COPY_CHUNK)
-            path.chmod(mode)
+            _write_file(data, path, mode)
             regular_files.add(str(relative))
-        elif member.issym():
+        elif member.kind == "symlink":
             _link_stays_inside(source, member, relative)
             _make_room(source, path, member.name)
             os.symlink(member.linkname, path)
             regular_files.discard(str(relative))
-        elif member.islnk():
+        elif member.kind == "hardlink":
             target = member_path(source, member.linkname)
             if str(target) not in regular_files or (dest / target).is_symlink():
                 raise OciError(

@@ -30,7 +30,7 @@ from attest.redact import redacting_output
 from tools.oci.build.image import BAKED_DEST, TITLE, pin_labels
 from tools.oci.build.provenance import PREDICATE_TYPE, STATEMENT_TYPE, resolved
 from tools.oci.errors import OciError
-from tools.oci.remote.reference import Reference
+from tools.oci.reference import Reference
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.sign import DSSE_TYPE, SIGNATURE_ANNOTATION, SIMPLESIGNING_TYPE, load_public_key, pae, tag_for, verify
 

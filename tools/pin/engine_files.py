@@ -28,14 +28,15 @@ DIST_INFO_FILES = frozenset({"METADATA", "RECORD", "direct_url.json"})
 VERSION_FILE = "_version.py"
 
 
-def wanted_files(engine: str) -> Callable[[PurePosixPath], bool]:
-    """Which layer members to keep for `engine`'s identity."""
+def wanted_files(engine: str) -> Callable[[str], bool]:
+    """Which layer members (clean relative paths) to keep for `engine`'s identity."""
     names = {normalized_name(name) for name in ENGINE_DISTRIBUTIONS[engine]}
 
-    def wanted(path: PurePosixPath) -> bool:
-        if len(path.parts) < 2:
+    def wanted(path: str) -> bool:
+        parts = path.rsplit("/", 2)
+        if len(parts) < 2:
             return False
-        directory, name = path.parts[-2], path.parts[-1]
+        directory, name = parts[-2], parts[-1]
         if name == VERSION_FILE:
             return directory == engine
         if name not in DIST_INFO_FILES or not directory.endswith(".dist-info"):

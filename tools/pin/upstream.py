@@ -20,8 +20,8 @@ from attest.lock import REVIEWED, CheckpointLock
 from attest.pins import ImagePins, ModelPin
 from boot import hub
 from tools.oci.errors import OciError
+from tools.oci.reference import Reference
 from tools.oci.remote.layer_files import read_layer_files
-from tools.oci.remote.reference import Reference
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.remote.shallow_base import resolve_image
 from tools.pin.engine_files import engine_identity, wanted_files

@@ -118,7 +118,14 @@ def _run(argv: list[str], **kwargs) -> tuple[float, int, str]:
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
-        raise SystemExit(f"pin bench: {argv[0]} failed with exit code {process.returncode}")
+        log = kwargs.get("stderr")
+        tail = b""
+        if hasattr(log, "seek"):
+            log.seek(0)
+            tail = log.read()[-2000:]
+        raise SystemExit(
+            f"pin bench: {argv[0]} failed with exit code {process.returncode}\n{tail.decode(errors='replace')}"
+        )
     return time.perf_counter() - started, usage.ru_maxrss, out.decode()
 
 
@@ -148,11 +155,10 @@ def main() -> int:
             )
         )
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        log = (work / "resolve.log").open("w+b")  # shown when a run fails
         ours, crane = [], []
         for run in range(args.runs):
-            wall, _, out = _run(
-                [sys.executable, "-c", RESOLVE, str(pins), registry.host], env=env, stderr=subprocess.DEVNULL
-            )
+            wall, _, out = _run([sys.executable, "-c", RESOLVE, str(pins), registry.host], env=env, stderr=log)
             seconds_text, peak_text = out.split()[:2]
             peak_kb = int(peak_text)
             ours.append((float(seconds_text), wall, peak_kb))

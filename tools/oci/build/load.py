@@ -26,6 +26,7 @@ from pathlib import Path
 from attest.errors import refusing_main
 from tools.oci.errors import OciError
 from tools.oci.layout import BASE_SIDECAR, OCI_INDEX, blob_path, read_layout
+from tools.oci.reference import Reference
 
 FORMATS = ("docker", "oci")
 
@@ -48,9 +49,13 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes | None = None, source: Pat
 
 
 def _check_tag(tag: str) -> str:
-    name, colon, version = tag.rpartition(":")
-    if not colon or not name or "/" in version or "@" in tag or name != name.lower():
-        raise OciError(f"repo tag {tag!r} must be REPOSITORY:TAG (lower-case repository, no digest)", field="repo_tags")
+    expected = f"repo tag {tag!r} must be REPOSITORY:TAG (lower-case repository, no digest)"
+    try:
+        ref = Reference.parse(tag)
+    except OciError as exc:
+        raise OciError(f"{expected}: {exc}", field="repo_tags") from None
+    if not ref.tag or ref.digest:
+        raise OciError(expected, field="repo_tags")
     return tag
 
 

@@ -7,19 +7,20 @@ device, a FIFO), a name that is absolute or climbs out with `..`, or a link to a
 tar does not hold is refused, naming the tar and the member.
 
 A compressed tar is first decompressed to a plain one beside the output: the layer is
-written in sorted order, and seeking backwards in a compressed stream restarts it.
+written in sorted order, and seeking backwards in a compressed stream restarts it. The tar is
+read by tools.oci.tar_reader, as the container runtimes read it.
 """
 
 from __future__ import annotations
 
 import gzip
 import shutil
-import tarfile
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from tools.oci.errors import OciError
 from tools.oci.tar_members import member_path
+from tools.oci.tar_reader import TarMember, TarStream, read_members
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -58,37 +59,52 @@ def _member_path(source: Path, name: str) -> PurePosixPath:
     return member_path(source, name, kind="layer tar")
 
 
+def _members(source: Path, plain: Path) -> list[tuple[TarMember, int]]:
+    """Every member of the plain tar, with where its data starts; read as the runtimes read it."""
+    members = []
+    try:
+        with plain.open("rb") as handle:
+            stream = TarStream.of_file(handle)
+            for member, _ in read_members(stream, f"layer tar {source}", field=str(source)):
+                members.append((member, stream.position))
+    except OSError as exc:
+        raise OciError(f"layer tar {source} is unreadable: {exc.strerror}", field=str(source)) from None
+    return members
+
+
 def tar_entries(source: Path, prefix: str, scratch: Path) -> Iterator[dict[str, Any]]:
     """Layer entries (see tools.oci.build.layer) for every member of `source`, placed under `prefix`."""
     plain = _plain_copy(source, scratch)
-    try:
-        archive = tarfile.open(plain, mode="r:")
-        members = archive.getmembers()
-    except (tarfile.TarError, OSError) as exc:
-        raise OciError(f"layer tar {source} is not a tar archive: {exc}", field=str(source)) from None
+    members = _members(source, plain)
     base = PurePosixPath("/" + prefix.strip("/"))
-    by_name = {str(_member_path(source, m.name)): m for m in members}
-    for member in members:
+    by_name = {str(_member_path(source, member.name)): (member, at) for member, at in members}
+    for member, at in members:
         relative = _member_path(source, member.name)
         if str(relative) == ".":
             continue
         dest = str(base / relative)
-        if member.isdir():
+        if member.kind == "dir":
             yield {"dest": dest, "type": "dir"}
-        elif member.issym():
+        elif member.kind == "symlink":
             yield {"dest": dest, "type": "symlink", "target": member.linkname}
-        elif member.isfile() or member.islnk():
-            target = member
-            if member.islnk():
-                target = by_name.get(str(_member_path(source, member.linkname)))
-                if target is None or not target.isfile():
+        elif member.kind in ("file", "hardlink"):
+            target, target_at = member, at
+            if member.kind == "hardlink":
+                target, target_at = by_name.get(str(_member_path(source, member.linkname)), (None, 0))
+                if target is None or target.kind != "file":
                     raise OciError(
                         f"layer tar {source}: hard link {member.name!r} points to {member.linkname!r}, "
                         "which is not a regular file in the tar",
                         field=f"{source}:{member.name}",
                     )
             mode = 0o755 if target.mode & 0o111 else 0o644
-            yield {"dest": dest, "type": "file", "tar": (str(plain), target.name), "size": target.size, "mode": mode}
+            yield {
+                "dest": dest,
+                "type": "file",
+                "tar": (str(plain), target_at, target.size),
+                "size": target.size,
+                "mode": mode,
+            }
         else:
             raise OciError(
                 f"layer tar {source}: member {member.name!r} is a device, FIFO or other special file; "
@@ -97,23 +113,40 @@ def tar_entries(source: Path, prefix: str, scratch: Path) -> Iterator[dict[str, 
             )
 
 
+class _Slice:
+    """`size` bytes of an open file from `offset`, as a file tarfile copies from."""
+
+    def __init__(self, handle: BinaryIO, offset: int, size: int) -> None:
+        handle.seek(offset)
+        self._handle, self._left = handle, size
+
+    def read(self, count: int = -1) -> bytes:
+        count = self._left if count is None or count < 0 else min(count, self._left)
+        data = self._handle.read(count)
+        self._left -= len(data)
+        return data
+
+    def __enter__(self) -> "_Slice":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
 class TarReader:
-    """Opens each input tar once and reads members from it while the layer is written."""
+    """Opens each input tar once and reads members' data from it while the layer is written."""
 
     def __init__(self) -> None:
-        self._open: dict[str, tarfile.TarFile] = {}
+        self._open: dict[str, BinaryIO] = {}
 
-    def read(self, location: tuple[str, str]):
-        path, name = location
-        archive = self._open.get(path)
-        if archive is None:
-            archive = self._open[path] = tarfile.open(path, mode="r:")
-        handle = archive.extractfile(name)
+    def read(self, location: tuple[str, int, int]) -> _Slice:
+        path, offset, size = location
+        handle = self._open.get(path)
         if handle is None:
-            raise OciError(f"layer tar {path}: member {name!r} has no content", field=f"{path}:{name}")
-        return handle
+            handle = self._open[path] = open(path, "rb")
+        return _Slice(handle, offset, size)
 
     def close(self) -> None:
-        for archive in self._open.values():
-            archive.close()
+        for handle in self._open.values():
+            handle.close()
         self._open.clear()

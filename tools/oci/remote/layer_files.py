@@ -2,58 +2,54 @@
 
 Each layer is fetched once through RegistryClient.stream_blob, which never reads past the
 descriptor's size and checks the digest at the end; a layer whose bytes do not match its
-descriptor fails the whole read, so nothing read from it is ever used. Layers apply in order
-as a container runtime applies them: a later layer's file wins, a whiteout (`.wh.NAME`)
-removes NAME and everything under it from the layers below, an opaque marker
-(`.wh..wh..opq`) empties its directory of the layers below, and a file or link that replaces
-a directory removes what was under it.
+descriptor fails the whole read, so nothing read from it is ever used. Its tar is read by
+tools.oci.tar_reader (members exactly as the runtimes' Go reader takes them) and applied as a
+runtime applies layers (tools.oci.remote.overlay): whiteouts, opaque markers, replaced
+directories, and no member written through a symbolic link.
 
-Only the members a caller asks for (`wanted`) are kept in memory, each capped; everything
-else is skipped as the tar streams past, without being copied (tools.oci.remote.layer_stream, which
-also tells gzip, zstd and plain tar apart by their first bytes).
+Only the members a caller asks for (`wanted`) are kept in memory, each capped and all together
+capped by MAX_KEPT_BYTES; everything else is skipped as the tar streams past, without being
+copied (tools.oci.remote.layer_stream also tells gzip, zstd and plain tar apart).
 
-Up to PARALLEL_LAYERS layers stream at once: a remote registry's round trips and per-connection
-bandwidth then overlap (hashing, inflating and the socket reads release the GIL). What each
-layer keeps and removes is applied in layer order afterwards, so the result is the serial one.
-The first failure stops the other layers' reads at their next piece.
+Up to PARALLEL_LAYERS layers stream at once, so a remote registry's round trips and
+per-connection bandwidth overlap (hashing, inflating and the socket reads release the GIL).
+Each layer's reader hands its members, in batches through a bounded queue, to the one thread
+that applies them in layer order: what a member means depends on every member before it
+(a link it is written through, a directory it replaces), and the queue bounds memory however
+many members a layer holds. The first failure stops every read at its next piece.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import queue
 import sys
-import tarfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from tools.oci.errors import OciError
-from tools.oci.remote.layer_stream import ForwardFile, decompressed
+from tools.oci.remote.layer_stream import decompressed
+from tools.oci.remote.overlay import LayerFile, Overlay
 from tools.oci.remote.registry import RegistryClient
-from tools.oci.tar_members import member_path
+from tools.oci.tar_members import PATH_MAX, clean_name
+from tools.oci.tar_reader import TarMember, TarStream, read_members
+
+__all__ = ["LayerFile", "read_layer_files"]
 
 WHITEOUT_PREFIX = ".wh."
 OPAQUE_MARKER = ".wh..wh..opq"
-END_OF_ARCHIVE = bytes(tarfile.BLOCKSIZE)
-# What tarfile may read at once beyond a member's data: a pax or long-name header record.
-MAX_HEADER_RECORD_BYTES = 1 << 20
 MAX_LAYER_BYTES = 1 << 40
+# Bytes of wanted members read from all layers together: an engine's metadata is a few MB.
+MAX_KEPT_BYTES = 64 << 20
 # Layers read at once (see the module's docstring), at most 4.
 PARALLEL_LAYERS = max(2, min(4, os.cpu_count() or 2))
-
-
-@dataclass(frozen=True)
-class LayerFile:
-    """A kept member: its bytes when it is a regular file, else None and what it is."""
-
-    path: str
-    layer: str
-    data: bytes | None
-    kind: str = "file"
+BATCH_MEMBERS = 2048
+QUEUED_BATCHES = 8
+_POLL_S = 0.05
 
 
 def _checked_chunks(chunks: Iterator[bytes], deadline: float, passed: str, stopped: threading.Event) -> Iterator[bytes]:
@@ -77,123 +73,124 @@ class _Stopped(Exception):
     """Another layer failed: this one stops reading (its own result is never used)."""
 
 
-@dataclass
-class _LayerChanges:
-    """What one layer does to the layers below it."""
+@dataclass(frozen=True)
+class _Read:
+    """What every layer's reader shares."""
 
-    kept: dict[str, LayerFile] = field(default_factory=dict)
-    removed: list[tuple[str, bool]] = field(default_factory=list)  # (path, the path itself too)
-    members: int = 0
-
-
-class _Overlay:
-    """The kept files of the layers applied so far."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, LayerFile] = {}
-
-    def remove_under(self, directory: str, *, itself: bool) -> None:
-        prefix = directory + "/" if directory else ""
-        for path in [path for path in self.files if path.startswith(prefix) or (itself and path == directory)]:
-            del self.files[path]
+    client: RegistryClient
+    repository: str
+    wanted: Callable[[str], bool]
+    max_file_bytes: int
+    deadline: float
+    stopped: threading.Event
+    progress: bool
+    kept: list[int]  # bytes kept so far, all layers together (one cell, under `lock`)
+    lock: threading.Lock
 
 
-def _layer_changes(
-    archive: tarfile.TarFile, layer: str, where: str, wanted: Callable[[PurePosixPath], bool], max_file_bytes: int
-) -> _LayerChanges:
-    """One layer's kept members and removals, in the order its tar lists them."""
-    changes = _LayerChanges()
-    kept, removed = changes.kept, changes.removed
-    for member in archive:
-        # tarfile keeps every member it has read; a base holds hundreds of thousands.
-        archive.members.clear()
-        changes.members += 1
-        relative = member_path(where, member.name, kind="base layer")
-        path = str(relative)
-        if path == ".":
+# An applied member: (what, path, payload, wanted) with what one of
+# dir, file, symlink, hardlink, whiteout, opaque.
+_Event = tuple[str, str, Any, bool]
+
+
+def _kept_data(read: _Read, member: TarMember, data: Any, path: str, where: str) -> bytes:
+    if member.size > read.max_file_bytes:
+        raise OciError(
+            f"{where}: {path} is {member.size} bytes; at most {read.max_file_bytes} are read for it", field=path
+        )
+    with read.lock:
+        read.kept[0] += member.size
+        if read.kept[0] > MAX_KEPT_BYTES:
+            raise OciError(f"{where}: the wanted members exceed {MAX_KEPT_BYTES} bytes in all", field=path)
+    kept = data.read(member.size)
+    if len(kept) < member.size:
+        raise OciError(f"{where}: {path} is cut short by the end of the stream", field=path)
+    return kept
+
+
+def _event(read: _Read, member: TarMember, data: Any, layer: str, where: str) -> _Event | None:
+    """What `member` does to the tree, its wanted bytes read."""
+    path = clean_name(where, member.name, kind="base layer")
+    if path == ".":
+        return None
+    parent, _, name = path.rpartition("/")
+    if name == OPAQUE_MARKER:
+        return ("opaque", path, None, False)
+    if name.startswith(WHITEOUT_PREFIX):
+        if not name[len(WHITEOUT_PREFIX) :]:
+            raise OciError(f"{where}: whiteout {member.name!r} names nothing", field=member.name)
+        hidden = name[len(WHITEOUT_PREFIX) :]
+        return ("whiteout", path, f"{parent}/{hidden}" if parent else hidden, False)
+    wanted = read.wanted(path)
+    if member.kind == "dir":
+        return ("dir", path, None, wanted)
+    if member.kind == "symlink":
+        if len(member.linkname.encode("utf-8", "surrogateescape")) >= PATH_MAX:
+            raise OciError(f"{where}: symbolic link {path} has a target longer than Linux allows", field=path)
+        return ("symlink", path, member.linkname, wanted)
+    if member.kind == "hardlink":
+        return ("hardlink", path, clean_name(where, member.linkname, kind="base layer"), wanted)
+    if not wanted:
+        return ("file", path, None, False)
+    if member.kind != "file":
+        return ("file", path, LayerFile(path, layer, None, "special file"), True)
+    return ("file", path, LayerFile(path, layer, _kept_data(read, member, data, path, where)), True)
+
+
+def _put(read: _Read, out: queue.Queue, item: Any) -> None:
+    while True:
+        if read.stopped.is_set():
+            raise _Stopped()
+        try:
+            out.put(item, timeout=_POLL_S)
+            return
+        except queue.Full:
             continue
-        name = relative.name
-        if name == OPAQUE_MARKER:
-            parent = str(relative.parent)
-            removed.append(("" if parent == "." else parent, False))
-            continue
-        if name.startswith(WHITEOUT_PREFIX):
-            hidden = name[len(WHITEOUT_PREFIX) :]
-            if not hidden:
-                raise OciError(f"{where}: whiteout {member.name!r} names nothing", field=member.name)
-            removed.append((str(relative.parent / hidden), True))
-            continue
-        if not member.isdir():
-            removed.append((path, False))  # a file or link replacing a directory hides what was under it
-        if not wanted(relative):
-            kept.pop(path, None)
-            continue
-        if member.isfile():
-            if member.size > max_file_bytes:
-                raise OciError(
-                    f"{where}: {path} is {member.size} bytes; at most {max_file_bytes} are read for it", field=path
-                )
-            handle = archive.extractfile(member)
-            data = handle.read(max_file_bytes + 1) if handle else b""
-            kept[path] = LayerFile(path, layer, data)
-        elif member.islnk():
-            target = kept.get(str(member_path(where, member.linkname, kind="base layer")))
-            kept[path] = LayerFile(
-                path,
-                layer,
-                target.data if target else None,
-                "file" if target and target.data is not None else "hard link",
-            )
-        else:
-            kind = "symbolic link" if member.issym() else "directory" if member.isdir() else "special file"
-            kept[path] = LayerFile(path, layer, None, kind)
-    return changes
 
 
-def _read_layer(
-    client: RegistryClient,
-    repository: str,
-    digest: str,
-    size: int,
-    where: str,
-    wanted: Callable[[PurePosixPath], bool],
-    max_file_bytes: int,
-    deadline: float,
-    stopped: threading.Event,
-    progress: bool,
-) -> _LayerChanges:
-    """One layer streamed once: bounded, decompressed, walked, and its digest checked."""
+def _walk(read: _Read, pieces: Iterator[bytes], digest: str, where: str, out: queue.Queue) -> int:
+    """Every member of the layer's tar as events, in batches; how many members it holds."""
+    batch: list[_Event] = []
+    members = 0
+    for member, data in read_members(TarStream(pieces), where):
+        members += 1
+        event = _event(read, member, data, digest, where)
+        if event is not None:
+            batch.append(event)
+        if len(batch) >= BATCH_MEMBERS:
+            _put(read, out, batch)
+            batch = []
+    _put(read, out, batch)
+    return members
+
+
+def _read_layer(read: _Read, digest: str, size: int, where: str, out: queue.Queue) -> None:
+    """One layer streamed once: bounded, decompressed, walked, its digest checked; its events
+    go to `out`, then None."""
     started = time.monotonic()
+    passed = f"{where}: reading the layers passed their deadline"
     chunks = _checked_chunks(
-        client.stream_blob(repository, digest, size),
-        deadline,
-        f"{where}: reading the layers passed their deadline",
-        stopped,
+        read.client.stream_blob(read.repository, digest, size), read.deadline, passed, read.stopped
     )
     try:
         pieces = decompressed(chunks)
-        tar = ForwardFile(pieces, max_read=max_file_bytes + MAX_HEADER_RECORD_BYTES)
-        with tarfile.open(fileobj=tar, mode="r:") as archive:
-            changes = _layer_changes(archive, digest, where, wanted, max_file_bytes)
-            # tarfile ends its walk quietly at a header it cannot parse; a runtime refuses the layer.
-            if tar.last_read and tar.last_read != END_OF_ARCHIVE:
-                raise OciError(
-                    f"{where}: the tar stream has an invalid header at byte {archive.offset} "
-                    "(expected a member header or the end-of-archive blocks)",
-                    field=digest,
-                )
-        # The rest (end-of-archive padding, the last gzip trailer) is read and checked too, as a
-        # runtime does, then the blob to its end: a digest that does not match is the answer
-        # even when the bytes also fail to decompress.
+        members = _walk(read, pieces, digest, where, out)
+        # The rest (the last gzip trailer) is read and checked too, as a runtime does, then the
+        # blob to its end: a digest that does not match is the answer even when the bytes also
+        # fail to decompress.
         try:
             for _ in pieces:
                 pass
         finally:
             for _ in chunks:
                 pass
-    except (tarfile.TarError, EOFError, OSError) as exc:
+    except OciError as exc:
         for _ in chunks:  # the blob to its end (bounded by its size and the deadline): a digest
             pass  # that does not match is the answer, not what its bytes fail to decompress to
+        raise exc from None
+    except (EOFError, OSError) as exc:
+        for _ in chunks:
+            pass
         raise OciError(f"{where} is not a readable tar layer: {exc}", field=digest) from None
     except Exception as exc:
         zstandard = sys.modules.get("zstandard")
@@ -202,14 +199,45 @@ def _read_layer(
         raise
     finally:
         chunks.close()
-    if progress:
+    _put(read, out, None)
+    if read.progress:
         seconds = max(time.monotonic() - started, 1e-6)
         print(
-            f"pin: {where}: {size / 1e6:.1f} MB, {changes.members} members, {size / 1e6 / seconds:.1f} MB/s",
+            f"pin: {where}: {size / 1e6:.1f} MB, {members} members, {size / 1e6 / seconds:.1f} MB/s",
             file=sys.stderr,
             flush=True,
         )
-    return changes
+
+
+def _apply(overlay: Overlay, event: _Event) -> None:
+    what, path, payload, wanted = event
+    overlay.check_parents(path)
+    if what == "dir":
+        overlay.directory(path)
+    elif what == "file":
+        overlay.non_directory(path, payload)
+    elif what == "symlink":
+        kept = LayerFile(path, overlay.digest, None, "symbolic link") if wanted else None
+        overlay.non_directory(path, kept, payload)
+    elif what == "hardlink":
+        overlay.hard_link(path, payload, overlay.digest, wanted)
+    elif what == "whiteout":
+        overlay.check_parents(payload)
+        overlay.whiteout(payload)
+    else:
+        overlay.opaque(path.rpartition("/")[0])
+
+
+def _next_batch(read: _Read, source: queue.Queue, failures: list[BaseException]) -> list[_Event] | None:
+    while True:
+        if failures:
+            raise failures[0]
+        if time.monotonic() > read.deadline:
+            raise OciError("reading the layers passed their deadline", field="deadline")
+        try:
+            return source.get(timeout=_POLL_S)
+        except queue.Empty:
+            continue
 
 
 def read_layer_files(
@@ -217,7 +245,7 @@ def read_layer_files(
     repository: str,
     layers: list[dict[str, Any]],
     *,
-    wanted: Callable[[PurePosixPath], bool],
+    wanted: Callable[[str], bool],
     max_file_bytes: int,
     label: str,
     progress: bool = True,
@@ -238,36 +266,33 @@ def read_layer_files(
         ):
             raise OciError(f"{label}: layer {number} has no valid digest and size", field=f"layers[{number - 1}]")
         reads.append((digest, size, f"{label} layer {number}/{len(layers)} ({digest})"))
-    stopped = threading.Event()
-    changes: dict[int, _LayerChanges] = {}
-    with ThreadPoolExecutor(max_workers=PARALLEL_LAYERS, thread_name_prefix="layer") as pool:
-        futures = {
-            pool.submit(
-                _read_layer,
-                client,
-                repository,
-                digest,
-                size,
-                where,
-                wanted,
-                max_file_bytes,
-                deadline,
-                stopped,
-                progress,
-            ): index
-            for index, (digest, size, where) in enumerate(reads)
-        }
+    read = _Read(
+        client, repository, wanted, max_file_bytes, deadline, threading.Event(), progress, [0], threading.Lock()
+    )
+    queues = [queue.Queue(maxsize=QUEUED_BATCHES) for _ in reads]
+    failures: list[BaseException] = []
+
+    def produce(index: int) -> None:
+        digest, size, where = reads[index]
         try:
-            for future in as_completed(futures):
-                changes[futures[future]] = future.result()
+            _read_layer(read, digest, size, where, queues[index])
+        except _Stopped:
+            pass
+        except BaseException as exc:  # the first failure is the answer: every other read stops
+            failures.append(exc)
+            read.stopped.set()
+
+    overlay = Overlay(label)
+    with ThreadPoolExecutor(max_workers=PARALLEL_LAYERS, thread_name_prefix="layer") as pool:
+        for index in range(len(reads)):
+            pool.submit(produce, index)
+        try:
+            for index, (digest, _, where) in enumerate(reads):  # applied in layer order
+                overlay.begin_layer(index, where, digest)
+                while (batch := _next_batch(read, queues[index], failures)) is not None:
+                    for event in batch:
+                        _apply(overlay, event)
         except BaseException:
-            stopped.set()  # the first failure is the answer: the other reads stop at their next piece
-            for future in futures:
-                future.cancel()
+            read.stopped.set()
             raise
-    overlay = _Overlay()
-    for index in range(len(reads)):  # in layer order: a later layer's changes apply over earlier ones
-        for path, itself in changes[index].removed:
-            overlay.remove_under(path, itself=itself)
-        overlay.files.update(changes[index].kept)
-    return overlay.files
+    return overlay.files()

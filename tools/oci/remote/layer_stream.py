@@ -1,14 +1,11 @@
-"""A layer's bytes as tarfile reads them: decompressed piece by piece as they arrive, and read
-forward only.
+"""A layer's tar bytes, decompressed piece by piece as they arrive.
 
 gzip, zstd and plain tar are told apart by their first bytes, not by the media type a registry
 claims. Every piece is at most READ_BYTES, whatever the ratio, so a compression bomb costs time,
 never memory.
 
-`ForwardFile` gives tarfile's random-access mode what it needs (tell, read, and seek forward).
-A forward seek drops the pieces it passes without copying them: a member nobody wants costs
-only its inflating. tarfile's stream mode ("r|") copies every skipped byte through its own
-buffer, which made those copies, not zlib, the cost of reading a multi-GB base.
+tools.oci.tar_reader reads the pieces forward and drops the ones a skipped member spans
+without copying them: a member nobody wants costs only its inflating.
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ READ_BYTES = 1 << 20
 GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip mode: header, deflate body and trailer checked
 _DEFLATE = 8
 _RESERVED_FLAGS = 0xE0
+_FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 0x02, 0x04, 0x08, 0x10
 
 
 class _Source:
@@ -51,14 +49,44 @@ class _Source:
         return next(self._chunks, b"")
 
 
+def _header_end(source: _Source, at: int, what: str, *, limit: int) -> int:
+    """Where a NUL-terminated header field starting at `at` ends (past its NUL); Go's
+    compress/gzip refuses one longer than 511 bytes."""
+    while True:
+        end = source.pending.find(b"\x00", at, at + limit)
+        if end >= 0:
+            return end + 1
+        if len(source.pending) >= at + limit or not source.fill(len(source.pending) + 1):
+            raise OSError(f"not a valid gzip stream: the header's {what} is longer than {limit - 1} bytes or cut short")
+
+
 def _member_start(source: _Source) -> None:
-    """A member's first bytes named exactly when wrong (the inflater's own words are vaguer)."""
+    """A member's header checked as Go's compress/gzip checks it (the container runtimes'
+    reader), each fault named exactly (the inflater's own words are vaguer): magic, method,
+    reserved flags, the name and comment at most 511 bytes, and the header CRC when present."""
     if not source.fill(4) or not source.pending.startswith(GZIP_MAGIC):
         raise OSError("not a valid gzip stream: what follows a member is not another gzip member")
     if source.pending[2] != _DEFLATE:
         raise OSError(f"not a valid gzip stream: compression method {source.pending[2]}, expected 8 (deflate)")
-    if source.pending[3] & _RESERVED_FLAGS:
-        raise OSError(f"not a valid gzip stream: reserved header flags are set ({source.pending[3]:#04x})")
+    flags = source.pending[3]
+    if flags & _RESERVED_FLAGS:
+        raise OSError(f"not a valid gzip stream: reserved header flags are set ({flags:#04x})")
+    if not source.fill(10):
+        raise EOFError("the gzip stream ends inside a member")
+    end = 10
+    if flags & _FEXTRA:
+        if not source.fill(end + 2):
+            raise EOFError("the gzip stream ends inside a member")
+        end += 2 + int.from_bytes(source.pending[end : end + 2], "little")
+    for flag, what in ((_FNAME, "file name"), (_FCOMMENT, "comment")):
+        if flags & flag:
+            source.fill(end + 1)
+            end = _header_end(source, end, what, limit=512)
+    if flags & _FHCRC:
+        if not source.fill(end + 2):
+            raise EOFError("the gzip stream ends inside a member")
+        if int.from_bytes(source.pending[end : end + 2], "little") != zlib.crc32(source.pending[:end]) & 0xFFFF:
+            raise OSError("not a valid gzip stream: the header CRC does not match the header (Incorrect checksum)")
 
 
 def _gunzip_member(source: _Source) -> Iterator[bytes]:
@@ -138,55 +166,3 @@ def decompressed(chunks: Iterator[bytes]) -> Iterator[bytes]:
     if source.pending.startswith(ZSTD_MAGIC):
         return _unzstd(source)
     return _plain(source)
-
-
-class ForwardFile:
-    """Pieces of bytes as a file read forward only. A read larger than `max_read` is refused:
-    tarfile reads a pax or long-name header whole, at the size the archive claims for it."""
-
-    def __init__(self, pieces: Iterator[bytes], max_read: int) -> None:
-        self._pieces, self._max_read = pieces, max_read
-        self._piece = b""
-        self._at = 0  # the read position inside _piece
-        self._passed = 0  # bytes before _piece
-        self.last_read = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._passed + self._at
-
-    def _advance(self) -> bool:
-        self._passed += len(self._piece)
-        self._piece, self._at = next(self._pieces, b""), 0
-        return bool(self._piece)
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence != io.SEEK_SET or offset < self.tell():
-            raise io.UnsupportedOperation(f"a layer is read forward only (from byte {self.tell()} to {offset})")
-        while offset - self._passed > len(self._piece):
-            if not self._advance():
-                return self.tell()  # past the end: the next read gives nothing
-        self._at = offset - self._passed
-        return offset
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or not 0 <= size <= self._max_read:
-            raise OSError(f"a tar record of {size} bytes is larger than the {self._max_read} bytes read for one")
-        parts = []
-        while size:
-            available = len(self._piece) - self._at
-            if not available:
-                if not self._advance():
-                    break
-                continue
-            count = min(size, available)
-            parts.append(self._piece[self._at : self._at + count])
-            self._at += count
-            size -= count
-        self.last_read = b"".join(parts)
-        return self.last_read

@@ -25,10 +25,10 @@ import httpx
 from attest.redact import redact_known
 from tools.oci.errors import OciError
 from tools.oci.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
+from tools.oci.reference import DIGEST_RE
 from tools.oci.remote.auth import LOOKUP, RegistryAuth, is_loopback, origin
 from tools.oci.remote.bodies import DETAIL_READ_BYTES, error_detail, read_bounded
 from tools.oci.remote.credentials import Credential
-from tools.oci.remote.reference import DIGEST_RE
 from tools.oci.remote.transport import DeadlineTransport, ProxyRefused, answer_deadline
 
 ACCEPT_MANIFESTS = ", ".join((OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST))

@@ -18,8 +18,8 @@ from attest.errors import refusing_main
 from attest.redact import redacting_output
 from tools.oci.errors import OciError
 from tools.oci.layout import INDEX_TYPES, canonical, sha256_digest
+from tools.oci.reference import Reference
 from tools.oci.remote.bodies import json_object
-from tools.oci.remote.reference import Reference
 from tools.oci.remote.registry import RegistryClient
 
 
