@@ -295,7 +295,42 @@ QWEN = ("--repository", "r.example/q", "--model-pvc", "m")
         (QWEN + ("--env", "MODEL_ID=a\nb"), "MODEL_ID", "control character"),
         (QWEN + ("--env", "MODEL_ID=Qwen\u202e72B"), "MODEL_ID", "control character"),
         (QWEN + ("--env", "LWS_WORKER_INDEX=1"), "LWS_WORKER_INDEX", "LeaderWorkerSet injects"),
-        (QWEN + ("--startup-timeout", "-5"), "--startup-timeout", "positive"),
+        (QWEN + ("--startup-timeout", "-5"), "--startup-timeout", "expected a whole number"),
+        (QWEN + ("--startup-timeout", "1_000"), "--startup-timeout", "expected a whole number"),
+        (QWEN + ("--startup-timeout", "\u0661\u0662"), "--startup-timeout", "expected a whole number"),
+        (QWEN + ("--startup-timeout", str(2**31)), "--startup-timeout", "an int32 in the API"),
+        # References follow the distribution grammar: nothing can end the header comment or a scalar.
+        (("--repository", "r.example/q\nkind: Pod", "--model-pvc", "m"), "--repository", "control character"),
+        (("--repository", "r.example/q #x", "--model-pvc", "m"), "--repository", "a space"),
+        (("--repository", "r.example/a..b", "--model-pvc", "m"), "--repository", "lower-case components"),
+        (("--repository", "r..example/q", "--model-pvc", "m"), "--repository", "not a host name"),
+        (("--repository", "r.example:70000/q", "--model-pvc", "m"), "--repository", "outside 1..65535"),
+        (("--image", "r.example/q@sha256:" + "0" * 64 + "\n---", "--model-pvc", "m"), "--image", "control char"),
+        (("--image", "r.example/q:-t@sha256:" + "0" * 64, "--model-pvc", "m"), "--image", "the tag '-t'"),
+        # Names label by label, host paths that are no system tree.
+        (QWEN + ("--secret", "a..b"), "--secret", "DNS labels joined by '.'"),
+        (QWEN + ("--secret", "a.-b"), "--secret", "DNS labels joined by '.'"),
+        (QWEN + ("--secret", "a" * 64), "--secret", "DNS labels joined by '.'"),
+        (("--repository", "r.example/q", "--model-pvc", ".".join(["a" * 63] * 5)), "--model-pvc", "at most 253"),
+        *[
+            (("--repository", "r.example/q", "--model-host-path", path), "--model-host-path", says)
+            for path, says in [
+                ("/", "is /: name the model's own directory"),
+                ("//", "is /: name the model's own directory"),
+                ("/var/", "is /var: name the model's own directory"),
+                ("/etc", "system tree /etc"),
+                ("//etc//ssl", "system tree /etc"),
+                ("/proc/1/root", "system tree /proc"),
+                ("/var/lib/kubelet/pods", "system tree /var/lib/kubelet"),
+                ("/usr/./share", "system tree /usr"),
+                ("/srv/models\n", "control character"),
+            ]
+        ],
+        # Variables that would make the loader or Python run other code.
+        *[
+            (QWEN + ("--env", f"{name}=/tmp/x"), name, "changes which code")
+            for name in ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONSTARTUP", "PATH", "BASH_ENV")
+        ],
     ],
 )
 def test_bad_flags_are_refused_naming_them(flags: tuple[str, ...], field: str, says: str) -> None:
@@ -304,10 +339,64 @@ def test_bad_flags_are_refused_naming_them(flags: tuple[str, ...], field: str, s
     assert not any(value in json.dumps(refused) for value in SECRETS.values())
 
 
+def test_operator_values_reach_the_container_verbatim_and_paths_normalised() -> None:
+    """`$(NAME)` in an --env value is written `$$(NAME)`: Kubernetes then passes it unexpanded,
+    so no value can copy a Secret's variable; strings YAML readers could take for numbers or
+    booleans stay strings."""
+    values = {
+        "EXTRA": "$(QWEN_API_KEY)",
+        "HF_ENDPOINT": "http://127.0.0.1:9/$(HF_TOKEN)/",
+        "OCTAL": "0o17",
+        "FLOAT": "1e3",
+        "BOOL": "on",
+        "DOLLARS": "a$$b$",
+    }
+    flags = [item for name, value in values.items() for item in ("--env", f"{name}={value}")]
+    text, (deployment, _) = generated("qwen_mi300x", *QWEN, *flags)
+    env = {item["name"]: item.get("value") for item in pod_spec(deployment)["containers"][0]["env"]}
+    assert {name: env[name] for name in values} == {name: value.replace("$", "$$") for name, value in values.items()}
+    for line in ("0o17", "1e3", "on"):
+        assert f'value: "{line}"' in text
+    _, (lws, _) = generated(
+        "deepseek_spark", "--repository", "r.example/ds", "--model-host-path", "//srv//models/./qwen/"
+    )
+    volumes = [volume.get("hostPath") for volume in pod_spec(lws, "leader")["volumes"]]
+    assert {"path": "/srv/models/qwen", "type": "Directory"} in volumes
+
+
+def test_a_push_record_whose_reference_would_inject_yaml_is_refused(tmp_path: Path) -> None:
+    record_dir = tmp_path / "state"
+    record = record_dir / "omni" / "pushes" / (digest("qwen_mi300x").split(":")[1] + ".json")
+    record.parent.mkdir(parents=True)
+    planted = "push.example/q@" + digest("qwen_mi300x") + "\n---\nkind: Pod"
+    record.write_text(json.dumps({"digest": digest("qwen_mi300x"), "reference": planted}))
+    refused = refusal(generate("qwen_mi300x", "--model-pvc", "m", state=record_dir))
+    assert refused["field"] == str(record) and "control character" in refused["error"]
+
+
+def test_output_replaces_only_what_deploy_wrote(tmp_path: Path) -> None:
+    target = tmp_path / "qwen.yaml"
+    assert generate("qwen_mi300x", *QWEN, "--output", str(target)).returncode == 0
+    first = target.read_text()
+    assert first.startswith("# Generated by Omni's deploy")
+    assert generate("qwen_mi300x", *QWEN, "--namespace", "prod", "--output", str(target)).returncode == 0
+    assert "namespace: prod" in target.read_text()
+    for foreign in (b"my notes\n", b"# Generated by hand\n", first.encode()[:20]):
+        target.write_bytes(foreign)
+        refused = refusal(generate("qwen_mi300x", *QWEN, "--output", str(target)))
+        assert refused["field"] == "--output" and "left as it is" in refused["error"]
+        assert target.read_bytes() == foreign
+    link = tmp_path / "link.yaml"
+    link.symlink_to(tmp_path / "elsewhere.yaml")
+    (tmp_path / "elsewhere.yaml").write_text(first)
+    assert refusal(generate("qwen_mi300x", *QWEN, "--output", str(link)))["field"] == "--output"
+
+
 @pytest.mark.parametrize(
     "flags, field, says",
     [
         (("--dist-port", "80"), "--dist-port", "1024..65535"),
+        (("--dist-port", "2e4"), "--dist-port", "expected a whole number"),
         (("--env", "NODE_RANK=0"), "NODE_RANK", "LeaderWorkerSet"),
         (("--env", "DOWNLOAD_DEADLINE_S=６０"), "DOWNLOAD_DEADLINE_S", "whole seconds"),
         (("--rdma-network", "Not_A_Name"), "--rdma-network", "not a Kubernetes object name"),

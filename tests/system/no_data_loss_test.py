@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from unittest import mock
 
@@ -53,6 +55,15 @@ def _gate(tmp_path: Path, target: Path) -> int:
     )
 
 
+def _deploy(tmp_path: Path, target: Path) -> int:
+    """The manifests generator (a Bazel runner), its refusal passed on to this test's stderr."""
+    runner = os.environ["QWEN_MANIFESTS"]
+    flags = ["--repository", "r.example/q", "--model-pvc", "m", "--output", str(target)]
+    done = subprocess.run([runner, *flags], capture_output=True, text=True, timeout=120)
+    sys.stderr.write(done.stderr)
+    return done.returncode
+
+
 def _gate_results(tmp_path: Path, target: Path) -> int:
     return _gate(tmp_path, target.with_name(target.name.removesuffix(".results.json")))
 
@@ -64,6 +75,7 @@ def _gate_results(tmp_path: Path, target: Path) -> int:
         (_lock, "notes.json", "--output"),
         (_gate, "notes.json", "--output"),
         (_gate_results, "gate.json.results.json", "--output"),
+        (_deploy, "notes.yaml", "--output"),
     ],
 )
 @pytest.mark.parametrize("foreign", [NOTES, b'{"mine": true}\n'])

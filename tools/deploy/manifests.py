@@ -5,18 +5,18 @@ image, a LeaderWorkerSet and Service for the multi-node boot image. Pure functio
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from attest.errors import AttestError
 from attest.pins import release_refusal
-from attest.primitives import UNPRINTABLE_CATEGORIES
 from boot import settings as boot_settings
 from launcher import settings as launcher_settings
 from tools.deploy.contract import ImageContract
 from tools.deploy.errors import DeployError
+from tools.deploy.inputs import DNS_LABEL_RE, Options, check_options, kubernetes_verbatim, model_host_path
+
+__all__ = ["Options", "check_pins", "resources"]
 
 PART_OF = "omni"
 API_KEY_SECRET_KEY = "api-key"
@@ -32,11 +32,6 @@ LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 # Grace for the engines to drain: both programs forward SIGTERM to the engine's process group.
 TERMINATION_GRACE_S = 120
 PROBE_PERIOD_S = 10
-# Variable names are what the shell and Kubernetes accept; secrets never go in plain `value`s.
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SECRET_NAME_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -57,21 +52,6 @@ TARGETS = {
 # The launcher verifies the checkpoint, then vLLM loads 27B and compiles its graphs into an
 # empty /cache: an hour before the pod is declared stuck (--startup-timeout changes it).
 LAUNCHER_STARTUP_S = 3600
-
-
-@dataclass(frozen=True)
-class Options:
-    image: str  # REGISTRY/REPO@sha256:..., already checked against the image's digest
-    namespace: str = "default"
-    secret: str = ""  # default: <name>-api-key
-    model_pvc: str = ""
-    model_host_path: str = ""
-    hf_token_secret: str = ""
-    network: str = "pod"  # pod, host
-    rdma_network: str = ""  # a Multus NetworkAttachmentDefinition
-    dist_port: int = 20000
-    startup_timeout_s: int = 0  # 0: the target's own budget
-    env: dict[str, str] = field(default_factory=dict)
 
 
 def _k8s_name(image: str) -> str:
@@ -123,52 +103,7 @@ def _check_options(contract: ImageContract, options: Options, secrets: tuple[str
             f"(known: {', '.join(sorted(TARGETS))})",
             field="hardware.profile",
         )
-    if not DNS_LABEL_RE.fullmatch(options.namespace):
-        raise DeployError(
-            f"--namespace {options.namespace!r} is not a DNS label (lower case, digits, '-')", field="--namespace"
-        )
-    for flag, value in (
-        ("--secret", options.secret),
-        ("--model-pvc", options.model_pvc),
-        ("--hf-token-secret", options.hf_token_secret),
-        ("--rdma-network", options.rdma_network),
-    ):
-        if value and not DNS_SUBDOMAIN_RE.fullmatch(value):
-            raise DeployError(f"{flag} {value!r} is not a Kubernetes object name", field=flag)
-    if bool(options.model_pvc) == bool(options.model_host_path):
-        raise DeployError(
-            "name where the checkpoint is: exactly one of --model-pvc NAME or --model-host-path PATH",
-            field="--model-pvc",
-        )
-    if options.model_host_path and (
-        not options.model_host_path.startswith("/") or ".." in options.model_host_path.split("/")
-    ):
-        raise DeployError(
-            f"--model-host-path {options.model_host_path!r} must be an absolute path without '..'",
-            field="--model-host-path",
-        )
-    if options.network not in ("pod", "host"):
-        raise DeployError(f"--network {options.network!r}: expected pod or host", field="--network")
-    if target.group_size == 1 and (options.network != "pod" or options.rdma_network):
-        raise DeployError("--network and --rdma-network are for the multi-node group only", field="--network")
-    if not 1024 <= options.dist_port <= 65535:
-        raise DeployError(f"--dist-port {options.dist_port} is outside 1024..65535", field="--dist-port")
-    if options.startup_timeout_s < 0:
-        raise DeployError("--startup-timeout must be positive", field="--startup-timeout")
-    managed = _managed(target)
-    for name, value in options.env.items():
-        if not ENV_NAME_RE.fullmatch(name):
-            raise DeployError(f"--env {name!r}: not a variable name", field="--env")
-        if name in managed:
-            raise DeployError(f"--env {name}: the manifest sets it ({name} {managed[name]})", field=name)
-        if name.startswith("LWS_"):
-            raise DeployError(f"--env {name}: LeaderWorkerSet injects the LWS_ variables", field=name)
-        if SECRET_NAME_RE.search(name) or any(secret and secret in value for secret in secrets):
-            raise DeployError(
-                f"--env {name}: a secret never goes in a manifest's plain value; put it in a Secret", field=name
-            )
-        if any(unicodedata.category(char) in UNPRINTABLE_CATEGORIES for char in value):
-            raise DeployError(f"--env {name}: the value has a control character", field=name)
+    check_options(options, single_pod=target.group_size == 1, managed=_managed(target), secrets=secrets)
     return target
 
 
@@ -244,7 +179,7 @@ def _volumes(
             source = (
                 {"persistentVolumeClaim": {"claimName": options.model_pvc, "readOnly": not model_writable}}
                 if options.model_pvc
-                else {"hostPath": {"path": options.model_host_path, "type": "Directory"}}
+                else {"hostPath": {"path": model_host_path(options.model_host_path), "type": "Directory"}}
             )
             mounts.append({"name": name, "mountPath": path, "readOnly": not model_writable})
         else:
@@ -318,7 +253,8 @@ def _pod_spec(
 
 
 def _operator_env(options: Options) -> list[dict[str, Any]]:
-    return [{"name": name, "value": value} for name, value in sorted(options.env.items())]
+    """The operator's variables, as the container must see them: never expanded by Kubernetes."""
+    return [{"name": name, "value": kubernetes_verbatim(value)} for name, value in sorted(options.env.items())]
 
 
 def _port(contract: ImageContract) -> int:

@@ -1,0 +1,178 @@
+"""The operator's choices for a deployment (Options) and the checks every one of them passes
+before a manifest is made: Kubernetes names label by label, a host path that is no system
+tree, numbers the API accepts, and variables that cannot load code or copy a Secret."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import unicodedata
+from dataclasses import dataclass, field
+
+from attest.primitives import UNPRINTABLE_CATEGORIES
+from tools.deploy.errors import DeployError
+
+# Variable names are what the shell and Kubernetes accept; secrets never go in plain `value`s.
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_NAME_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+MAX_SUBDOMAIN = 253
+INT32_MAX = 2**31 - 1
+# Variables that make the dynamic loader, Python or a shell run other code than the image's.
+LOADER_VARIABLES = frozenset(
+    {
+        "PATH",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PYTHONUSERBASE",
+        "PYTHONPLATLIBDIR",
+        "PYTHONEXECUTABLE",
+        "PYTHONBREAKPOINT",
+        "PYTHONINSPECT",
+        "PYTHONWARNINGS",
+        "BASH_ENV",
+        "ENV",
+    }
+)
+# Host trees a model volume must never be: writable for rank 0, they would hand it the node.
+SYSTEM_TREES = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var/lib/containerd",
+    "/var/lib/docker",
+    "/var/lib/kubelet",
+    "/var/log",
+    "/var/run",
+)
+# Whole top-level directories: a model lives in a directory of its own below them.
+TOP_LEVEL = ("/", "/home", "/mnt", "/media", "/opt", "/srv", "/tmp", "/var")
+
+
+@dataclass(frozen=True)
+class Options:
+    image: str  # REGISTRY/REPO@sha256:..., already checked against the image's digest
+    namespace: str = "default"
+    secret: str = ""  # default: <name>-api-key
+    model_pvc: str = ""
+    model_host_path: str = ""
+    hf_token_secret: str = ""
+    network: str = "pod"  # pod, host
+    rdma_network: str = ""  # a Multus NetworkAttachmentDefinition
+    dist_port: int = 20000
+    startup_timeout_s: int = 0  # 0: the target's own budget
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def dns_label(flag: str, value: str) -> None:
+    if not DNS_LABEL_RE.fullmatch(value):
+        raise DeployError(
+            f"{flag} {value!r} is not a DNS label (1-63 lower-case letters, digits or '-', "
+            "starting and ending with a letter or digit)",
+            field=flag,
+        )
+
+
+def dns_subdomain(flag: str, value: str) -> None:
+    """A Kubernetes object name: at most 253 characters, each dot-separated label a DNS label."""
+    if len(value) > MAX_SUBDOMAIN or not all(DNS_LABEL_RE.fullmatch(label) for label in value.split(".")):
+        raise DeployError(
+            f"{flag} {value!r} is not a Kubernetes object name (DNS labels joined by '.', at most "
+            f"{MAX_SUBDOMAIN} characters)",
+            field=flag,
+        )
+
+
+def model_host_path(value: str) -> str:
+    """The host directory, normalised; refused when relative, climbing, or a system tree."""
+    flag = "--model-host-path"
+    if any(unicodedata.category(char) in UNPRINTABLE_CATEGORIES for char in value):
+        raise DeployError(f"{flag} {value!r} has a control character", field=flag)
+    if not value.startswith("/") or ".." in value.split("/"):
+        raise DeployError(f"{flag} {value!r} must be an absolute path without '..'", field=flag)
+    path = posixpath.normpath(value)
+    path = "/" + path.lstrip("/")  # normpath keeps a leading '//'
+    if path in TOP_LEVEL:
+        raise DeployError(f"{flag} {value!r} is {path}: name the model's own directory below it", field=flag)
+    for tree in SYSTEM_TREES:
+        if path == tree or path.startswith(tree + "/"):
+            raise DeployError(f"{flag} {value!r} is in the host's system tree {tree}", field=flag)
+    return path
+
+
+def kubernetes_verbatim(value: str) -> str:
+    """`value` as Kubernetes must write it for the container to see it unchanged: every `$`
+    doubled, so no `$(NAME)` expands (and copies a Secret or another variable into it)."""
+    return value.replace("$", "$$")
+
+
+def check_env(name: str, value: str, managed: dict[str, str], secrets: tuple[str, ...]) -> None:
+    if not ENV_NAME_RE.fullmatch(name):
+        raise DeployError(f"--env {name!r}: not a variable name", field="--env")
+    if name in managed:
+        raise DeployError(f"--env {name}: the manifest sets it ({name} {managed[name]})", field=name)
+    if name.startswith("LWS_"):
+        raise DeployError(f"--env {name}: LeaderWorkerSet injects the LWS_ variables", field=name)
+    if name in LOADER_VARIABLES or name.startswith("LD_"):
+        raise DeployError(
+            f"--env {name}: it changes which code the loader, Python or the shell runs; the image fixes it", field=name
+        )
+    if SECRET_NAME_RE.search(name) or any(secret and secret in value for secret in secrets):
+        raise DeployError(
+            f"--env {name}: a secret never goes in a manifest's plain value; put it in a Secret", field=name
+        )
+    if any(unicodedata.category(char) in UNPRINTABLE_CATEGORIES for char in value):
+        raise DeployError(f"--env {name}: the value has a control character", field=name)
+
+
+def check_options(options: Options, *, single_pod: bool, managed: dict[str, str], secrets: tuple[str, ...]) -> None:
+    """Every operator choice, refused naming its flag before anything is made."""
+    dns_label("--namespace", options.namespace)
+    for flag, value in (
+        ("--secret", options.secret),
+        ("--model-pvc", options.model_pvc),
+        ("--hf-token-secret", options.hf_token_secret),
+        ("--rdma-network", options.rdma_network),
+    ):
+        if value:
+            dns_subdomain(flag, value)
+    if bool(options.model_pvc) == bool(options.model_host_path):
+        raise DeployError(
+            "name where the checkpoint is: exactly one of --model-pvc NAME or --model-host-path PATH",
+            field="--model-pvc",
+        )
+    if options.model_host_path:
+        model_host_path(options.model_host_path)
+    if options.network not in ("pod", "host"):
+        raise DeployError(f"--network {options.network!r}: expected pod or host", field="--network")
+    if single_pod and (options.network != "pod" or options.rdma_network):
+        raise DeployError("--network and --rdma-network are for the multi-node group only", field="--network")
+    if not 1024 <= options.dist_port <= 65535:
+        raise DeployError(f"--dist-port {options.dist_port} is outside 1024..65535", field="--dist-port")
+    if not 0 <= options.startup_timeout_s <= INT32_MAX:
+        raise DeployError(
+            f"--startup-timeout {options.startup_timeout_s} is outside 1..{INT32_MAX} seconds (an int32 in the API)",
+            field="--startup-timeout",
+        )
+    for name, value in options.env.items():
+        check_env(name, value, managed, secrets)
+
+
+def whole_number(flag: str, text: str) -> int:
+    """A flag's whole number: ASCII digits only (int() also takes '1_000', ' 7', '+7' and other
+    scripts' digits, which the API and a reviewer would read differently)."""
+    if not text.isascii() or not text.isdigit() or len(text) > 12:
+        raise DeployError(f"{flag} {text!r}: expected a whole number (ASCII digits)", field=flag)
+    return int(text)
