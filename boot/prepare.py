@@ -21,6 +21,7 @@ from attest.pins import BakedImage
 from attest.primitives import writable_dir
 from attest.tree import stat_regular
 from boot import hub
+from boot.download import DownloadProgress, Limits, partial_names
 from boot.errors import BootError
 from boot.locks import LockInUse, resolve_lock
 from boot.ranks import publish, publish_refusal, wait_for_rank0, withdraw_verdicts
@@ -29,10 +30,19 @@ from boot.settings import REVISION, BootSettings
 from boot.verify import VerifyReport, check_local, finish, first_problem
 
 
-def _limits(settings: BootSettings) -> hub.Limits:
-    return hub.Limits(
+def _limits(settings: BootSettings) -> Limits:
+    return Limits(
         settings.download_stall_s, settings.download_deadline_s, settings.download_attempts, settings.download_workers
     )
+
+
+def _drop_stale_partials(partial: Path, items: list) -> None:
+    """Partial files of files no longer wanted (placed since, or another lock's) would only
+    take space: each wanted file's own partial stays, to be resumed."""
+    keep = {name for item in items for name in partial_names(item)}
+    for entry in os.scandir(partial):
+        if entry.name not in keep and not entry.is_dir(follow_symlinks=False):
+            os.unlink(entry.path)
 
 
 def _fetch_missing(settings: BootSettings, in_use: LockInUse, names: list[str]) -> dict[str, Identity]:
@@ -47,13 +57,14 @@ def _fetch_missing(settings: BootSettings, in_use: LockInUse, names: list[str]) 
     writable_dir(settings.model, "MODEL_PATH", create=False, default_used="MODEL_PATH" in settings.defaults_used)
     partial = settings.model / PARTIAL_DIR
     partial.mkdir(mode=0o700, exist_ok=True)
+    _drop_stale_partials(partial, items)
     total = sum(item.size for item in items)
     print(
         f"downloading {len(items)} file(s), {total / 1e9:.2f} GB, from {settings.hf_endpoint or 'the hub'}",
         file=sys.stderr,
         flush=True,
     )
-    progress = hub.DownloadProgress(total, len(items), enabled=total >= 64 << 20)
+    progress = DownloadProgress(total, len(items), enabled=total >= 64 << 20)
     deadline = time.monotonic() + settings.download_deadline_s
     with ThreadPoolExecutor(settings.download_workers) as pool:
         futures = [

@@ -1,0 +1,353 @@
+"""A checkpoint file from the hub, resumed after a cut or a restart and verified as it arrives.
+
+Each locked file being fetched has a partial file in MODEL_PATH/.omni-partial, named by the
+lock's digest of it, beside a record of the answer its bytes came from (ETag, commit). A later
+attempt, or a later run, resumes it with an HTTP Range request: what is already on disk is
+hashed once (never trusted), and the hub's answer must be 206 with exactly the range asked, for
+the same ETag; a 200 or another ETag restarts the file from byte 0, a commit other than the
+pinned one is refused. Only a file whose every byte matched the lock is placed; a cut costs
+what was in flight. Progress counts hashed bytes only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from attest.errors import AttestError
+from attest.files import write_atomic
+from attest.hashing import new_digest
+from attest.lock import LockedFile
+from attest.reader import read_json_file
+from attest.tree import place, stat_regular
+from boot.errors import BootError
+
+# Written bytes are pushed to disk every this many bytes, so the fsync before the rename
+# finds little left to write: durability overlaps the transfer instead of following it.
+WRITEBACK_BYTES = 64 << 20
+RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+PART_SUFFIX = ".part"
+RECORD_SUFFIX = ".part.json"
+MAX_RECORD_BYTES = 4096
+READ_BYTES = 1 << 20
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
+
+
+@dataclass(frozen=True)
+class Limits:
+    stall_s: float
+    deadline_s: float
+    attempts: int
+    workers: int
+
+
+class DownloadProgress:
+    """One stderr line for long downloads: hashed bytes (resumed ones said apart), MB/s, ETA."""
+
+    def __init__(self, total: int, files: int, *, enabled: bool) -> None:
+        self.total, self.files, self.enabled = total, files, enabled
+        self.done = self.done_files = self.resumed = 0
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.lock = threading.Lock()
+
+    def add(self, count: int) -> None:
+        """`count` bytes hashed (negative: bytes discarded, when a partial file restarts)."""
+        with self.lock:
+            self.done += count
+            now = time.monotonic()
+            if self.enabled and now - self.last >= 1.0:
+                self.last = now
+                self._print(now)
+
+    def add_resumed(self, count: int) -> None:
+        """Bytes a partial file already held, hashed again from disk: done, but not this run's rate."""
+        with self.lock:
+            self.done += count
+            self.resumed += count
+
+    def file_done(self) -> None:
+        with self.lock:
+            self.done_files += 1
+            if self.enabled and self.done_files == self.files:
+                self._print(time.monotonic())
+
+    def _print(self, now: float) -> None:
+        rate = max(self.done - self.resumed, 0) / max(now - self.started, 1e-6)
+        eta = f"{(self.total - self.done) / rate:.0f} s" if rate > 0 else "unknown"
+        resumed = f" ({self.resumed / 1e9:.2f} GB resumed)" if self.resumed else ""
+        print(
+            f"downloading checkpoint: {self.done_files}/{self.files} files, {self.done / 1e9:.2f}/"
+            f"{self.total / 1e9:.2f} GB{resumed}, {rate / 1e6:.1f} MB/s, ETA {eta}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+class _Retry(Exception):
+    pass
+
+
+@dataclass
+class _Partial:
+    """One file's partial download: its bytes on disk, hashed so far, and the answer they came from."""
+
+    path: Path
+    record: Path
+    item: LockedFile
+    handle: Any = None
+    digest: Any = None
+    size: int = 0
+    etag: str = ""
+    flushed: int = 0
+    fresh: bool = True  # no record yet for these bytes
+    history: list[str] = field(default_factory=list)
+
+    def restart(self, progress: DownloadProgress) -> None:
+        """Back to byte 0: the bytes kept so far cannot be continued."""
+        progress.add(-self.size)
+        self.handle.seek(0)
+        self.handle.truncate()
+        self.digest = new_digest(self.item.algorithm, self.item.size)
+        self.size = self.flushed = 0
+        self.etag, self.fresh = "", True
+        self.record.unlink(missing_ok=True)
+
+    def discard(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+        self.path.unlink(missing_ok=True)
+        self.record.unlink(missing_ok=True)
+
+
+def partial_names(item: LockedFile) -> tuple[str, str]:
+    """The partial file's name and its record's: the lock's digest, and the path's, so two locked
+    files with the same bytes never share one."""
+    key = hashlib.sha256(item.path.encode()).hexdigest()[:16] + "-" + item.digest
+    return key + PART_SUFFIX, key + RECORD_SUFFIX
+
+
+def _read_record(partial: _Partial) -> str | None:
+    """The ETag a resumable partial file's bytes came from; None when its record does not match."""
+    try:
+        value, _ = read_json_file(
+            partial.record, label=str(partial.record), max_bytes=MAX_RECORD_BYTES, follow_symlinks=False
+        )
+    except AttestError:
+        return None
+    if value.get("size") != partial.item.size or value.get("digest") != partial.item.digest:
+        return None
+    etag = value.get("etag")
+    return etag if isinstance(etag, str) and len(etag) <= 256 else None
+
+
+def open_partial(directory: Path, item: LockedFile, progress: DownloadProgress) -> _Partial:
+    """The partial file of `item`, its bytes hashed once from disk; a fresh one when there is
+    none, or when what is there cannot be continued (no matching record, longer than the lock)."""
+    part_name, record_name = partial_names(item)
+    partial = _Partial(directory / part_name, directory / record_name, item)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(partial.path, flags, 0o600)
+        partial.handle = os.fdopen(descriptor, "r+b")
+    except OSError as exc:
+        raise BootError(f"{item.path}: cannot open {partial.path}: {exc.strerror or exc}", field=item.path) from None
+    partial.digest = new_digest(item.algorithm, item.size)
+    etag = _read_record(partial)
+    on_disk = os.fstat(partial.handle.fileno()).st_size
+    if etag is None or on_disk > item.size:
+        partial.handle.truncate(0)
+        partial.record.unlink(missing_ok=True)
+        return partial
+    while block := partial.handle.read(READ_BYTES):
+        partial.digest.update(block)
+        partial.size += len(block)
+    partial.etag, partial.fresh, partial.flushed = etag, False, partial.size
+    progress.add_resumed(partial.size)
+    if partial.size:
+        print(f"{item.path}: resuming at byte {partial.size} of {item.size}", file=sys.stderr, flush=True)
+    return partial
+
+
+def _etag(response: httpx.Response) -> str:
+    value = response.headers.get("X-Linked-Etag") or response.headers.get("ETag") or ""
+    return value.removeprefix("W/").strip('"')[:256]
+
+
+def _check_commit(response: httpx.Response, item: LockedFile, revision: str) -> None:
+    for answer in (*response.history, response):
+        commit = answer.headers.get("X-Repo-Commit")
+        if commit is not None and commit.lower() != revision:
+            raise BootError(
+                f"{item.path}: the hub answered for commit {commit[:80]!r}, not the pinned revision {revision}",
+                field=item.path,
+            )
+
+
+def _accept(response: httpx.Response, partial: _Partial, revision: str, progress: DownloadProgress) -> None:
+    """Checks the answer against what was asked; restarts the partial file when it cannot continue."""
+    item, status = partial.item, response.status_code
+    if status not in (200, 206):
+        message = f"{item.path}: the hub answered HTTP {status}"
+        if status == 416:
+            partial.restart(progress)
+        raise (_Retry(message) if status in RETRYABLE_STATUS or status == 416 else BootError(message, field=item.path))
+    _check_commit(response, item, revision)
+    etag = _etag(response)
+    if status == 200:
+        if partial.size:
+            print(f"{item.path}: the hub ignored the range: starting again from byte 0", file=sys.stderr, flush=True)
+            partial.restart(progress)
+    else:
+        found = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
+        expected = (partial.size, item.size - 1, item.size)
+        if found is None or tuple(map(int, found.groups())) != expected or (partial.etag and etag != partial.etag):
+            partial.restart(progress)
+            raise _Retry(
+                f"{item.path}: the hub's partial answer ({response.headers.get('Content-Range', 'no Content-Range')}, "
+                f"ETag {etag or 'none'}) does not continue byte {expected[0]} of the same file: starting again"
+            )
+    if partial.fresh:
+        record = {"digest": item.digest, "size": item.size, "etag": etag}
+        write_atomic(partial.record, json.dumps(record, sort_keys=True).encode(), mode=0o600)
+        partial.etag, partial.fresh = etag, False
+
+
+def _append(partial: _Partial, chunk: bytes, progress: DownloadProgress) -> None:
+    item = partial.item
+    if partial.size + len(chunk) > item.size:
+        raise _Retry(f"{item.path}: the hub sent more than the lock's {item.size} bytes")
+    partial.digest.update(chunk)
+    partial.handle.write(chunk)
+    partial.size += len(chunk)
+    progress.add(len(chunk))
+    if partial.size - partial.flushed >= WRITEBACK_BYTES:
+        partial.handle.flush()
+        # DONTNEED starts asynchronous writeback of the dirty range (Linux).
+        os.posix_fadvise(
+            partial.handle.fileno(), partial.flushed, partial.size - partial.flushed, os.POSIX_FADV_DONTNEED
+        )
+        partial.flushed = partial.size
+
+
+def _finish(partial: _Partial, progress: DownloadProgress) -> None:
+    """Every byte is there: the file must be what the lock says, else it starts again."""
+    item = partial.item
+    partial.handle.flush()
+    os.fsync(partial.handle.fileno())
+    if partial.digest.hexdigest() != item.digest:
+        received = partial.digest.hexdigest()
+        partial.restart(progress)
+        raise _Retry(
+            f"{item.path}: the hub served other bytes ({item.algorithm} expected {item.digest}, received {received})"
+        )
+
+
+def fetch_once(
+    session: httpx.Client,
+    url: str,
+    partial: _Partial,
+    revision: str,
+    limits: Limits,
+    deadline: float,
+    progress: DownloadProgress,
+    headers: dict[str, str],
+) -> None:
+    """One attempt: the rest of the file from where the partial file ends, hashed as it is written."""
+    item = partial.item
+    if partial.size < item.size:
+        asked = {**headers, **({"Range": f"bytes={partial.size}-"} if partial.size else {})}
+        try:
+            with session.stream(
+                "GET", url, headers=asked, follow_redirects=True, timeout=httpx.Timeout(limits.stall_s)
+            ) as response:
+                _accept(response, partial, revision, progress)
+                for chunk in response.iter_bytes():
+                    if time.monotonic() > deadline:
+                        raise BootError(
+                            f"{item.path}: the download passed its deadline of {limits.deadline_s:g} s "
+                            "(DOWNLOAD_DEADLINE_S); its partial file is kept for the next run",
+                            field="DOWNLOAD_DEADLINE_S",
+                        )
+                    _append(partial, chunk, progress)
+        except httpx.TimeoutException:
+            raise _Retry(f"{item.path}: no bytes for {limits.stall_s:g} s (DOWNLOAD_STALL_S)") from None
+        except httpx.HTTPError as exc:
+            raise _Retry(f"{item.path}: {type(exc).__name__}: {exc}") from None
+        finally:
+            partial.handle.flush()  # what was written is on disk for the next attempt or run
+    if partial.size != item.size:
+        raise _Retry(f"{item.path}: truncated download ({partial.size} of the lock's {item.size} bytes)")
+    _finish(partial, progress)
+
+
+def _placed(partial: _Partial, model: Path) -> os.stat_result:
+    item = partial.item
+    try:
+        placed = os.fstat(partial.handle.fileno())
+        partial.handle.close()
+        place(partial.path, model, item.path)
+        found = stat_regular(model, item.path)
+    except AttestError as exc:
+        partial.discard()
+        raise BootError(str(exc), field=item.path) from None
+    partial.record.unlink(missing_ok=True)
+    if found is None or (found.st_ino, found.st_dev, found.st_size) != (placed.st_ino, placed.st_dev, placed.st_size):
+        raise BootError(f"{item.path} was replaced right after it was placed", field=item.path)
+    return found
+
+
+def download_file(
+    session: httpx.Client,
+    url: str,
+    revision: str,
+    item: LockedFile,
+    model: Path,
+    directory: Path,
+    limits: Limits,
+    deadline: float,
+    progress: DownloadProgress,
+    headers: dict[str, str],
+) -> os.stat_result:
+    """The file, resumed from its partial file and verified against the lock as it arrived, in
+    place; bounded retries, each continuing where the last stopped. Returns the placed file's
+    stat (its bytes are not read again)."""
+    partial = open_partial(directory, item, progress)
+    try:
+        for attempt in range(1, limits.attempts + 1):
+            before = partial.size
+            try:
+                fetch_once(session, url, partial, revision, limits, deadline, progress, headers)
+            except _Retry as exc:
+                partial.history.append(str(exc))
+                print(f"download attempt {attempt}/{limits.attempts} failed: {exc}", file=sys.stderr, flush=True)
+                # A cut after progress resumes at once; a peer that sent nothing gets a pause.
+                if attempt < limits.attempts and partial.size <= before:
+                    time.sleep(min(2 ** (attempt - 1), 10, max(0.0, deadline - time.monotonic())))
+                continue
+            except OSError as exc:
+                raise BootError(
+                    f"{item.path}: cannot write {partial.path}: {exc.strerror or exc}; its partial file is kept",
+                    field=item.path,
+                ) from None
+            found = _placed(partial, model)
+            progress.file_done()
+            return found
+    finally:
+        if partial.handle is not None and not partial.handle.closed:
+            partial.handle.close()
+    raise BootError(
+        f"{item.path}: no verified download after {limits.attempts} attempts; last: {partial.history[-1]}; "
+        "its partial file is kept: the next run resumes it",
+        field=item.path,
+    )

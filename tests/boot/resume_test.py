@@ -1,0 +1,195 @@
+"""boot prepare's downloads resume after a cut, a reset, a stall, a refused range, another
+ETag, a SIGKILL and a full disk: each row checks the exit, the bytes the hub sent again, and
+that no partial or tampered file is ever placed (the lock decides, never the partial file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from attest.lock import PARTIAL_DIR
+from boot.download import DownloadProgress
+from boot.errors import BootError
+from boot.prepare import prepare
+from boot.settings import BootSettings
+from tests.fixtures.deepseek import SHARDS, boot_env, tiny_repo, write_lock
+from tests.fixtures.fault_proxy import FaultProxy, Step
+from tests.fixtures.hub import HubRepo, LoopbackHub
+
+SHARD = SHARDS[0]
+SHARD_BYTES = 8 << 20
+# What a cut may cost beyond the shard: the bytes in flight (one network read) and headers.
+CUT_ALLOWANCE = 192 << 10
+
+
+def _repo(**knobs) -> HubRepo:
+    repo = tiny_repo()
+    repo.files[SHARD] = random.Random(7).randbytes(SHARD_BYTES)  # incompressible, fixed
+    for key, value in knobs.items():
+        setattr(repo, key, value)
+    return repo
+
+
+def _env(base: Path, endpoint: str, **extra: str) -> dict[str, str]:
+    lock = base / "locks" / "checkpoint.lock.json"
+    sha = write_lock(lock, _repo())
+    return boot_env(
+        base,
+        HF_ENDPOINT=endpoint,
+        CHECKPOINT_LOCK=str(lock),
+        CHECKPOINT_LOCK_SHA256=sha,
+        DOWNLOAD_WORKERS="1",
+        DOWNLOAD_STALL_S="1",
+        **extra,
+    )
+
+
+def _prepare(base: Path, endpoint: str, **extra: str):
+    with mock.patch.dict(os.environ, _env(base, endpoint, **extra), clear=True):
+        return prepare(BootSettings.from_env())
+
+
+def _total() -> int:
+    return sum(len(data) for data in _repo().files.values())
+
+
+def _assert_complete(base: Path) -> None:
+    for name, data in _repo().files.items():
+        assert (base / "model" / name).read_bytes() == data, name
+    assert not (base / "model" / PARTIAL_DIR).exists()
+
+
+@pytest.mark.parametrize(
+    "step",
+    [Step("cut", after=4 << 20), Step("reset", after=4 << 20), Step("stall", after=4 << 20, stall_s=3)],
+    ids=["cut", "reset", "stall"],
+)
+def test_a_broken_connection_costs_only_what_was_in_flight(tmp_path: Path, step: Step, capsys) -> None:
+    with LoopbackHub(_repo()) as hub, FaultProxy(("127.0.0.1", hub.port), [step]) as proxy:
+        report = _prepare(tmp_path, proxy.url)
+        assert proxy.to_client <= _total() + CUT_ALLOWANCE, proxy.to_client - _total()
+        first, resumed = hub.ranges[SHARD]
+        assert first == 0 and (4 << 20) - CUT_ALLOWANCE <= resumed <= 4 << 20
+    assert report.downloaded == 5
+    _assert_complete(tmp_path)
+    assert "download attempt 1/3 failed" in capsys.readouterr().err
+
+
+def test_a_hub_that_ignores_the_range_restarts_the_file_and_still_verifies(tmp_path: Path, capsys) -> None:
+    with LoopbackHub(_repo(ignores_range=True)) as hub:
+        with FaultProxy(("127.0.0.1", hub.port), [Step("cut", after=4 << 20)]) as proxy:
+            _prepare(tmp_path, proxy.url)
+        assert hub.ranges[SHARD] == [0, 0]
+    _assert_complete(tmp_path)
+    assert "ignored the range: starting again from byte 0" in capsys.readouterr().err
+
+
+def test_another_etag_on_resume_restarts_the_file(tmp_path: Path, capsys) -> None:
+    with LoopbackHub(_repo(other_etag_on_range={SHARD})) as hub:
+        with FaultProxy(("127.0.0.1", hub.port), [Step("cut", after=4 << 20)]) as proxy:
+            _prepare(tmp_path, proxy.url)
+        assert hub.ranges[SHARD][0] == 0 and hub.ranges[SHARD][-1] == 0 and len(hub.ranges[SHARD]) == 3
+    _assert_complete(tmp_path)
+    assert "does not continue byte" in capsys.readouterr().err
+
+
+def _partial_files(base: Path) -> list[Path]:
+    return sorted((base / "model" / PARTIAL_DIR).glob("*.part"))
+
+
+def _failed_run(base: Path, hub: LoopbackHub) -> int:
+    """One run that gives up after a cut, keeping its partial file; its size."""
+    with FaultProxy(("127.0.0.1", hub.port), [Step("cut", after=3 << 20)]) as proxy:
+        with pytest.raises(BootError, match="its partial file is kept"):
+            _prepare(base, proxy.url, DOWNLOAD_ATTEMPTS="1")
+    assert not (base / "model" / SHARD).exists()  # never placed half-written
+    (part,) = _partial_files(base)
+    return part.stat().st_size
+
+
+def test_the_next_run_resumes_a_kept_partial_file(tmp_path: Path, capsys) -> None:
+    with LoopbackHub(_repo()) as hub:
+        kept = _failed_run(tmp_path, hub)
+        _prepare(tmp_path, hub.url)
+        assert hub.ranges[SHARD] == [0, kept]
+    _assert_complete(tmp_path)
+    assert f"{SHARD}: resuming at byte {kept} of {SHARD_BYTES}" in capsys.readouterr().err
+
+
+def test_a_tampered_partial_file_is_never_placed(tmp_path: Path, capsys) -> None:
+    with LoopbackHub(_repo()) as hub:
+        _failed_run(tmp_path, hub)
+        (part,) = _partial_files(tmp_path)
+        with part.open("r+b") as handle:
+            handle.write(b"\xff" * 16)  # whoever can write the volume changed the prefix
+        _prepare(tmp_path, hub.url)
+        assert hub.ranges[SHARD][-1] == 0  # the whole file again, after the mismatch
+    _assert_complete(tmp_path)
+    assert "the hub served other bytes" in capsys.readouterr().err
+
+
+def test_a_partial_file_with_no_matching_record_starts_from_zero(tmp_path: Path) -> None:
+    with LoopbackHub(_repo()) as hub:
+        _failed_run(tmp_path, hub)
+        for record in (tmp_path / "model" / PARTIAL_DIR).glob("*.part.json"):
+            record.write_text(json.dumps({"digest": "0" * 64, "size": 1, "etag": ""}))
+        _prepare(tmp_path, hub.url)
+        assert hub.ranges[SHARD][-1] == 0
+    _assert_complete(tmp_path)
+
+
+def test_boot_killed_mid_shard_resumes_where_its_file_ends(tmp_path: Path) -> None:
+    with LoopbackHub(_repo(rate_bytes_s=4 << 20)) as hub:
+        env = {**_env(tmp_path, hub.url), "PYTHONPATH": os.pathsep.join(sys.path)}
+        child = subprocess.Popen([sys.executable, "-m", "boot", "prepare"], env=env, stderr=subprocess.DEVNULL)
+        seen, deadline = 0, time.monotonic() + 60
+        while seen < 3 << 20 and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.05)
+            parts = _partial_files(tmp_path)
+            seen = parts[0].stat().st_size if parts else 0
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        assert seen >= 3 << 20 and not (tmp_path / "model" / SHARD).exists()
+        _prepare(tmp_path, hub.url)
+        resumed = hub.ranges[SHARD][-1]
+        assert resumed >= seen  # sent again: at most what was in flight when it died
+    _assert_complete(tmp_path)
+
+
+def test_a_full_disk_keeps_the_partial_file_and_names_the_file(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.fail(f"a small tmpfs needs root (mount in a namespace of its own); this runs as uid {os.geteuid()}")
+    model = tmp_path / "model"
+    model.mkdir()
+    with LoopbackHub(_repo()) as hub:
+        env = {**_env(tmp_path, hub.url), "PYTHONPATH": os.pathsep.join(sys.path)}
+        script = f"mount -t tmpfs -o size=6m tmpfs {model} && exec {sys.executable} -m boot prepare"
+        done = subprocess.run(
+            ["unshare", "-m", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=120
+        )
+    assert done.returncode == 2, done.stderr[-2000:]
+    refusal = json.loads(done.stderr.strip().splitlines()[-1])
+    assert refusal["field"] == SHARD and "No space left on device" in refusal["error"], refusal
+    assert "its partial file is kept" in refusal["error"]
+
+
+def test_progress_counts_hashed_bytes_only(capsys) -> None:
+    gb = 1_000_000_000
+    progress = DownloadProgress(gb, 1, enabled=True)
+    progress.add_resumed(gb * 4 // 10)
+    for count in (gb * 3 // 10, -gb * 7 // 10, gb):  # a restart from byte 0 gives its bytes back
+        progress.last = 0
+        progress.add(count)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("downloading checkpoint")]
+    done = [line.split(", ")[1].split(" GB")[0] for line in lines]
+    assert done == ["0.70/1.00", "0.00/1.00", "1.00/1.00"], lines
+    assert all("ETA -" not in line for line in lines) and "(0.40 GB resumed)" in lines[0]
