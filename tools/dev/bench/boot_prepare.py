@@ -17,23 +17,18 @@ as fast as loopback goes, where on a small machine the hub's own CPU competes wi
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import shutil
 import tempfile
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Iterator
 from unittest import mock
 
 from attest.hashing import hash_files_parallel
 from boot.prepare import prepare
 from boot.settings import REPO, REVISION, BootSettings
 from tests.fixtures.deepseek import boot_env, write_lock
-from tests.fixtures.hub import HubRepo, LoopbackHub
+from tests.fixtures.hub import HubRepo, hub_in_child
 
 
 def _repo(gb: float, files: int, rate_mb_s: float = 0) -> HubRepo:
@@ -44,26 +39,6 @@ def _repo(gb: float, files: int, rate_mb_s: float = 0) -> HubRepo:
         for i in range(files)
     }
     return HubRepo(REPO, REVISION, {"config.json": b"{}", **shards}, lfs=set(shards), rate_bytes_s=rate_mb_s * 1e6)
-
-
-@contextmanager
-def _hub_process(repo: HubRepo) -> Iterator[SimpleNamespace]:
-    """The loopback hub in a child process (forked: the bytes are shared, not copied), so
-    the server's threads do not compete with the client's for one interpreter lock."""
-    ready = multiprocessing.get_context("fork").Queue()
-
-    def serve() -> None:
-        with LoopbackHub(repo) as hub:
-            ready.put(hub.url)
-            threading.Event().wait()
-
-    child = multiprocessing.get_context("fork").Process(target=serve, daemon=True)
-    child.start()
-    try:
-        yield SimpleNamespace(url=ready.get(timeout=30))
-    finally:
-        child.terminate()
-        child.join(10)
 
 
 def _timed(label: str, run) -> float:
@@ -90,7 +65,7 @@ def main() -> int:
         f"{os.cpu_count()} cores",
         flush=True,
     )
-    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp, _hub_process(repo) as hub:
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp, hub_in_child(repo) as hub:
         base = Path(tmp)
         lock = base / "checkpoint.lock.json"
         sha = write_lock(lock, repo)

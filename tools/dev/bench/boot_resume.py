@@ -16,45 +16,21 @@ Targets (issue #43): (b) sends at most 1.01x the file and takes at most 1.1x (a)
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import random
 import shutil
 import tempfile
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Iterator
 from unittest import mock
 
 from boot.prepare import prepare
 from boot.settings import REPO, REVISION, BootSettings
 from tests.fixtures.deepseek import boot_env, write_lock
 from tests.fixtures.fault_proxy import FaultProxy, Step
-from tests.fixtures.hub import HubRepo, LoopbackHub
+from tests.fixtures.hub import HubRepo, hub_in_child
 
 SHARD = "model-00001-of-00001.safetensors"
-
-
-@contextmanager
-def _hub_process(repo: HubRepo) -> Iterator[SimpleNamespace]:
-    """The loopback hub in a forked child, so its threads do not share the client's interpreter lock."""
-    ready = multiprocessing.get_context("fork").Queue()
-
-    def serve() -> None:
-        with LoopbackHub(repo) as hub:
-            ready.put(hub.port)
-            threading.Event().wait()
-
-    child = multiprocessing.get_context("fork").Process(target=serve, daemon=True)
-    child.start()
-    try:
-        yield SimpleNamespace(port=ready.get(timeout=60))
-    finally:
-        child.terminate()
-        child.join(10)
 
 
 def _run(label: str, hub_port: int, plan: list[Step], fetch) -> tuple[float, int]:
@@ -80,7 +56,7 @@ def main() -> int:
     repo = HubRepo(REPO, REVISION, {SHARD: (block * (size // len(block) + 1))[:size]}, lfs={SHARD})
     cut = [Step("cut", after=int(size * args.cut))]
     print(f"boot_resume: one file of {size / 1e9:.2f} GB, cut after {args.cut:.0%}, {os.cpu_count()} cores", flush=True)
-    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp, _hub_process(repo) as hub:
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp, hub_in_child(repo) as hub:
         base = Path(tmp)
         lock = base / "checkpoint.lock.json"
         sha = write_lock(lock, repo)
