@@ -165,6 +165,28 @@ SETTINGS: tuple[Setting, ...] = (
         integer(0, 10**7),
         "ranks > 0: how long to wait for rank 0's verified checkpoint",
     ),
+    Setting(
+        "RANK_KEY_FILE",
+        "rank_key_file",
+        "",
+        optional_path,
+        "multi-node: the group's shared key (a mounted Secret, never in MODEL_PATH) that authenticates "
+        "rank 0's verdict; empty: ranks > 0 hash every file themselves",
+    ),
+    Setting(
+        "RANK_START_SPREAD_S",
+        "rank_start_spread_s",
+        "900",
+        integer(0, 10**7),
+        "multi-node: a verdict whose rank 0 started longer than this before this rank is an earlier run's",
+    ),
+    Setting(
+        "RANK_GROUP",
+        "rank_group",
+        "",
+        text,
+        "multi-node: a value every rank of this group shares (the LeaderWorkerSet group key); binds the verdict",
+    ),
     Setting("READY_TIMEOUT_S", "ready_timeout_s", "3600", integer(1, 10**7), "how long SGLang may take to be healthy"),
     Setting("SKIP_PREPARE", "skip_prepare", "0", _exactly_one, "1: use the checkpoint as it is (no download, no lock)"),
     Setting("SKIP_VERIFY", "skip_verify", "0", _exactly_one, "1: do not re-hash files already on disk"),
@@ -254,6 +276,9 @@ class BootSettings:
     download_workers: int
     verify_workers: int
     rank_wait_s: int
+    rank_key_file: Path | None
+    rank_start_spread_s: int
+    rank_group: str
     ready_timeout_s: int
     skip_prepare: bool
     skip_verify: bool

@@ -396,11 +396,13 @@ def test_other_ranks_wait_for_rank_0s_verdict_bound_to_the_same_lock(tmp_path: P
     sha = write_lock(lock, other)
     with pytest.raises(BootError, match="rank 0's verdict is bound to lock .*, this rank's is " + sha):
         _rank(tmp_path, 1, RANK_WAIT_TIMEOUT_S="1", CHECKPOINT_LOCK=str(lock), CHECKPOINT_LOCK_SHA256=sha)
-    # A file that changed after rank 0 verified it: this rank refuses to start.
+    # A file whose bytes changed after rank 0 verified it: this rank (no RANK_KEY_FILE: it hashes
+    # every file itself) does not start (tests/boot/ranks_test.py: the same with a key).
     shard = tmp_path / "model" / SHARDS[0]
-    shard.write_bytes(shard.read_bytes())  # new mtime
-    with pytest.raises(BootError, match=f"Rank 1: {SHARDS[0]} differs from rank 0's verified view"):
+    shard.write_bytes(b"\x00" * shard.stat().st_size)
+    with pytest.raises(BootError, match=f"Hash mismatch: {SHARDS[0]}") as refused:
         _rank(tmp_path, 1, RANK_WAIT_TIMEOUT_S="1", **pinned)
+    assert refused.value.field == SHARDS[0]
 
 
 def test_a_waiting_rank_starts_once_rank_0_publishes(tmp_path: Path) -> None:

@@ -189,7 +189,14 @@ def test_the_deepseek_group_is_a_leader_worker_set_of_three() -> None:
     worker_models = next(m for m in worker["volumeMounts"] if m["mountPath"] == "/models")
     assert leader_models["readOnly"] is False and worker_models["readOnly"] is True  # only rank 0 downloads
     assert pod_spec(lws, "leader")["securityContext"]["fsGroup"] == 1000
-    assert {m["mountPath"] for m in leader["volumeMounts"]} == {"/cache", "/models", "/state", "/tmp", "/dev/shm"}
+    mounts = {"/cache", "/models", "/state", "/tmp", "/dev/shm", "/etc/omni/rank-key"}
+    assert {m["mountPath"] for m in leader["volumeMounts"]} == mounts
+    for role in ("leader", "worker"):  # the verdict's key: a Secret every rank mounts, outside the model volume
+        (key,) = [v for v in pod_spec(lws, role)["volumes"] if v["name"] == "rank-key"]
+        assert key["secret"]["secretName"] == "deepseek-spark-rank-key"
+    assert env["RANK_KEY_FILE"]["value"] == "/etc/omni/rank-key/key"
+    label = "metadata.labels['leaderworkerset.sigs.k8s.io/group-key']"
+    assert env["RANK_GROUP"]["valueFrom"] == {"fieldRef": {"fieldPath": label}}
     startup = leader["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 21600 + 3600  # download + load deadlines
     assert service["spec"]["selector"] == {

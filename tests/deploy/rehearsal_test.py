@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from attest.lock import REFUSED_MARKER
+from attest.lock import REFUSED_MARKER, VERIFIED_MARKER
 from tests.fixtures.deepseek import SHARDS, tiny_repo
 from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.qwen import make_fake_tool
@@ -33,7 +33,10 @@ LAYOUT = Path("tests/deploy/deepseek_spark_pinned.layout")
 LOCK = Path("tests/deploy/deepseek_spark.checkpoint.lock.json")
 PINS = json.loads(Path("tests/deploy/deepseek_spark.pins.json").read_text())
 KEY = "rehearsal-api-key-never-printed-5d1c"
-SECRETS = {"deepseek-spark-api-key": {"api-key": KEY}}
+RANK_KEY = "7e" * 32
+SECRETS = {"deepseek-spark-api-key": {"api-key": KEY}, "deepseek-spark-rank-key": {"key": RANK_KEY}}
+POD_LABELS = {"leaderworkerset.sigs.k8s.io/group-key": "3e238779391c8fd563d42eb5af19391bdcd7c130"}
+FIELD_LABEL = re.compile(r"^metadata\.labels\['([^']+)'\]$")
 GROUP = 3
 EXPANSION = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
@@ -60,7 +63,9 @@ def pod_env(container: dict, index: int) -> dict[str, str]:
     for name, value in injected:
         defined[name] = env[name] = value
     for item in container["env"]:
-        if "valueFrom" in item:
+        if "fieldRef" in item.get("valueFrom", {}):  # the downward API: this pod's labels
+            value = POD_LABELS[FIELD_LABEL.fullmatch(item["valueFrom"]["fieldRef"]["fieldPath"]).group(1)]
+        elif "valueFrom" in item:
             ref = item["valueFrom"]["secretKeyRef"]
             value = SECRETS[ref["name"]][ref["key"]]
         else:
@@ -83,7 +88,7 @@ def remap(env: dict[str, str], container: dict, volumes: dict[str, Path]) -> dic
 
 
 class Group:
-    def __init__(self, tmp_path: Path, hub: LoopbackHub) -> None:
+    def __init__(self, tmp_path: Path, hub: LoopbackHub, *flags: str) -> None:
         self.tmp = tmp_path
         self.markers = tmp_path / "markers"
         self.markers.mkdir()
@@ -105,6 +110,7 @@ class Group:
                 "MAX_RUNNING_REQUESTS=2",
                 "--env",
                 "WARMUP_PROMPT_WORDS=12",
+                *flags,
             ],
             capture_output=True,
             text=True,
@@ -139,22 +145,36 @@ class Group:
         role = "leader" if index == 0 else "worker"
         template = self.lws["spec"]["leaderWorkerTemplate"][f"{role}Template"]
         (container,) = template["spec"]["containers"]
-        volumes = {"models": self.model_volume}
+        volumes = {"models": self.model_volume, "rank-key": self.tmp / f"pod-{index}" / "rank-key"}
+        (secret,) = [v["secret"] for v in template["spec"]["volumes"] if v["name"] == "rank-key"]
+        volumes["rank-key"].mkdir(parents=True, exist_ok=True)
+        for item in secret["items"]:  # the Secret's volume: one file per item
+            (volumes["rank-key"] / item["path"]).write_text(SECRETS[secret["secretName"]][item["key"]])
         for name in ("state", "cache", "tmp"):
             volumes[name] = self.tmp / f"pod-{index}" / name
             volumes[name].mkdir(parents=True, exist_ok=True)
         env = remap(pod_env(container, index), container, volumes)
         return {**env, **self.pod_extras, "SERVER_PORT": str(free_port())}
 
-    def start(self, index: int) -> subprocess.Popen:
-        output = self.tmp / f"pod-{index}.log"
+    def start(self, index: int, command: str = "run") -> subprocess.Popen:
+        output = self.tmp / f"pod-{index}-{command}.log"
         with output.open("w") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "boot", "run"], env=self.env(index), stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-m", "boot", command], env=self.env(index), stdout=log, stderr=subprocess.STDOUT
             )
         self.processes.append(process)
         self.outputs[index] = output
         return process
+
+    def lead_then_stop(self, workers: list[subprocess.Popen]) -> list[int]:
+        """Rank 0 started, the waiting workers joined on its verdict, then SIGTERM to rank 0: every exit code."""
+        leader = self.start(0)
+        wait_until(lambda: "Ready: API on port" in self.log(0), "rank 0 to be ready", timeout=120)
+        wait_until(lambda: all((self.markers / f"joined-{rank}").exists() for rank in (1, 2)), "ranks to join")
+        for rank in (1, 2):
+            assert f"Rank {rank}: checkpoint verified by rank 0 against the reviewed lock" in self.log(rank)
+        leader.send_signal(signal.SIGTERM)
+        return [process.wait(timeout=30) for process in (leader, *workers)]
 
     def log(self, index: int) -> str:
         return self.outputs[index].read_text()
@@ -184,6 +204,8 @@ def test_the_pod_environment_is_what_the_manifest_and_lws_give(tmp_path: Path) -
             f"127.0.0.1:{group.dist_port}",
         )
         assert env["API_KEY"] == KEY and env["MODEL_PATH"] == str(group.model_volume / "DeepSeek-V4.1-Flash")
+        assert Path(env["RANK_KEY_FILE"]).read_text() == RANK_KEY
+        assert env["RANK_GROUP"] == POD_LABELS["leaderworkerset.sigs.k8s.io/group-key"]
     assert k8s_expand("$$(LWS_GROUP_SIZE) $(UNDEFINED) $(A)", {"A": "x"}) == "$(LWS_GROUP_SIZE) $(UNDEFINED) x"
 
 
@@ -194,14 +216,8 @@ def test_three_ranks_agree_on_the_group_and_stop_with_the_leader(tmp_path: Path)
             workers = [group.start(1), group.start(2)]  # before the leader: they wait for its verdict
             time.sleep(1)
             assert not list(group.markers.glob("argv-*")), "a rank started SGLang before rank 0's verdict"
-            leader = group.start(0)
-            wait_until(lambda: "Ready: API on port" in group.log(0), "rank 0 to be ready", timeout=120)
-            wait_until(lambda: all((group.markers / f"joined-{rank}").exists() for rank in (1, 2)), "ranks to join")
+            codes = group.lead_then_stop(workers)
             argvs = {rank: json.loads((group.markers / f"argv-{rank}.json").read_text()) for rank in range(GROUP)}
-            for rank in (1, 2):
-                assert f"Rank {rank}: checkpoint verified by rank 0 against the reviewed lock" in group.log(rank)
-            leader.send_signal(signal.SIGTERM)
-            codes = [process.wait(timeout=30) for process in (leader, *workers)]
         finally:
             group.close()
     assert codes == [0, 0, 0]
@@ -247,3 +263,29 @@ def test_ranks_refuse_at_once_when_rank_0_refuses_the_checkpoint(tmp_path: Path)
         refusal = json.loads(group.log(rank).strip().splitlines()[-1])
         assert refusal["field"] == SHARDS[1] and "rank 0 refused the checkpoint" in refusal["error"]
     assert not list(group.markers.glob("argv-*")), "SGLang started on a checkpoint rank 0 refused"
+
+
+def test_workers_take_no_forged_stale_or_replanted_verdict(tmp_path: Path) -> None:
+    """With the rank key the manifest mounts: an earlier run's verdict (stale, then re-planted while
+    the group starts) and a forged one (no valid MAC) leave the workers waiting; this run's rank 0's
+    verdict starts them."""
+    with LoopbackHub(tiny_repo()) as hub:
+        group = Group(tmp_path, hub, "--env", "RANK_START_SPREAD_S=1")
+        verdict = group.model_volume / "DeepSeek-V4.1-Flash" / VERIFIED_MARKER
+        try:
+            assert group.start(0, "prepare").wait(timeout=60) == 0  # an earlier run's rank 0
+            earlier = verdict.read_bytes()
+            assert json.loads(earlier)["group"] == POD_LABELS["leaderworkerset.sigs.k8s.io/group-key"]
+            time.sleep(1.5)  # past RANK_START_SPREAD_S: that verdict is stale for the ranks started now
+            workers = [group.start(1), group.start(2)]
+            forged = json.loads(earlier) | {"rank0_started_ns": time.time_ns()}
+            for planted in (earlier, json.dumps(forged).encode(), earlier):  # stale, forged, re-planted
+                time.sleep(1)
+                verdict.write_bytes(planted)
+            time.sleep(1.5)
+            assert all(worker.poll() is None for worker in workers)
+            assert not list(group.markers.glob("argv-*")), "a rank started on a verdict that is not this run's"
+            codes = group.lead_then_stop(workers)
+        finally:
+            group.close()
+    assert codes == [0, 0, 0]

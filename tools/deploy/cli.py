@@ -115,6 +115,12 @@ def _parser() -> argparse.ArgumentParser:
         help="Secret with the hub token under key 'token' (multi-node rank 0 downloads)",
     )
     parser.add_argument(
+        "--rank-key-secret",
+        default="",
+        help="multi-node: Secret with the group's key under key 'key', authenticating rank 0's verdict "
+        "(default: <image>-rank-key)",
+    )
+    parser.add_argument(
         "--network",
         default="pod",
         choices=("pod", "host"),
@@ -162,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             model_pvc=args.model_pvc,
             model_host_path=args.model_host_path,
             hf_token_secret=args.hf_token_secret,
+            rank_key_secret=args.rank_key_secret,
             network=args.network,
             rdma_network=args.rdma_network,
             dist_port=whole_number("--dist-port", args.dist_port),

@@ -69,6 +69,7 @@ class Options:
     model_pvc: str = ""
     model_host_path: str = ""
     hf_token_secret: str = ""
+    rank_key_secret: str = ""  # multi-node: default <name>-rank-key
     network: str = "pod"  # pod, host
     rdma_network: str = ""  # a Multus NetworkAttachmentDefinition
     dist_port: int = 20000
@@ -144,6 +145,7 @@ def check_options(options: Options, *, single_pod: bool, managed: dict[str, str]
         ("--secret", options.secret),
         ("--model-pvc", options.model_pvc),
         ("--hf-token-secret", options.hf_token_secret),
+        ("--rank-key-secret", options.rank_key_secret),
         ("--rdma-network", options.rdma_network),
     ):
         if value:
@@ -159,6 +161,8 @@ def check_options(options: Options, *, single_pod: bool, managed: dict[str, str]
         raise DeployError(f"--network {options.network!r}: expected pod or host", field="--network")
     if single_pod and (options.network != "pod" or options.rdma_network):
         raise DeployError("--network and --rdma-network are for the multi-node group only", field="--network")
+    if single_pod and options.rank_key_secret:
+        raise DeployError("--rank-key-secret is for the multi-node group only", field="--rank-key-secret")
     if not 1024 <= options.dist_port <= 65535:
         raise DeployError(f"--dist-port {options.dist_port} is outside 1024..65535", field="--dist-port")
     if not 0 <= options.startup_timeout_s <= INT32_MAX:

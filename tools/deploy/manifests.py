@@ -21,6 +21,11 @@ __all__ = ["Options", "check_pins", "resources"]
 PART_OF = "omni"
 API_KEY_SECRET_KEY = "api-key"
 HF_TOKEN_SECRET_KEY = "token"
+RANK_KEY_SECRET_KEY = "key"
+# Where every rank of the group reads the key that authenticates rank 0's verdict (boot.ranks):
+# a Secret's volume, outside the model volume whose verdicts it authenticates.
+RANK_KEY_DIR = "/etc/omni/rank-key"
+LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
 HEALTH_PATH = "/health"  # vLLM and SGLang both serve it without the API key
 # What LeaderWorkerSet injects into every container, ahead of the container's own variables,
 # so `$(NAME)` in those expands (kubernetes-sigs/lws, pkg/utils/pod: AddLWSVariables).
@@ -87,6 +92,8 @@ def _managed(target: Target) -> dict[str, str]:
             "NODE_RANK": "comes from LeaderWorkerSet",
             "DIST_INIT_ADDR": "comes from LeaderWorkerSet",
             "HOST": "is 0.0.0.0 so the Service reaches the leader",
+            "RANK_KEY_FILE": "is the mounted --rank-key-secret",
+            "RANK_GROUP": "is the LeaderWorkerSet group key (downward API)",
         }
         settings = boot_settings.SETTINGS
     for name in names:
@@ -188,6 +195,12 @@ def _volumes(
         volumes.append({"name": name, **source})
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": target.shm_size}})
     mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    if target.group_size > 1:
+        secret = options.rank_key_secret or f"{_k8s_name(contract.name)}-rank-key"
+        items = [{"key": RANK_KEY_SECRET_KEY, "path": RANK_KEY_SECRET_KEY}]
+        # 0444: the ranks run as the image's user, and workers have no fsGroup.
+        volumes.append({"name": "rank-key", "secret": {"secretName": secret, "items": items, "defaultMode": 0o444}})
+        mounts.append({"name": "rank-key", "mountPath": RANK_KEY_DIR, "readOnly": True})
     return volumes, mounts
 
 
@@ -336,6 +349,10 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
     ]
     if options.hf_token_secret:
         group.append(_secret_env("HF_TOKEN", options.hf_token_secret, HF_TOKEN_SECRET_KEY))
+    group += [
+        {"name": "RANK_KEY_FILE", "value": f"{RANK_KEY_DIR}/{RANK_KEY_SECRET_KEY}"},
+        {"name": "RANK_GROUP", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_GROUP_KEY_LABEL}']"}}},
+    ]
     env = group + _operator_env(options)
     # RDMA registers (pins) memory: NCCL needs IPC_LOCK for it, and nothing more.
     capabilities = ("IPC_LOCK",) if options.rdma_network else ()
