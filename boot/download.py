@@ -29,6 +29,7 @@ from attest.files import write_atomic
 from attest.hashing import new_digest
 from attest.lock import LockedFile
 from attest.reader import read_json_file
+from attest.transport import answer_deadline
 from attest.tree import place, stat_regular
 from boot.errors import BootError
 
@@ -253,6 +254,14 @@ def _finish(partial: _Partial, progress: DownloadProgress) -> None:
         )
 
 
+def _past_deadline(item: LockedFile, limits: Limits) -> BootError:
+    return BootError(
+        f"{item.path}: the download passed its deadline of {limits.deadline_s:g} s "
+        "(DOWNLOAD_DEADLINE_S); its partial file is kept for the next run",
+        field="DOWNLOAD_DEADLINE_S",
+    )
+
+
 def fetch_once(
     session: httpx.Client,
     url: str,
@@ -268,19 +277,21 @@ def fetch_once(
     if partial.size < item.size:
         asked = {**headers, **({"Range": f"bytes={partial.size}-"} if partial.size else {})}
         try:
-            with session.stream(
-                "GET", url, headers=asked, follow_redirects=True, timeout=httpx.Timeout(limits.stall_s)
-            ) as response:
+            request = session.build_request("GET", url, headers=asked, timeout=httpx.Timeout(limits.stall_s))
+            # The answer (every redirect hop) within DOWNLOAD_STALL_S, and all of it within the deadline.
+            with answer_deadline(limits.stall_s, ends=deadline):
+                response = session.send(request, stream=True, follow_redirects=True)
+            try:
                 _accept(response, partial, revision, progress)
                 for chunk in response.iter_bytes():
                     if time.monotonic() > deadline:
-                        raise BootError(
-                            f"{item.path}: the download passed its deadline of {limits.deadline_s:g} s "
-                            "(DOWNLOAD_DEADLINE_S); its partial file is kept for the next run",
-                            field="DOWNLOAD_DEADLINE_S",
-                        )
+                        raise _past_deadline(item, limits)
                     _append(partial, chunk, progress)
+            finally:
+                response.close()
         except httpx.TimeoutException:
+            if time.monotonic() >= deadline:
+                raise _past_deadline(item, limits) from None
             raise _Retry(f"{item.path}: no bytes for {limits.stall_s:g} s (DOWNLOAD_STALL_S)") from None
         except httpx.HTTPError as exc:
             raise _Retry(f"{item.path}: {type(exc).__name__}: {exc}") from None

@@ -1,9 +1,11 @@
 """The hub as an untrusted peer: its metadata is compared with the lock, and each file it
 serves is hashed as it arrives, against the lock (boot.download resumes and verifies them).
 
-Requests go through huggingface_hub's own HTTP session, URL builder and headers (token,
-endpoint, user agent). The byte stream is handled by Omni because the download must be hashed
-in the same pass that writes it, resumed from a partial file that is never trusted, and
+Requests use huggingface_hub's URL builder and headers (token, endpoint, user agent) over
+attest.transport, whose answers all arrive within the stall limit and the operation's deadline
+(huggingface_hub's own session bounds each socket read only: a hub sending a header byte per
+second held boot forever). The byte stream is handled by Omni because the download must be
+hashed in the same pass that writes it, resumed from a partial file that is never trusted, and
 bounded by the lock's size; huggingface_hub's downloaders verify nothing against a local lock.
 """
 
@@ -11,7 +13,9 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -24,11 +28,14 @@ from attest.errors import AttestError
 from attest.lock import CheckpointLock, LockedFile
 from attest.primitives import REVISION_RE
 from attest.reader import loads_object
+from attest.transport import DeadlineTransport, ProxyRefused, answer_deadline
 from boot import download
 from boot.download import DownloadProgress, Limits
 from boot.errors import BootError
 
 MAX_METADATA_BYTES = 32 * 1024 * 1024
+_CLIENTS: dict[tuple, httpx.Client] = {}
+_CLIENTS_LOCK = threading.Lock()
 
 
 class _Lenient(BaseModel):
@@ -60,9 +67,16 @@ def _endpoint(endpoint: str) -> str:
 
 
 def _session() -> httpx.Client:
-    from huggingface_hub.utils import get_session
-
-    return get_session()
+    """The client for boot's hub traffic: attest.transport's deadline per answer, proxies from
+    the environment (a SOCKS one refused naming its variable); one per proxy setting."""
+    proxies = tuple(sorted(urllib.request.getproxies_environment().items()))
+    with _CLIENTS_LOCK:
+        if proxies not in _CLIENTS:
+            try:
+                _CLIENTS[proxies] = httpx.Client(transport=DeadlineTransport())
+            except ProxyRefused as exc:
+                raise BootError(f"the hub cannot be reached: {exc}", field=exc.variable) from None
+        return _CLIENTS[proxies]
 
 
 def _headers() -> dict[str, str]:
@@ -80,14 +94,14 @@ def fetch_model_info(
     url = f"{_endpoint(endpoint)}/api/models/{repo}/revision/{quote(ref, safe='')}"
     where = f"hub metadata of {repo}@{ref} ({url})"
     try:
-        with _session().stream(
-            "GET",
-            url,
-            params={"blobs": "true"},
-            headers=_headers(),
-            timeout=httpx.Timeout(stall_s),
-            follow_redirects=True,
-        ) as response:
+        session = _session()
+        request = session.build_request(
+            "GET", url, params={"blobs": "true"}, headers=_headers(), timeout=httpx.Timeout(stall_s)
+        )
+        # The answer (every redirect hop) within stall_s, and all of it within the deadline.
+        with answer_deadline(stall_s, ends=deadline):
+            response = session.send(request, stream=True, follow_redirects=True)
+        try:
             body = bytearray()
             for chunk in response.iter_bytes():
                 body += chunk
@@ -96,7 +110,11 @@ def fetch_model_info(
                 if time.monotonic() > deadline:
                     raise BootError(f"reading {where} passed its deadline", field="deadline")
             status = response.status_code
+        finally:
+            response.close()
     except httpx.HTTPError as exc:
+        if time.monotonic() >= deadline:
+            raise BootError(f"reading {where} passed its deadline", field="deadline") from None
         raise BootError(
             f"cannot read {where}: {type(exc).__name__}: {exc} (check HF_ENDPOINT and the network)", field="HF_ENDPOINT"
         ) from None
@@ -132,9 +150,11 @@ def fetch_model_info(
     return info.sha.lower(), files
 
 
-def fetch_listing(repo: str, revision: str, *, stall_s: float, endpoint: str = "") -> list[LockedFile]:
+def fetch_listing(
+    repo: str, revision: str, *, stall_s: float, endpoint: str = "", deadline: float = math.inf
+) -> list[LockedFile]:
     """The hub's file listing at exactly `revision`, read bounded and checked strictly."""
-    sha, files = fetch_model_info(repo, revision, stall_s=stall_s, endpoint=endpoint)
+    sha, files = fetch_model_info(repo, revision, stall_s=stall_s, endpoint=endpoint, deadline=deadline)
     if sha != revision:
         raise BootError(f"hub metadata is for commit {sha}, not the pinned revision {revision}", field="revision")
     return files

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,7 +102,13 @@ def resolve_lock(settings: BootSettings, baked: BakedImage | None, *, derive: bo
         return checked_lock(lock, data, TRUST_ON_FIRST_USE, str(kept))
     if not derive:
         return None
-    listing = hub.fetch_listing(REPO, REVISION, stall_s=settings.download_stall_s, endpoint=settings.hf_endpoint)
+    listing = hub.fetch_listing(
+        REPO,
+        REVISION,
+        stall_s=settings.download_stall_s,
+        endpoint=settings.hf_endpoint,
+        deadline=time.monotonic() + settings.download_deadline_s,
+    )
     lock = hub.lock_from_listing(REPO, REVISION, listing, TRUST_ON_FIRST_USE)
     data = lock.document_bytes()
     write_atomic(kept, data)

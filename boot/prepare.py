@@ -49,8 +49,9 @@ def _fetch_missing(settings: BootSettings, in_use: LockInUse, names: list[str]) 
     """Download `names` (files missing or wrong on disk) after the hub's listing matched the
     lock; each is hashed as it arrives. Returns each placed file's identity."""
     lock = in_use.lock
+    deadline = time.monotonic() + settings.download_deadline_s  # the listing and every file within it
     listing = hub.fetch_listing(
-        lock.repo, lock.revision, stall_s=settings.download_stall_s, endpoint=settings.hf_endpoint
+        lock.repo, lock.revision, stall_s=settings.download_stall_s, endpoint=settings.hf_endpoint, deadline=deadline
     )
     hub.compare_with_lock(lock, listing)
     items = [lock.by_path[name] for name in names]
@@ -65,7 +66,6 @@ def _fetch_missing(settings: BootSettings, in_use: LockInUse, names: list[str]) 
         flush=True,
     )
     progress = DownloadProgress(total, len(items), enabled=total >= 64 << 20)
-    deadline = time.monotonic() + settings.download_deadline_s
     with ThreadPoolExecutor(settings.download_workers) as pool:
         futures = [
             pool.submit(

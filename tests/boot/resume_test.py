@@ -22,7 +22,7 @@ from boot.errors import BootError
 from boot.prepare import prepare
 from boot.settings import BootSettings
 from tests.fixtures.deepseek import SHARDS, boot_env, tiny_repo, write_lock
-from tests.fixtures.fault_proxy import FaultProxy, Step
+from tests.fixtures.fault_proxy import FaultProxy, Step, Trickler
 from tests.fixtures.hub import HubRepo, LoopbackHub
 
 SHARD = SHARDS[0]
@@ -42,15 +42,8 @@ def _repo(**knobs) -> HubRepo:
 def _env(base: Path, endpoint: str, **extra: str) -> dict[str, str]:
     lock = base / "locks" / "checkpoint.lock.json"
     sha = write_lock(lock, _repo())
-    return boot_env(
-        base,
-        HF_ENDPOINT=endpoint,
-        CHECKPOINT_LOCK=str(lock),
-        CHECKPOINT_LOCK_SHA256=sha,
-        DOWNLOAD_WORKERS="1",
-        DOWNLOAD_STALL_S="1",
-        **extra,
-    )
+    settings = {"DOWNLOAD_WORKERS": "1", "DOWNLOAD_STALL_S": "1", **extra}
+    return boot_env(base, HF_ENDPOINT=endpoint, CHECKPOINT_LOCK=str(lock), CHECKPOINT_LOCK_SHA256=sha, **settings)
 
 
 def _prepare(base: Path, endpoint: str, **extra: str):
@@ -180,6 +173,22 @@ def test_a_full_disk_keeps_the_partial_file_and_names_the_file(tmp_path: Path) -
     refusal = json.loads(done.stderr.strip().splitlines()[-1])
     assert refusal["field"] == SHARD and "No space left on device" in refusal["error"], refusal
     assert "its partial file is kept" in refusal["error"]
+
+
+def test_a_hub_trickling_its_answer_is_bounded_by_the_download_deadline(tmp_path: Path) -> None:
+    """A hub sending a header byte every 0.1 s: DOWNLOAD_DEADLINE_S=1 ends prepare, whatever the stall limit."""
+    with Trickler(0.1) as hub:
+        started = time.monotonic()
+        with pytest.raises(BootError, match="passed its deadline") as refused:
+            _prepare(tmp_path, hub.url, DOWNLOAD_STALL_S="60", DOWNLOAD_DEADLINE_S="1")
+        assert time.monotonic() - started < 3.5
+    assert refused.value.field == "deadline"
+
+
+def test_a_socks_proxy_is_refused_naming_its_variable(tmp_path: Path) -> None:
+    with LoopbackHub(_repo()) as hub, pytest.raises(BootError, match="only http\\(s\\) proxies") as refused:
+        _prepare(tmp_path, hub.url, ALL_PROXY="socks5://127.0.0.1:1080", NO_PROXY="")
+    assert refused.value.field == "ALL_PROXY"
 
 
 def test_progress_counts_hashed_bytes_only(capsys) -> None:

@@ -16,6 +16,7 @@ from attest.engine import find_installed
 from attest.pins import load_pins
 from boot.errors import BootError
 from boot.hub import fetch_model_info
+from tests.fixtures.fault_proxy import Trickler
 from tests.fixtures.hub import HubRepo, LoopbackHub
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import installed_engine, layer, push_vendor_base
@@ -312,10 +313,23 @@ def test_the_deadline_bounds_the_whole_resolution(workspace, registry, hub, monk
     push_vendor_base(registry.host, "rocm/vllm", "t", {"linux/amd64": _base_layers(_engine())})
     assert _pin(workspace, "qwen_mi300x", "--base-tag", "t", "--deadline", "0.001") == 2
     refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
-    assert refusal["field"] == "--deadline" and "passed their deadline (--deadline 0.001 s)" in refusal["error"]
+    assert refusal["field"] == "--deadline" and "passed its deadline (--deadline 0.001 s)" in refusal["error"]
     with pytest.raises(BootError, match="passed its deadline") as refused:
         fetch_model_info("Qwen/Qwen3.8-27B", "main", stall_s=5, endpoint=hub.url, deadline=time.monotonic() - 1)
     assert refused.value.field == "deadline"
+
+
+def test_the_deadline_bounds_a_registry_that_trickles_its_answer(workspace, hub, monkeypatch, capsys) -> None:
+    """A mirror sending a header byte every 0.1 s: --deadline 1 ends it, not 3 attempts of 120 s."""
+    with Trickler(0.1) as mirror:
+        monkeypatch.setenv("OMNI_BASE_MIRROR", mirror.host)
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        started = time.monotonic()
+        assert _pin(workspace, "qwen_mi300x", "--base-tag", "t", "--deadline", "1") == 2
+        took = time.monotonic() - started
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == "--deadline" and "passed its deadline" in refusal["error"], refusal
+    assert took < 4
 
 
 @pytest.mark.parametrize("deadline", ["0", "-1", "1e3", "\u0663", " 5", "5s"])

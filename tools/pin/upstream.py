@@ -72,6 +72,7 @@ def resolve_base(
     label = f"base {ref}" + (f" (from the mirror {mirror})" if mirror else "")
     owned = client is None
     client = client or RegistryClient(registry)
+    client.operation_deadline = deadline  # documents, answers and layers: all within --deadline
     try:
         resolved = resolve_image(client, ref.repository, tag, pins.base.platform, label)
         sizes = [layer.get("size") for layer in resolved.layers]

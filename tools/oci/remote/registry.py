@@ -5,7 +5,7 @@ Plain HTTP is used only for loopback registries; anything else is HTTPS. Who may
 credential, and the token dance: tools.oci.remote.auth.
 
 Deadlines: every answer's status line and headers arrive within DOCUMENT_DEADLINE_S
-(tools.oci.remote.transport); a document (manifest, token, small blob) is read within
+(attest.transport); a document (manifest, token, small blob) is read within
 DOCUMENT_DEADLINE_S in all, body included; a streamed blob within its size at
 BLOB_MIN_BYTES_PER_S (at least BLOB_MIN_DEADLINE_S); a peer trickling bytes cannot hold a read
 open past them.
@@ -14,6 +14,7 @@ open past them.
 from __future__ import annotations
 
 import hashlib
+import math
 import sys
 import threading
 import time
@@ -23,13 +24,13 @@ from typing import Callable, Iterator
 import httpx
 
 from attest.redact import redact_known
+from attest.transport import DeadlineTransport, ProxyRefused, answer_deadline
 from tools.oci.errors import OciError
 from tools.oci.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
 from tools.oci.reference import DIGEST_RE
 from tools.oci.remote.auth import LOOKUP, RegistryAuth, is_loopback, origin
 from tools.oci.remote.bodies import DETAIL_READ_BYTES, error_detail, read_bounded
 from tools.oci.remote.credentials import Credential
-from tools.oci.remote.transport import DeadlineTransport, ProxyRefused, answer_deadline
 
 ACCEPT_MANIFESTS = ", ".join((OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST))
 # Registries are untrusted: every read is bounded. A blob is never read past its descriptor's
@@ -77,6 +78,9 @@ class RegistryClient:
         self.auth = RegistryAuth(registry, self.client, credential)
         self.origin = origin(self.client.base_url)
         self.document_deadline_s = DOCUMENT_DEADLINE_S
+        # The deadline (time.monotonic()) of the whole operation this client serves (tools/pin
+        # --deadline): no answer, body or retry goes past it.
+        self.operation_deadline = math.inf
         self.uploaded_bytes = 0
         self.uploaded_blobs: list[str] = []
         self.mounted_blobs: list[str] = []
@@ -102,6 +106,7 @@ class RegistryClient:
         connection errors with backoff, each failed attempt named on stderr."""
         retry = method in ("GET", "HEAD") or (method == "PUT" and "/manifests/" in url)
         for attempt in range(1, ATTEMPTS + 1):
+            self._within_operation(f"{method} {url}")
             try:
                 response = self._send(method, url, repository=repository, push=push, **kwargs)
                 if not stream:
@@ -118,10 +123,18 @@ class RegistryClient:
             return response
         raise AssertionError("unreachable")
 
+    def _within_operation(self, what: str) -> None:
+        if time.monotonic() >= self.operation_deadline:
+            raise OciError(f"{self.registry}: {what}: the operation passed its deadline", field="deadline")
+
+    def _document_deadline(self) -> float:
+        """When a document read now must end: its own budget, within the operation's."""
+        return min(time.monotonic() + self.document_deadline_s, self.operation_deadline)
+
     def _settled(self, response: httpx.Response, what: str) -> httpx.Response:
         """A streamed response read whole, bounded in size and time (an answer to a write or a
         HEAD is small; httpx's own read would wait on a trickling body forever)."""
-        deadline = time.monotonic() + self.document_deadline_s
+        deadline = self._document_deadline()
         try:
             data = read_bounded(
                 response, MAX_MANIFEST_BYTES, f"{self.registry}: the answer to {what}", deadline=deadline
@@ -135,8 +148,12 @@ class RegistryClient:
     def _send(self, method: str, url: str, *, repository: str, push: bool, **kwargs) -> httpx.Response:
         """The request, streamed: the caller reads (or settles) the body. Each answer's status
         line and headers (a token's body too) arrive within document_deadline_s."""
-        with answer_deadline(self.document_deadline_s):
-            return self._send_within(method, url, repository=repository, push=push, **kwargs)
+        with answer_deadline(self.document_deadline_s, ends=self.operation_deadline):
+            try:
+                return self._send_within(method, url, repository=repository, push=push, **kwargs)
+            except OciError:
+                self._within_operation(f"{method} {url}")  # the deadline is the answer, when it passed
+                raise
 
     def _send_within(self, method: str, url: str, *, repository: str, push: bool, **kwargs) -> httpx.Response:
         scope = f"repository:{repository}:{'pull,push' if push else 'pull'}"
@@ -181,7 +198,7 @@ class RegistryClient:
 
     # --- reads -------------------------------------------------------------------
     def _read(self, url: str, repository: str, what: str, limit: int, **kwargs) -> tuple[bytes, httpx.Response]:
-        deadline = time.monotonic() + self.document_deadline_s
+        deadline = self._document_deadline()
         response = self.request("GET", url, repository=repository, stream=True, **kwargs)
         try:
             if response.status_code != 200:
@@ -190,6 +207,9 @@ class RegistryClient:
                     f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(), field=what
                 )
             return read_bounded(response, limit, f"{self.registry}/{repository}: {what}", deadline=deadline), response
+        except OciError:
+            self._within_operation(what)  # the deadline is the answer, when it passed
+            raise
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry}: {what} broke off: {exc}", field=what) from None
         finally:
@@ -240,13 +260,14 @@ class RegistryClient:
     def stream_blob(self, repository: str, digest: str, size: int) -> Iterator[bytes]:
         """The blob's bytes in chunks, never past `size`, verified against `digest` at the end."""
         seconds = max(BLOB_MIN_DEADLINE_S, size / BLOB_MIN_BYTES_PER_S)
-        deadline = time.monotonic() + seconds
+        deadline = min(time.monotonic() + seconds, self.operation_deadline)
         response = self.request("GET", f"/v2/{repository}/blobs/{digest}", repository=repository, stream=True)
         try:
             self._expect(response, (200,), f"blob {digest}")
             hasher, count = hashlib.sha256(), 0
             for chunk in response.iter_bytes():  # as they arrive: a chunk size would wait to fill it
                 if time.monotonic() > deadline:
+                    self._within_operation(f"blob {digest}")
                     raise OciError(
                         f"{self.registry}/{repository}: blob {digest} was still arriving after "
                         f"{seconds:.0f} s ({count} of {size} bytes)",

@@ -1,4 +1,4 @@
-"""The registry transport (tools/oci/remote/transport.py): httpcore's public pool under httpx,
+"""The registry transport (attest/transport.py): httpcore's public pool under httpx,
 proxies from the environment per request, a SOCKS proxy refused naming its variable, and
 httpcore's errors surfacing as httpx's."""
 
@@ -7,16 +7,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.client
+import time
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from attest.transport import DeadlineTransport, answer_deadline
+from tests.fixtures.fault_proxy import Trickler
 from tests.fixtures.loopback import LoopbackHTTPServer
 from tools.oci.errors import OciError
 from tools.oci.remote.registry import RegistryClient
-from tools.oci.remote.transport import DeadlineTransport
 
 BLOB = b"a blob behind a proxy\n"
 DIGEST = "sha256:" + hashlib.sha256(BLOB).hexdigest()
@@ -121,3 +123,48 @@ def test_a_refused_connection_is_httpx_s_connect_error(no_proxy_env) -> None:
         port = closed.port
     with httpx.Client(transport=DeadlineTransport()) as client, pytest.raises(httpx.ConnectError):
         client.get(f"http://127.0.0.1:{port}/v2/")
+
+
+def test_a_trickled_answer_ends_at_its_answer_deadline(no_proxy_env) -> None:
+    with Trickler(0.1) as peer, httpx.Client(transport=DeadlineTransport(), timeout=5) as client:
+        started = time.monotonic()
+        with answer_deadline(1), pytest.raises(httpx.ReadTimeout, match="did not arrive within 1 s"):
+            client.get(peer.url)
+        assert time.monotonic() - started < 2.5
+
+
+def test_the_operations_deadline_caps_every_answer(no_proxy_env) -> None:
+    with Trickler(0.1) as peer, httpx.Client(transport=DeadlineTransport(), timeout=5) as client:
+        started = time.monotonic()
+        with answer_deadline(100, ends=started + 1), pytest.raises(httpx.ReadTimeout, match="operation passed"):
+            client.get(peer.url)
+        assert time.monotonic() - started < 2.5
+
+
+class _SlowRedirects(BaseHTTPRequestHandler):
+    """Each hop answers after 0.4 s with a redirect to the next; the 20th is the answer."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        hop = int(self.path.rsplit("/", 1)[1])
+        time.sleep(0.4)
+        self.send_response(302 if hop < 20 else 200)
+        if hop < 20:
+            self.send_header("Location", f"/hop/{hop + 1}")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_a_redirect_chain_shares_one_answer_budget(no_proxy_env) -> None:
+    """Every hop within its 1.5 s, the chain not: 20 hops of 0.4 s are 8 s, so the chain fails at 1.5."""
+    server = LoopbackHTTPServer()
+    server._serve(_SlowRedirects)
+    with server, httpx.Client(transport=DeadlineTransport(), timeout=5, follow_redirects=True) as client:
+        started = time.monotonic()
+        with answer_deadline(1.5), pytest.raises(httpx.ReadTimeout):
+            client.get(f"{server.url}/hop/1")
+        assert time.monotonic() - started < 3
+        with answer_deadline(30):
+            assert client.get(f"{server.url}/hop/19").status_code == 200  # a short chain still arrives

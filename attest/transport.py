@@ -1,15 +1,19 @@
-"""The registry's HTTP transport: httpcore's public connection pool, built with a network backend
-of ours (`ConnectionPool(network_backend=...)`), under httpx's client; proxies from the
-environment chosen per request.
+"""HTTP transport with one deadline per answer, for every peer Omni talks to (registries, the
+hub, mirrors): httpcore's public connection pool, built with a network backend of ours
+(`ConnectionPool(network_backend=...)`), under httpx's client; proxies from the environment
+chosen per request.
 
 A total deadline on the wait for an answer's status line and headers:
 
 httpx bounds each socket read, not their sum: its read timeout restarts with every byte, so a
 peer sending a header byte every few seconds would hold a request open for days. httpx has no
 total timeout, so the bound sits under it, in httpcore's network backend: within
-`answer_deadline(seconds)` (the calling thread's: httpx's sync client reads on the thread that
-sends), the reads that follow a request's last write wait at most `seconds` in all, then fail
-as httpx.ReadTimeout. Bodies are read outside it, each under its own deadline (registry.py).
+`answer_deadline(seconds, ends=...)` (the calling thread's: httpx's sync client reads on the
+thread that sends), the reads that follow a request's last write wait at most `seconds` in all,
+and every hop of a redirect chain (and a proxy's answer) shares that one budget, which starts at
+the first answer read; `ends` (time.monotonic()) is the operation's own deadline, which no read
+passes. Reads that run out fail as httpx.ReadTimeout. Bodies are read outside it, under their
+caller's deadline.
 
 The same backend reads bodies in pieces of up to BODY_READ_BYTES: httpcore asks its network
 stream for 64 kB at a time, and at that size the Python work per read, not the network, bounded
@@ -20,10 +24,12 @@ pipelining sends nothing past the answer being read.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import urllib.request
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import httpcore
@@ -33,19 +39,29 @@ _budget = threading.local()
 BODY_READ_BYTES = 1 << 20
 
 
+@dataclass
+class _Budget:
+    seconds: float
+    ends: float  # the operation's deadline
+    chain_ends: float = math.inf  # set by the first answer read: every later hop shares it
+
+
 @contextmanager
-def answer_deadline(seconds: float) -> Iterator[None]:
-    previous = getattr(_budget, "seconds", None)
-    _budget.seconds = seconds
+def answer_deadline(seconds: float, *, ends: float = math.inf) -> Iterator[None]:
+    previous = getattr(_budget, "current", None)
+    _budget.current = _Budget(seconds, ends)
     try:
         yield
     finally:
-        _budget.seconds = previous
+        _budget.current = previous
 
 
-def _late(seconds: float) -> httpcore.ReadTimeout:
+def _late(budget: _Budget) -> httpcore.ReadTimeout:
+    if time.monotonic() >= budget.ends:
+        return httpcore.ReadTimeout("the operation passed its deadline while waiting for an answer")
     return httpcore.ReadTimeout(
-        f"the answer's status line and headers did not arrive within {seconds:g} s (a peer trickling bytes, or none)"
+        f"the answer's status line and headers did not arrive within {budget.seconds:g} s "
+        "(redirects included; a peer trickling bytes, or none)"
     )
 
 
@@ -55,20 +71,22 @@ class _Stream(httpcore.NetworkStream):
         self._answer_started: float | None = None  # the first read after the request's writes
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        seconds = getattr(_budget, "seconds", None)
-        if seconds is None:  # a body: read in larger pieces (see the module's docstring)
+        budget: _Budget | None = getattr(_budget, "current", None)
+        if budget is None:  # a body: read in larger pieces (see the module's docstring)
             return self._inner.read(max(max_bytes, BODY_READ_BYTES), timeout)
+        now = time.monotonic()
         if self._answer_started is None:
-            self._answer_started = time.monotonic()
-        ends = self._answer_started + seconds
-        left = ends - time.monotonic()
+            self._answer_started = now
+            budget.chain_ends = min(budget.chain_ends, now + budget.seconds)
+        ends = min(self._answer_started + budget.seconds, budget.chain_ends, budget.ends)
+        left = ends - now
         if left <= 0:
-            raise _late(seconds)
+            raise _late(budget)
         try:
             return self._inner.read(max_bytes, left if timeout is None else min(timeout, left))
         except httpcore.ReadTimeout:
             if time.monotonic() >= ends:
-                raise _late(seconds) from None
+                raise _late(budget) from None
             raise
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
