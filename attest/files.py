@@ -9,9 +9,21 @@ from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, field: str | None = None) -> None:
     """Write `data` to `path` via a temporary file in the same directory, created with
-    `mode` from its first byte, fsynced, then renamed over the target."""
+    `mode` from its first byte, fsynced, then renamed over the target. With `field` (the flag or
+    variable that chose the path), a failure (a full disk, no permission) is a refusal naming it;
+    what was at `path` stays as it was either way."""
+    if field is not None:
+        from attest.errors import AttestError
+
+        try:
+            write_atomic(path, data, mode=mode)
+        except OSError as exc:
+            raise AttestError(
+                f"cannot write {path}: {exc.strerror or exc}; what was there is left as it was", field=field
+            ) from None
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     listing = hub.fetch_listing(args.repo, revision, stall_s=args.stall_timeout, endpoint=endpoint)
     lock = hub.lock_from_listing(args.repo, revision, listing, REVIEWED)
     data = lock.document_bytes()
-    write_atomic(output, data)
+    write_atomic(output, data, field="--output")
     digest = hashlib.sha256(data).hexdigest()
     print(
         f"boot-lock: wrote {output}: {len(lock.files)} files, {lock.total_bytes / 1e9:.2f} GB at {revision}; "

@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except AttestError as exc:
         return report_refusal(exc)
-    write_atomic(output, data)
+    write_atomic(output, data, field="--output")
     digest = hashlib.sha256(data).hexdigest()
     print(f"wrote {output}; pin it with QWEN_CHECKPOINT_MANIFEST_SHA256={digest}", file=sys.stderr)
     print(digest)

@@ -10,6 +10,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from unittest import mock
@@ -23,7 +24,7 @@ from boot.prepare import prepare
 from boot.settings import BootSettings
 from tests.fixtures.deepseek import SHARDS, boot_env, tiny_repo, write_lock
 from tests.fixtures.fault_proxy import FaultProxy, Step, Trickler
-from tests.fixtures.hub import HubRepo, LoopbackHub
+from tests.fixtures.hub import HubRepo, LoopbackHub, hub_in_child
 
 SHARD = SHARDS[0]
 SHARD_BYTES = 8 << 20
@@ -156,6 +157,35 @@ def test_boot_killed_mid_shard_resumes_where_its_file_ends(tmp_path: Path) -> No
         resumed = hub.ranges[SHARD][-1]
         assert resumed >= seen  # sent again: at most what was in flight when it died
     _assert_complete(tmp_path)
+
+
+def test_a_hub_killed_and_started_again_mid_file_is_resumed(tmp_path: Path, capsys) -> None:
+    repo = _repo(rate_bytes_s=4 << 20)
+    with hub_in_child(repo) as first, FaultProxy(("127.0.0.1", first.port), []) as proxy:
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                _prepare(tmp_path, proxy.url, DOWNLOAD_STALL_S="2")
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        seen, deadline = 0, time.monotonic() + 60
+        while seen < 3 << 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            parts = _partial_files(tmp_path)
+            seen = parts[0].stat().st_size if parts else 0
+        first.process.kill()  # SIGKILL: its connections die with it
+        first.process.join(10)
+        with hub_in_child(repo, port=first.port):
+            runner.join(60)
+        sent = proxy.to_client
+    assert errors == [] and not runner.is_alive()
+    assert sent <= _total() + (1 << 20), sent - _total()  # what was in flight, not the file again
+    _assert_complete(tmp_path)
+    assert "download attempt 1/3 failed" in capsys.readouterr().err
 
 
 def test_a_full_disk_keeps_the_partial_file_and_names_the_file(tmp_path: Path) -> None:

@@ -95,3 +95,39 @@ def test_an_earlier_attestation_is_replaced(tmp_path: Path, capsys) -> None:
     assert _attestation(tmp_path, target) == 0
     first = target.read_bytes()
     assert _attestation(tmp_path, target) == 0 and target.read_bytes() == first
+
+
+FULL_DISK = """
+import sys
+from pathlib import Path
+from tests.system.no_data_loss_test import _attestation
+work, disk = Path(sys.argv[1]), Path(sys.argv[2])
+target = disk / "attestation.json"
+assert _attestation(work, target) == 0
+earlier = target.read_bytes()
+try:
+    with open(disk / "filler", "wb") as filler:  # the disk fills up
+        while True:
+            filler.write(b"\\0" * 4096)
+            filler.flush()
+except OSError:
+    pass
+(work / "model" / "config.json").write_text('{"changed": true}')  # so the new attestation differs
+code = _attestation(work, target)
+print(code, target.read_bytes() == earlier, sorted(p.name for p in disk.iterdir()))
+"""
+
+
+def test_a_full_disk_at_the_output_keeps_the_earlier_file_whole(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.fail(f"a small tmpfs needs root (mount in a namespace of its own); this runs as uid {os.geteuid()}")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = f'mount -t tmpfs -o size=256k tmpfs {disk} && exec {sys.executable} -c "$0" {tmp_path} {disk}'
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script, FULL_DISK], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    code, kept, names = done.stdout.strip().splitlines()[-1].split(" ", 2)
+    assert (code, kept) == ("2", "True"), done.stdout + done.stderr[-2000:]
+    assert names == "['attestation.json', 'filler']"  # no temporary file left behind
+    assert "No space left on device" in done.stderr and '"field": "--output"' in done.stderr

@@ -277,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     gate, results = generate(args, progress)
     data = canonical_json(gate.model_dump(mode="json", exclude_none=True))
-    write_atomic(args.output.with_name(args.output.name + ".results.json"), canonical_json(results))
-    write_atomic(args.output, data)
+    write_atomic(args.output.with_name(args.output.name + ".results.json"), canonical_json(results), field="--output")
+    write_atomic(args.output, data, field="--output")
     digest = hashlib.sha256(data).hexdigest()
     if gate.benchmark.per_concurrency:
         print(results_table(gate), file=sys.stderr)

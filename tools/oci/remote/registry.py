@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import sys
 import threading
 import time
@@ -45,6 +46,38 @@ RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DOCUMENT_DEADLINE_S = 120.0
 BLOB_MIN_DEADLINE_S = 120.0
 BLOB_MIN_BYTES_PER_S = 256 << 10
+
+
+class _UploadSource:
+    """A blob's bytes from any offset, in pieces: a file (seeked), bytes (sliced), or a factory
+    of fresh streams (the bytes before the offset read again and dropped: they are not sent)."""
+
+    def __init__(self, content: bytes | Path | Callable[[], Iterator[bytes]]) -> None:
+        self._content = content
+
+    def pieces(self, offset: int, size: int) -> Iterator[bytes]:
+        content = self._content
+        if isinstance(content, bytes):
+            for start in range(offset, len(content), size):
+                yield content[start : start + size]
+            return
+        if isinstance(content, Path):
+            with content.open("rb") as handle:
+                handle.seek(offset)
+                while block := handle.read(size):
+                    yield block
+            return
+        pending, skip = bytearray(), offset
+        for block in content():
+            if skip:
+                dropped = min(skip, len(block))
+                block, skip = block[dropped:], skip - dropped
+            pending += block
+            while len(pending) >= size:
+                yield bytes(pending[:size])
+                del pending[:size]
+        if pending:
+            yield bytes(pending)
 
 
 def _attempt_failed(attempt: int, what: str) -> None:
@@ -309,10 +342,12 @@ class RegistryClient:
         self, repository: str, digest: str, content: bytes | Path | Callable[[], Iterator[bytes]], size: int
     ) -> None:
         """Upload a blob (bytes, a file, or a factory of a fresh byte stream per attempt),
-        retrying a failed session from the start, then confirm the registry has it."""
+        retrying a failed session from the start (a chunked one resumes where the registry says
+        it stopped), then confirm the registry has it."""
+        source = _UploadSource(content)
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                self._upload_once(repository, digest, content() if callable(content) else content, size)
+                self._upload_once(repository, digest, source, size)
                 break
             except OciError as exc:
                 if attempt == ATTEMPTS:
@@ -326,7 +361,7 @@ class RegistryClient:
             self.uploaded_bytes += size
             self.uploaded_blobs.append(digest)
 
-    def _upload_once(self, repository: str, digest: str, content: bytes | Path | Iterator[bytes], size: int) -> None:
+    def _upload_once(self, repository: str, digest: str, source: "_UploadSource", size: int) -> None:
         start = self.request("POST", f"/v2/{repository}/blobs/uploads/", repository=repository, push=True)
         self._expect(start, (202,), f"upload start for {digest}")
         location = start.headers.get("Location", "")
@@ -336,20 +371,10 @@ class RegistryClient:
                 "header (the distribution spec requires one)",
                 field=f"upload of {digest}",
             )
-        if isinstance(content, Path):
-
-            def chunks(path: Path = content) -> Iterator[bytes]:
-                with path.open("rb") as handle:
-                    while block := handle.read(UPLOAD_READ_BYTES):
-                        yield block
-
-            body: bytes | Iterator[bytes] = chunks()
-        else:
-            body = content
+        body: bytes | Iterator[bytes] = source.pieces(0, UPLOAD_READ_BYTES)
         if size > self.chunked_threshold:
-            location = self._patch_chunks(repository, digest, location, body)
-            body = b""
-            size = 0
+            location = self._patch_chunks(repository, digest, location, source, size)
+            body, size = b"", 0
         separator = "&" if "?" in location else "?"
         response = self.request(
             "PUT",
@@ -361,38 +386,53 @@ class RegistryClient:
         )
         self._expect(response, (201,), f"upload of {digest}")
 
-    def _patch_chunks(self, repository: str, digest: str, location: str, body: bytes | Iterator[bytes]) -> str:
+    def _upload_status(self, repository: str, location: str, digest: str) -> tuple[int, str]:
+        """(bytes the registry holds, where to continue) of an upload session (GET on it: 204
+        with `Range: 0-<last byte>`); a session the registry lost raises."""
+        response = self.request("GET", location, repository=repository, push=True)
+        self._expect(response, (204,), f"upload status of {digest}")
+        found = re.fullmatch(r"(?:bytes=)?0-(\d+)", response.headers.get("Range", ""))
+        if found is None:
+            raise OciError(f"{self.registry}: the upload status of {digest} has no Range", field=f"upload of {digest}")
+        # distribution says 0-0 both for nothing and for one byte: resuming at 0 is the safe reading.
+        held = int(found.group(1)) + 1 if int(found.group(1)) else 0
+        return held, response.headers.get("Location", location)
+
+    def _patch_chunks(self, repository: str, digest: str, location: str, source: "_UploadSource", size: int) -> str:
         """The distribution spec's chunked upload: PATCH each chunk with its Content-Range, following
         the Location each answer gives; the closing PUT carries the digest. Large blobs then never
-        ride on one request, and a registry's request-size limits do not apply."""
-
-        def pieces() -> Iterator[bytes]:
-            pending = bytearray()
-            for block in [body] if isinstance(body, bytes) else body:
-                pending += block
-                while len(pending) >= self.chunk_size:
-                    yield bytes(pending[: self.chunk_size])
-                    del pending[: self.chunk_size]
-            if pending:
-                yield bytes(pending)
-
-        offset = 0
-        for piece in pieces():
-            response = self.request(
-                "PATCH",
-                location,
-                repository=repository,
-                push=True,
-                content=piece,
-                headers={
-                    "Content-Type": "application/octet-stream",
-                    "Content-Length": str(len(piece)),
-                    "Content-Range": f"{offset}-{offset + len(piece) - 1}",
-                },
-            )
-            self._expect(response, (202,), f"chunk {offset}-{offset + len(piece) - 1} of {digest}")
-            offset += len(piece)
-            location = response.headers.get("Location", location)
+        ride on one request, and a registry's request-size limits do not apply. A chunk that
+        breaks off resumes from the offset the registry reports (the upload's status), so a cut
+        costs at most that chunk."""
+        offset, cuts = 0, 0
+        while offset < size:
+            try:
+                for piece in source.pieces(offset, self.chunk_size):
+                    response = self.request(
+                        "PATCH",
+                        location,
+                        repository=repository,
+                        push=True,
+                        content=piece,
+                        headers={
+                            "Content-Type": "application/octet-stream",
+                            "Content-Length": str(len(piece)),
+                            "Content-Range": f"{offset}-{offset + len(piece) - 1}",
+                        },
+                    )
+                    self._expect(response, (202,), f"chunk {offset}-{offset + len(piece) - 1} of {digest}")
+                    offset += len(piece)
+                    location = response.headers.get("Location", location)
+            except OciError as exc:
+                cuts += 1
+                if cuts >= ATTEMPTS or exc.field == "deadline":
+                    raise
+                offset, location = self._upload_status(repository, location, digest)
+                print(
+                    redact_known(f"registry: upload of {digest} broke off ({exc}); resuming at byte {offset}"),
+                    file=sys.stderr,
+                    flush=True,
+                )
         return location
 
     def put_manifest(self, repository: str, reference: str, data: bytes, media_type: str) -> str:
