@@ -5,7 +5,6 @@ image, a LeaderWorkerSet and Service for the multi-node boot image. Pure functio
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from attest.errors import AttestError
@@ -14,19 +13,15 @@ from boot import settings as boot_settings
 from launcher import settings as launcher_settings
 from tools.deploy.contract import ImageContract
 from tools.deploy.errors import DeployError
-from tools.deploy.inputs import DNS_LABEL_RE, Options, check_options, kubernetes_verbatim, model_host_path
+from tools.deploy.inputs import Options, check_options, kubernetes_verbatim
+from tools.deploy.pods import RANK_KEY_DIR, RANK_KEY_SECRET_KEY, Target, k8s_name, pod_spec, probes
 
 __all__ = ["Options", "check_pins", "resources"]
 
 PART_OF = "omni"
 API_KEY_SECRET_KEY = "api-key"
 HF_TOKEN_SECRET_KEY = "token"
-RANK_KEY_SECRET_KEY = "key"
-# Where every rank of the group reads the key that authenticates rank 0's verdict (boot.ranks):
-# a Secret's volume, outside the model volume whose verdicts it authenticates.
-RANK_KEY_DIR = "/etc/omni/rank-key"
 LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
-HEALTH_PATH = "/health"  # vLLM and SGLang both serve it without the API key
 # What LeaderWorkerSet injects into every container, ahead of the container's own variables,
 # so `$(NAME)` in those expands (kubernetes-sigs/lws, pkg/utils/pod: AddLWSVariables).
 LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
@@ -34,20 +29,6 @@ LWS_GROUP_SIZE = "LWS_GROUP_SIZE"
 LWS_WORKER_INDEX = "LWS_WORKER_INDEX"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-# Grace for the engines to drain: both programs forward SIGTERM to the engine's process group.
-TERMINATION_GRACE_S = 120
-PROBE_PERIOD_S = 10
-
-
-@dataclass(frozen=True)
-class Target:
-    """How one hardware profile (the pin `hardware.profile`) is deployed."""
-
-    gpu_resource: str
-    group_size: int
-    # /dev/shm for the engine's worker processes (vLLM's and SGLang's docs ask for a large one).
-    shm_size: str
-    program: str  # "launcher" or "boot": which settings the manifest speaks
 
 
 TARGETS = {
@@ -57,13 +38,6 @@ TARGETS = {
 # The launcher verifies the checkpoint, then vLLM loads 27B and compiles its graphs into an
 # empty /cache: an hour before the pod is declared stuck (--startup-timeout changes it).
 LAUNCHER_STARTUP_S = 3600
-
-
-def _k8s_name(image: str) -> str:
-    name = image.replace("_", "-").lower()
-    if not DNS_LABEL_RE.fullmatch(name):
-        raise DeployError(f"image name {image!r} does not make a Kubernetes name ({name!r})", field="image")
-    return name
 
 
 def _setting(settings: tuple, name: str) -> Any:
@@ -146,125 +120,6 @@ def _secret_env(variable: str, secret: str, key: str) -> dict[str, Any]:
     return {"name": variable, "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": False}}}
 
 
-def _http_probe(port: int, period_s: int, timeout_s: int, failures: int) -> dict[str, Any]:
-    return {
-        "httpGet": {"path": HEALTH_PATH, "port": port},
-        "periodSeconds": period_s,
-        "timeoutSeconds": timeout_s,
-        "failureThreshold": failures,
-    }
-
-
-def _probes(port: int, startup_s: int) -> dict[str, Any]:
-    return {
-        # Until the engine first answers: checkpoint checks, downloads and the model load.
-        "startupProbe": _http_probe(port, PROBE_PERIOD_S, 5, math.ceil(startup_s / PROBE_PERIOD_S)),
-        "readinessProbe": _http_probe(port, PROBE_PERIOD_S, 5, 3),
-        # A loaded engine under a long prefill answers slowly: 2.5 minutes of silence, not one.
-        "livenessProbe": _http_probe(port, 30, 10, 5),
-    }
-
-
-def _volumes(
-    contract: ImageContract, options: Options, target: Target, *, model_writable: bool
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """One volume per volume the image declares (the model's from the flags, the rest emptyDir),
-    and /dev/shm in memory."""
-    model_path = contract.env.get("MODEL_PATH", "")
-    model_mount = next(
-        (path for path in contract.volumes if model_path == path or model_path.startswith(path.rstrip("/") + "/")), ""
-    )
-    if not model_mount:
-        raise DeployError(
-            f"MODEL_PATH {model_path!r} is under none of the image's volumes ({', '.join(contract.volumes)})",
-            field="MODEL_PATH",
-        )
-    volumes, mounts = [], []
-    for path in contract.volumes:
-        name = path.strip("/").replace("/", "-").replace("_", "-").lower() or "root"
-        if path == model_mount:
-            source = (
-                {"persistentVolumeClaim": {"claimName": options.model_pvc, "readOnly": not model_writable}}
-                if options.model_pvc
-                else {"hostPath": {"path": model_host_path(options.model_host_path), "type": "Directory"}}
-            )
-            mounts.append({"name": name, "mountPath": path, "readOnly": not model_writable})
-        else:
-            source = {"emptyDir": {}}
-            mounts.append({"name": name, "mountPath": path})
-        volumes.append({"name": name, **source})
-    volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": target.shm_size}})
-    mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-    if target.group_size > 1:
-        secret = options.rank_key_secret or f"{_k8s_name(contract.name)}-rank-key"
-        items = [{"key": RANK_KEY_SECRET_KEY, "path": RANK_KEY_SECRET_KEY}]
-        # 0444: the ranks run as the image's user, and workers have no fsGroup.
-        volumes.append({"name": "rank-key", "secret": {"secretName": secret, "items": items, "defaultMode": 0o444}})
-        mounts.append({"name": "rank-key", "mountPath": RANK_KEY_DIR, "readOnly": True})
-    return volumes, mounts
-
-
-def _pod_spec(
-    contract: ImageContract,
-    options: Options,
-    target: Target,
-    *,
-    env: list[dict[str, Any]],
-    probes: dict[str, Any],
-    model_writable: bool,
-    capabilities: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    volumes, mounts = _volumes(contract, options, target, model_writable=model_writable)
-    security: dict[str, Any] = {
-        "runAsNonRoot": True,
-        "runAsUser": contract.uid,
-        "runAsGroup": contract.gid,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-    if contract.groups:
-        security["supplementalGroups"] = [gid for _, gid in contract.groups]
-    if model_writable:  # a fresh volume is root's: the download needs it group-writable
-        security["fsGroup"] = contract.gid
-        security["fsGroupChangePolicy"] = "OnRootMismatch"
-    container_security: dict[str, Any] = {
-        "runAsNonRoot": True,
-        "privileged": False,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-    }
-    if capabilities:
-        container_security["capabilities"]["add"] = list(capabilities)
-    container = {
-        "name": _k8s_name(contract.name),
-        "image": options.image,
-        "imagePullPolicy": "IfNotPresent",
-        "env": env,
-        "resources": {"limits": {target.gpu_resource: 1}, "requests": {target.gpu_resource: 1}},
-        "securityContext": container_security,
-        "volumeMounts": mounts,
-        **(
-            {"ports": [{"name": "http", "containerPort": port, "protocol": "TCP"} for port in contract.ports]}
-            if probes
-            else {}
-        ),
-        **probes,
-    }
-    spec: dict[str, Any] = {
-        # No Kubernetes API token and no service-link variables (they could shadow a setting).
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
-        "securityContext": security,
-        "containers": [container],
-        "volumes": volumes,
-    }
-    if options.network == "host":
-        spec["hostNetwork"] = True
-        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    return spec
-
-
 def _operator_env(options: Options) -> list[dict[str, Any]]:
     """The operator's variables, as the container must see them: never expanded by Kubernetes."""
     return [{"name": name, "value": kubernetes_verbatim(value)} for name, value in sorted(options.env.items())]
@@ -292,7 +147,7 @@ def _service(name: str, namespace: str, port: int, selector: dict[str, str], lab
 
 
 def _launcher_resources(contract: ImageContract, options: Options, target: Target) -> list[dict[str, Any]]:
-    name, port = _k8s_name(contract.name), _port(contract)
+    name, port = k8s_name(contract.name), _port(contract)
     default_port = int(_setting(launcher_settings.SETTINGS, "QWEN_PORT").default)
     if port != default_port:
         raise DeployError(
@@ -306,7 +161,7 @@ def _launcher_resources(contract: ImageContract, options: Options, target: Targe
     ]
     startup_s = options.startup_timeout_s or LAUNCHER_STARTUP_S
     labels = _labels(name, "server")
-    pod = _pod_spec(contract, options, target, env=env, probes=_probes(port, startup_s), model_writable=False)
+    pod = pod_spec(contract, options, target, env=env, probes=probes(port, startup_s), model_writable=False)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -336,7 +191,7 @@ def _boot_startup_s(options: Options) -> int:
 
 
 def _boot_resources(contract: ImageContract, options: Options, target: Target) -> list[dict[str, Any]]:
-    name, port = _k8s_name(contract.name), _port(contract)
+    name, port = k8s_name(contract.name), _port(contract)
     default_port = int(_setting(boot_settings.SETTINGS, "SERVER_PORT").default)
     if port != default_port:
         raise DeployError(f"the image exposes {port} but boot listens on {default_port}", field="config.ExposedPorts")
@@ -359,17 +214,17 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
     annotations = _provenance(contract)
     if options.rdma_network:
         annotations["k8s.v1.cni.cncf.io/networks"] = options.rdma_network
-    leader = _pod_spec(
+    leader = pod_spec(
         contract,
         options,
         target,
         env=env,
-        probes=_probes(port, options.startup_timeout_s or _boot_startup_s(options)),
+        probes=probes(port, options.startup_timeout_s or _boot_startup_s(options)),
         model_writable=True,
         capabilities=capabilities,
     )
     # Workers serve no HTTP: no probes; they only read the checkpoint rank 0 verified.
-    worker = _pod_spec(contract, options, target, env=env, probes={}, model_writable=False, capabilities=capabilities)
+    worker = pod_spec(contract, options, target, env=env, probes={}, model_writable=False, capabilities=capabilities)
     labels = _labels(name, "server")
     lws = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",

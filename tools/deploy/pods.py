@@ -1,0 +1,158 @@
+"""One pod of an Omni deployment: its security contexts, its volumes (the model's, emptyDirs,
+/dev/shm in memory, the rank key's Secret), its probes and its container. Pure functions."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tools.deploy.contract import ImageContract
+from tools.deploy.errors import DeployError
+from tools.deploy.inputs import DNS_LABEL_RE, Options, model_host_path
+
+HEALTH_PATH = "/health"  # vLLM and SGLang both serve it without the API key
+# Grace for the engines to drain: both programs forward SIGTERM to the engine's process group.
+TERMINATION_GRACE_S = 120
+PROBE_PERIOD_S = 10
+RANK_KEY_SECRET_KEY = "key"
+# Where every rank of the group reads the key that authenticates rank 0's verdict (boot.ranks):
+# a Secret's volume, outside the model volume whose verdicts it authenticates.
+RANK_KEY_DIR = "/etc/omni/rank-key"
+
+
+@dataclass(frozen=True)
+class Target:
+    """How one hardware profile (the pin `hardware.profile`) is deployed."""
+
+    gpu_resource: str
+    group_size: int
+    # /dev/shm for the engine's worker processes (vLLM's and SGLang's docs ask for a large one).
+    shm_size: str
+    program: str  # "launcher" or "boot": which settings the manifest speaks
+
+
+def k8s_name(image: str) -> str:
+    name = image.replace("_", "-").lower()
+    if not DNS_LABEL_RE.fullmatch(name):
+        raise DeployError(f"image name {image!r} does not make a Kubernetes name ({name!r})", field="image")
+    return name
+
+
+def _http_probe(port: int, period_s: int, timeout_s: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": HEALTH_PATH, "port": port},
+        "periodSeconds": period_s,
+        "timeoutSeconds": timeout_s,
+        "failureThreshold": failures,
+    }
+
+
+def probes(port: int, startup_s: int) -> dict[str, Any]:
+    return {
+        # Until the engine first answers: checkpoint checks, downloads and the model load.
+        "startupProbe": _http_probe(port, PROBE_PERIOD_S, 5, math.ceil(startup_s / PROBE_PERIOD_S)),
+        "readinessProbe": _http_probe(port, PROBE_PERIOD_S, 5, 3),
+        # A loaded engine under a long prefill answers slowly: 2.5 minutes of silence, not one.
+        "livenessProbe": _http_probe(port, 30, 10, 5),
+    }
+
+
+def _volumes(
+    contract: ImageContract, options: Options, target: Target, *, model_writable: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One volume per volume the image declares (the model's from the flags, the rest emptyDir),
+    and /dev/shm in memory."""
+    model_path = contract.env.get("MODEL_PATH", "")
+    model_mount = next(
+        (path for path in contract.volumes if model_path == path or model_path.startswith(path.rstrip("/") + "/")), ""
+    )
+    if not model_mount:
+        raise DeployError(
+            f"MODEL_PATH {model_path!r} is under none of the image's volumes ({', '.join(contract.volumes)})",
+            field="MODEL_PATH",
+        )
+    volumes, mounts = [], []
+    for path in contract.volumes:
+        name = path.strip("/").replace("/", "-").replace("_", "-").lower() or "root"
+        if path == model_mount:
+            source = (
+                {"persistentVolumeClaim": {"claimName": options.model_pvc, "readOnly": not model_writable}}
+                if options.model_pvc
+                else {"hostPath": {"path": model_host_path(options.model_host_path), "type": "Directory"}}
+            )
+            mounts.append({"name": name, "mountPath": path, "readOnly": not model_writable})
+        else:
+            source = {"emptyDir": {}}
+            mounts.append({"name": name, "mountPath": path})
+        volumes.append({"name": name, **source})
+    volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": target.shm_size}})
+    mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    if target.group_size > 1:
+        secret = options.rank_key_secret or f"{k8s_name(contract.name)}-rank-key"
+        items = [{"key": RANK_KEY_SECRET_KEY, "path": RANK_KEY_SECRET_KEY}]
+        # 0444: the ranks run as the image's user, and workers have no fsGroup.
+        volumes.append({"name": "rank-key", "secret": {"secretName": secret, "items": items, "defaultMode": 0o444}})
+        mounts.append({"name": "rank-key", "mountPath": RANK_KEY_DIR, "readOnly": True})
+    return volumes, mounts
+
+
+def pod_spec(
+    contract: ImageContract,
+    options: Options,
+    target: Target,
+    *,
+    env: list[dict[str, Any]],
+    probes: dict[str, Any],
+    model_writable: bool,
+    capabilities: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    volumes, mounts = _volumes(contract, options, target, model_writable=model_writable)
+    security: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "runAsUser": contract.uid,
+        "runAsGroup": contract.gid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if contract.groups:
+        security["supplementalGroups"] = [gid for _, gid in contract.groups]
+    if model_writable:  # a fresh volume is root's: the download needs it group-writable
+        security["fsGroup"] = contract.gid
+        security["fsGroupChangePolicy"] = "OnRootMismatch"
+    container_security: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    if capabilities:
+        container_security["capabilities"]["add"] = list(capabilities)
+    container = {
+        "name": k8s_name(contract.name),
+        "image": options.image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": env,
+        "resources": {"limits": {target.gpu_resource: 1}, "requests": {target.gpu_resource: 1}},
+        "securityContext": container_security,
+        "volumeMounts": mounts,
+        **(
+            {"ports": [{"name": "http", "containerPort": port, "protocol": "TCP"} for port in contract.ports]}
+            if probes
+            else {}
+        ),
+        **probes,
+    }
+    spec: dict[str, Any] = {
+        # No Kubernetes API token and no service-link variables (they could shadow a setting).
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "securityContext": security,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if options.network == "host":
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    return spec
