@@ -6,6 +6,7 @@ a rank hashes every file itself."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -30,12 +31,10 @@ KEY = "9f" * 32
 
 def _env(base: Path, **extra: str) -> dict[str, str]:
     lock = base / "locks" / "checkpoint.lock.json"
-    if not lock.exists():
-        write_lock(lock, tiny_repo())
+    sha = hashlib.sha256(lock.read_bytes()).hexdigest() if lock.exists() else write_lock(lock, tiny_repo())
     key = base / "secret" / "key"
     key.parent.mkdir(exist_ok=True)
     key.write_text(KEY + "\n")
-    sha = __import__("hashlib").sha256(lock.read_bytes()).hexdigest()
     keyed = {"RANK_KEY_FILE": str(key), "RANK_GROUP": "group-a", "RANK_WAIT_TIMEOUT_S": "1", "NNODES": "3"}
     return boot_env(base, CHECKPOINT_LOCK=str(lock), CHECKPOINT_LOCK_SHA256=sha, **{**keyed, **extra})
 

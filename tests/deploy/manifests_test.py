@@ -294,6 +294,7 @@ QWEN = ("--repository", "r.example/q", "--model-pvc", "m")
         (QWEN + ("--namespace", "Prod_NS"), "--namespace", "not a DNS label"),
         (QWEN + ("--secret", "bad secret"), "--secret", "not a Kubernetes object name"),
         (QWEN + ("--network", "host"), "--network", "multi-node group only"),
+        (QWEN + ("--rank-key-secret", "k"), "--rank-key-secret", "multi-node group only"),
         (QWEN + ("--env", "QWEN_API_KEY=x"), "QWEN_API_KEY", "comes from the Secret"),
         (QWEN + ("--env", "QWEN_PORT=9000"), "QWEN_PORT", "exposed port"),
         (QWEN + ("--env", "MY_HUB_TOKEN=abc"), "MY_HUB_TOKEN", "put it in a Secret"),
@@ -407,6 +408,7 @@ def test_output_replaces_only_what_deploy_wrote(tmp_path: Path) -> None:
         (("--env", "NODE_RANK=0"), "NODE_RANK", "LeaderWorkerSet"),
         (("--env", "DOWNLOAD_DEADLINE_S=６０"), "DOWNLOAD_DEADLINE_S", "whole seconds"),
         (("--rdma-network", "Not_A_Name"), "--rdma-network", "not a Kubernetes object name"),
+        (("--rank-key-secret", "a..b"), "--rank-key-secret", "not a Kubernetes object name"),
     ],
 )
 def test_bad_group_flags_are_refused_naming_them(flags: tuple[str, ...], field: str, says: str) -> None:

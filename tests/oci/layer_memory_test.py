@@ -17,6 +17,7 @@ import pytest
 from tests.fixtures.raw_tar import EOA, header, member, pax
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import image_manifest
+from tools.oci.layout import sha256_digest
 from tools.oci.remote.registry import RegistryClient
 
 LIMIT_MB = 200
@@ -25,6 +26,7 @@ LIMIT_MB = 200
 DRIVER = """
 import json, sys
 from tools.oci.errors import OciError
+from tools.oci.layout import sha256_digest
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.remote.layer_files import read_layer_files
 from tools.pin.engine_files import engine_identity, wanted_files
@@ -114,9 +116,7 @@ def test_pin_reads_a_hostile_base_in_bounded_memory(registry, name: str) -> None
     blobs = HOSTILE[name]()
     with RegistryClient(registry.host, credential=None) as client:
         image_manifest(client, f"memory/{name.lower()}", "linux/amd64", blobs)
-        descriptors = [
-            {"digest": "sha256:" + __import__("hashlib").sha256(blob).hexdigest(), "size": len(blob)} for blob in blobs
-        ]
+        descriptors = [{"digest": sha256_digest(blob), "size": len(blob)} for blob in blobs]
     done = subprocess.run(
         [sys.executable, "-c", DRIVER, registry.host, f"memory/{name.lower()}", json.dumps(descriptors)],
         capture_output=True,

@@ -173,25 +173,22 @@ def _read_layer(read: _Read, digest: str, size: int, where: str, out: queue.Queu
         read.client.stream_blob(read.repository, digest, size), read.deadline, passed, read.stopped
     )
     try:
-        pieces = decompressed(chunks)
-        members = _walk(read, pieces, digest, where, out)
-        # The rest (the last gzip trailer) is read and checked too, as a runtime does, then the
-        # blob to its end: a digest that does not match is the answer even when the bytes also
-        # fail to decompress.
+        refusal: OciError | None = None
         try:
-            for _ in pieces:
+            pieces = decompressed(chunks)
+            members = _walk(read, pieces, digest, where, out)
+            for _ in pieces:  # the rest (the last gzip trailer) is read and checked too, as a runtime does
                 pass
-        finally:
-            for _ in chunks:
-                pass
-    except OciError as exc:
-        for _ in chunks:  # the blob to its end (bounded by its size and the deadline): a digest
-            pass  # that does not match is the answer, not what its bytes fail to decompress to
-        raise exc from None
-    except (EOFError, OSError) as exc:
+        except OciError as exc:
+            refusal = exc
+        except (EOFError, OSError) as exc:
+            refusal = OciError(f"{where} is not a readable tar layer: {exc}", field=digest)
+        # The blob to its end (bounded by its size and the deadline), read or refused alike: a
+        # digest that does not match is the answer, not what its bytes fail to decompress to.
         for _ in chunks:
             pass
-        raise OciError(f"{where} is not a readable tar layer: {exc}", field=digest) from None
+        if refusal is not None:
+            raise refusal
     except Exception as exc:
         zstandard = sys.modules.get("zstandard")
         if zstandard is not None and isinstance(exc, zstandard.ZstdError):
@@ -210,8 +207,8 @@ def _read_layer(read: _Read, digest: str, size: int, where: str, out: queue.Queu
 
 
 def _apply(overlay: Overlay, event: _Event) -> None:
+    """One member applied; each of the overlay's operations first refuses a path through a link."""
     what, path, payload, wanted = event
-    overlay.check_parents(path)
     if what == "dir":
         overlay.directory(path)
     elif what == "file":
@@ -221,10 +218,10 @@ def _apply(overlay: Overlay, event: _Event) -> None:
         overlay.non_directory(path, kept, payload)
     elif what == "hardlink":
         overlay.hard_link(path, payload, overlay.digest, wanted)
-    elif what == "whiteout":
-        overlay.check_parents(payload)
+    elif what == "whiteout":  # the hidden path has the marker's parents
         overlay.whiteout(payload)
-    else:
+    else:  # the marker's parents include the directory it empties
+        overlay.check_parents(path)
         overlay.opaque(path.rpartition("/")[0])
 
 
