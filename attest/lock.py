@@ -27,13 +27,15 @@ TRUST_ON_FIRST_USE = "trust-on-first-use"
 MAX_LOCK_BYTES = 32 * 1024 * 1024
 GIT_SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
 # boot's own working names inside the model root (boot/verify.py uses these): partial
-# downloads, rank 0's published verdict and lock. A lock may not name them, or anything under
+# downloads, rank 0's published verdict and lock, an artifact's lock. A lock may not name them, or anything under
 # them: a hub could otherwise make boot overwrite, or trust, its own state.
 PARTIAL_DIR = ".omni-partial"
 VERIFIED_MARKER = ".omni-verified.json"
 PUBLISHED_LOCK = ".omni-checkpoint.lock.json"
 REFUSED_MARKER = ".omni-refused.json"  # rank 0's refusal, so the other ranks stop waiting
-WORKING_NAMES = frozenset({PARTIAL_DIR, VERIFIED_MARKER, PUBLISHED_LOCK, REFUSED_MARKER})
+# The lock a model artifact carries (tools/model): in an image volume it lies in the model root.
+ARTIFACT_LOCK = ".omni-artifact.lock.json"
+WORKING_NAMES = frozenset({PARTIAL_DIR, VERIFIED_MARKER, PUBLISHED_LOCK, REFUSED_MARKER, ARTIFACT_LOCK})
 
 
 def _name(value: str) -> str:

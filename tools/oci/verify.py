@@ -129,7 +129,7 @@ def baked_pins(client: RegistryClient, repository: str, manifest: dict[str, Any]
     return _json(data, BAKED_DEST), len(blob)
 
 
-def _check_signature(client: RegistryClient, ref: Reference, key: Any) -> None:
+def check_signature(client: RegistryClient, ref: Reference, key: Any) -> None:
     """The simple-signing signature verifies with `key` and names this manifest digest."""
     payload, annotations = _single_layer(client, ref.repository, tag_for(ref.digest, "sig"), SIMPLESIGNING_TYPE)
     if not verify(key, payload, str(annotations.get(SIGNATURE_ANNOTATION, ""))):
@@ -140,7 +140,7 @@ def _check_signature(client: RegistryClient, ref: Reference, key: Any) -> None:
         raise _refuse(f"the signature is for {signed}, not {ref.digest}", field="signature")
 
 
-def _checked_provenance(client: RegistryClient, ref: Reference, key: Any) -> dict[str, Any]:
+def checked_provenance(client: RegistryClient, ref: Reference, key: Any) -> dict[str, Any]:
     """The DSSE provenance, verified with `key`: an in-toto SLSA v1 statement about this digest."""
     envelope_bytes, _ = _single_layer(client, ref.repository, tag_for(ref.digest, "att"), DSSE_TYPE)
     envelope = _json(envelope_bytes, "provenance envelope")
@@ -171,7 +171,7 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
     try:
         # The signature first: nothing the image holds is parsed or decompressed before the
         # signed payload names this manifest digest (which in turn names every blob's digest).
-        _check_signature(client, ref, key)
+        check_signature(client, ref, key)
 
         manifest_bytes, _ = client.manifest(ref.repository, ref.digest)
         manifest = _json(manifest_bytes, "manifest")
@@ -184,7 +184,7 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
         )
         baked, baked_size = baked_pins(client, ref.repository, manifest)
 
-        statement = _checked_provenance(client, ref, key)
+        statement = checked_provenance(client, ref, key)
 
         pins = baked["pins"]
         try:

@@ -134,6 +134,9 @@ class RegistryAuth:
         if challenge.lower().startswith("basic"):
             response.close()
             credential = self.credential()
+            sent = response.request.headers.get("Authorization") if response.request is not None else None
+            if self._basic and sent != self._basic:
+                return self._basic  # another thread earned it while this request went out bare
             if credential is None or self._basic:
                 raise self.refused(credential, 401, scope)
             pair = f"{credential.username}:{credential.secret}".encode()

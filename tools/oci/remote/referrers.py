@@ -61,16 +61,21 @@ def push_referrer(
         "subject": {"mediaType": subject["mediaType"], "digest": subject["digest"], "size": subject["size"]},
         **({"annotations": dict(sorted(annotations.items()))} if annotations else {}),
     }
-    data = canonical(manifest)
+    return put_referrer(client, repository, canonical(manifest))
+
+
+def put_referrer(client: RegistryClient, repository: str, data: bytes) -> str:
+    """Put a manifest that names a subject, and list it where the registry lacks the referrers
+    API: in the tag-schema index `sha256-<hex>` of its subject. Returns its digest."""
+    manifest = json.loads(data)
+    subject, artifact_type = manifest["subject"], manifest.get("artifactType", "")
+    annotations = manifest.get("annotations")
     digest = client.put_manifest(repository, sha256_digest(data), data, OCI_MANIFEST)
     listed, how = referrers(client, repository, subject["digest"])
     if how == "api" and any(item["digest"] == digest for item in listed):
         return digest
     entry = descriptor(
-        OCI_MANIFEST,
-        data,
-        artifactType=artifact_type,
-        **({"annotations": manifest["annotations"]} if annotations else {}),
+        OCI_MANIFEST, data, artifactType=artifact_type, **({"annotations": annotations} if annotations else {})
     )
     if not any(item["digest"] == digest for item in listed):
         listed = [*listed, entry]

@@ -1,0 +1,304 @@
+"""The model artifact through a real registry (docker-registry with htpasswd, on loopback):
+pushed signed, pulled back by skopeo and unpacked by umoci to the checkpoint byte for byte,
+pulled and verified by tools/model, re-pushed with HEADs only; and refused when the registry
+serves something else than the lock: swapped, missing or extra layers, another lock, layers
+holding links, two files or other paths, a different blob, a pull cut off and run again."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from attest.lock import ARTIFACT_LOCK
+from tests.fixtures.model import REVISION, checkpoint_files, write_checkpoint
+from tests.fixtures.oci import SKOPEO, UMOCI, run
+from tests.fixtures.pins import key_pair
+from tests.fixtures.raw_tar import EOA, member
+from tests.fixtures.registry import LoopbackRegistry, no_credentials
+from tools.model.cli import main
+from tools.model.errors import ModelError
+from tools.model.layers import layer_size
+from tools.model.pack import load_lock_bytes, pack
+from tools.model.pull import expected_lock, pull
+from tools.model.push import push_artifact
+from tools.model.verify import verify_artifact
+from tools.oci.layout import OCI_MANIFEST, canonical, sha256_digest
+from tools.oci.remote.registry import RegistryClient
+from tools.oci.sign import load_private_key
+
+USER, PASSWORD = "omni", "model-secret"
+SAME_SIZE = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+
+
+@pytest.fixture(scope="module")
+def registry():
+    with LoopbackRegistry({USER: PASSWORD}) as served:
+        yield served
+
+
+@pytest.fixture
+def world(tmp_path: Path, registry, monkeypatch):
+    no_credentials(tmp_path / "home", monkeypatch)
+    for name, value in (
+        ("OMNI_REGISTRY_USERNAME", USER),
+        ("OMNI_REGISTRY_PASSWORD", PASSWORD),
+        ("OMNI_REGISTRY_HOST", registry.host),
+    ):
+        monkeypatch.setenv(name, value)
+    root, lock_path = tmp_path / "checkpoint", tmp_path / "lock.json"
+    write_checkpoint(root, checkpoint_files(), lock_path)
+    private, public = key_pair(tmp_path, "signer")
+    lock, data = load_lock_bytes(lock_path)
+    artifact = pack(root, lock, data, platform="linux/amd64", quiet=True)
+
+    class World:
+        pass
+
+    world = World()
+    world.__dict__.update(
+        root=root, lock_path=lock_path, private=private, public=public, artifact=artifact, tmp=tmp_path
+    )
+    world.client = lambda: RegistryClient(registry.host)
+    world.host = registry.host
+    return world
+
+
+def _push(world, repository: str, **kwargs):
+    with world.client() as client:
+        return push_artifact(
+            world.artifact, world.root, f"{world.host}/{repository}", client=client, key=load_private_key(world.private)
+        )
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_pushed_signed_pulled_by_skopeo_and_umoci_and_by_pull_to_the_same_tree(world) -> None:
+    report = _push(world, "models/tiny")
+    assert report.signed and not report.present
+    expected = {**_tree(world.root), ARTIFACT_LOCK: world.lock_path.read_bytes()}
+    layout, bundle = world.tmp / "skopeo", world.tmp / "bundle"
+    copied = run(
+        [SKOPEO, "copy", "--src-tls-verify=false", "--src-creds", f"{USER}:{PASSWORD}"]
+        + [f"docker://{world.host}/models/tiny@{report.image_digest}", f"oci:{layout}:model"]
+    )
+    assert copied.returncode == 0, copied.stderr
+    unpacked = run([UMOCI, "unpack", "--rootless", "--image", f"{layout}:model", str(bundle)])
+    assert unpacked.returncode == 0, unpacked.stderr
+    assert _tree(bundle / "rootfs") == expected
+    for digest in (report.image_digest, report.model_digest):
+        pulled = world.tmp / f"pulled-{digest[7:15]}"
+        argv = ["pull", f"{world.host}/models/tiny@{digest}", str(pulled), "--lock", str(world.lock_path)]
+        assert main([*argv, "--key", str(world.public)]) == 0
+        assert _tree(pulled) == expected
+        assert not (pulled / ".omni-partial").exists()
+    again = _push(world, "models/tiny")
+    assert (
+        again.uploaded == []
+        and again.uploaded_bytes == 0
+        and len(again.present) == len(report.present) + len(report.uploaded)
+    )
+
+
+def test_verify_accepts_both_manifests_and_refuses_another_key_lock_or_no_signature(world, capsys) -> None:
+    report = _push(world, "models/verify")
+    expected = expected_lock(world.lock_path.read_bytes(), "")
+    for digest, kind in ((report.image_digest, "image"), (report.model_digest, "application/vnd.cncf.model")):
+        summary = verify_artifact(f"{world.host}/models/verify@{digest}", world.public, expected, client=world.client())
+        assert summary["kind"].startswith(kind) and summary["revision"] == REVISION
+        assert summary["files"] == len(world.artifact.files)
+    _, other_public = key_pair(world.tmp, "other")
+    other_lock = expected_lock(None, "0" * 64)
+    with world.client() as client:
+        unsigned = push_artifact(world.artifact, world.root, f"{world.host}/models/unsigned", client=client)
+    rows = [
+        (f"models/verify@{report.image_digest}", other_public, expected, "signature"),
+        (f"models/verify@{report.image_digest}", world.public, other_lock, "provenance.lock_sha256"),
+        (
+            f"models/unsigned@{unsigned.image_digest}",
+            world.public,
+            expected,
+            f"{report.image_digest.replace(':', '-')}",
+        ),
+    ]
+    for reference, key, lock, field in rows:
+        with pytest.raises(Exception) as refused:
+            verify_artifact(f"{world.host}/{reference}", key, lock, client=world.client())
+        assert field in refused.value.field, (reference, refused.value)
+
+
+def _put(client: RegistryClient, repository: str, manifest: dict, blobs: list[bytes]) -> str:
+    for blob in blobs:
+        if not client.has_blob(repository, sha256_digest(blob)):
+            client.upload(repository, sha256_digest(blob), blob, len(blob))
+    data = canonical(manifest)
+    return client.put_manifest(repository, sha256_digest(data), data, OCI_MANIFEST)
+
+
+def _served(world, repository: str, edit) -> str:
+    """The artifact pushed as it is, then a manifest `edit` made of it (and the blobs it adds)."""
+    with world.client() as client:
+        push_artifact(world.artifact, world.root, f"{world.host}/{repository}", client=client)
+        manifest = json.loads(world.artifact.image_manifest)
+        blobs = edit(manifest, world) or []
+        return _put(client, repository, manifest, blobs)
+
+
+def _layer(manifest: dict, path: str) -> dict:
+    return next(layer for layer in manifest["layers"] if layer["annotations"]["org.cncf.model.filepath"] == path)
+
+
+def _crafted(manifest: dict, path: str, tar: bytes) -> list[bytes]:
+    """Replace `path`'s layer by `tar`, padded with zeros to the size its file's layer has."""
+    layer = _layer(manifest, path)
+    blob = tar + bytes(layer["size"] - len(tar))
+    layer["digest"] = sha256_digest(blob)
+    return [blob]
+
+
+def _swap(manifest: dict, world) -> None:
+    first, second = _layer(manifest, SAME_SIZE[0]), _layer(manifest, SAME_SIZE[1])
+    first["digest"], second["digest"] = second["digest"], first["digest"]
+
+
+def _drop(manifest: dict, world) -> None:
+    manifest["layers"] = [layer for layer in manifest["layers"] if "README" not in json.dumps(layer)]
+
+
+def _extra(manifest: dict, world) -> list[bytes]:
+    layer = dict(_layer(manifest, "README.md"))
+    layer["annotations"] = {**layer["annotations"], "org.cncf.model.filepath": "zz-extra.md"}
+    manifest["layers"].insert(-1, layer)
+
+
+def _other_lock(manifest: dict, world) -> list[bytes]:
+    from tools.model.artifact import lock_layer
+
+    data = world.lock_path.read_bytes().replace(REVISION.encode(), b"f" * 40)
+    blob = lock_layer(data)
+    manifest["layers"][-1]["digest"], manifest["layers"][-1]["size"] = sha256_digest(blob), len(blob)
+    return [blob]
+
+
+WEIGHT = SAME_SIZE[0]
+
+
+def _weight_tar(*members: bytes) -> callable:
+    return lambda manifest, world: _crafted(manifest, WEIGHT, b"".join(members) + EOA)
+
+
+def _two_files(manifest: dict, world) -> list[bytes]:
+    """The right file, then a second one (ended by one zero block, to fit the layer's size)."""
+    right = member(WEIGHT, (world.root / WEIGHT).read_bytes())
+    return _crafted(manifest, WEIGHT, right + member("evil.py") + bytes(512))
+
+
+REFUSALS = [
+    ("swapped", _swap, SAME_SIZE[0], "holds file"),
+    ("missing", _drop, "README.md", "lacks"),
+    ("extra", _extra, "zz-extra.md", "does not list"),
+    ("another-lock", _other_lock, ARTIFACT_LOCK, "expected"),
+    ("symlink", _weight_tar(member(WEIGHT, typeflag=b"2", linkname="/etc/passwd")), WEIGHT, "symlink"),
+    ("two-files", _two_files, WEIGHT, "evil.py"),
+    ("other-path", _weight_tar(member("../" + WEIGHT, b"x")), WEIGHT, "../" + WEIGHT),
+    ("directory", _weight_tar(member(WEIGHT + "/", typeflag=b"5")), WEIGHT, "dir"),
+]
+
+
+@pytest.mark.parametrize(("name", "edit", "field", "says"), REFUSALS, ids=[row[0] for row in REFUSALS])
+def test_pull_refuses_what_is_not_the_lock_and_places_nothing(world, name, edit, field, says) -> None:
+    digest = _served(world, f"models/{name}", edit)
+    target = world.tmp / "pulled"
+    with pytest.raises(ModelError) as refused:
+        pull(
+            f"{world.host}/models/{name}@{digest}",
+            target,
+            expected_lock(world.lock_path.read_bytes(), ""),
+            client=world.client(),
+        )
+    assert refused.value.field == field and says in str(refused.value), refused.value
+    assert not (target / ARTIFACT_LOCK).exists()
+    if name == "symlink":
+        assert not os.path.lexists(target / WEIGHT)
+
+
+class _Rewriting(httpx.HTTPTransport):
+    """Serves blob `wanted` as `instead`'s bytes, or cuts `wanted` off after `cut` bytes."""
+
+    def __init__(self, wanted: str, instead: str = "", cut: int = 0) -> None:
+        super().__init__()
+        self.wanted, self.instead, self.cut, self.served = wanted, instead, cut, 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.instead and request.url.path.endswith(self.wanted):
+            request.url = request.url.copy_with(path=request.url.path.replace(self.wanted, self.instead))
+        response = super().handle_request(request)
+        if self.cut and request.url.path.endswith(self.wanted) and request.method == "GET":
+            self.served += 1
+            body = response.read()[: self.cut]
+            return httpx.Response(response.status_code, headers=response.headers, content=body)
+        return response
+
+
+def _pull_through(world, repository: str, digest: str, transport: httpx.HTTPTransport) -> dict:
+    client = RegistryClient(world.host, transport=transport)
+    return pull(
+        f"{world.host}/{repository}@{digest}",
+        world.tmp / "pulled",
+        expected_lock(world.lock_path.read_bytes(), ""),
+        client=client,
+    )
+
+
+def test_a_registry_serving_another_blob_is_refused(world) -> None:
+    report = _push(world, "models/liar")
+    manifest = json.loads(world.artifact.image_manifest)
+    wanted, instead = (_layer(manifest, name)["digest"] for name in SAME_SIZE)
+    with pytest.raises(ModelError) as refused:
+        _pull_through(world, "models/liar", report.image_digest, _Rewriting(wanted, instead))
+    assert refused.value.field == SAME_SIZE[0]
+    assert not (world.tmp / "pulled" / ARTIFACT_LOCK).exists()
+
+
+def test_a_pull_cut_off_is_not_complete_and_a_rerun_fetches_only_the_rest(world) -> None:
+    report = _push(world, "models/cut")
+    manifest = json.loads(world.artifact.image_manifest)
+    wanted = _layer(manifest, SAME_SIZE[1])["digest"]
+    with pytest.raises(ModelError):
+        _pull_through(world, "models/cut", report.image_digest, _Rewriting(wanted, cut=3000))
+    pulled = world.tmp / "pulled"
+    assert not (pulled / ARTIFACT_LOCK).exists() and not (pulled / SAME_SIZE[1]).exists()
+    summary = _pull_through(world, "models/cut", report.image_digest, httpx.HTTPTransport())
+    assert summary["fetched"] == 1 and summary["kept"] == len(world.artifact.files) - 1
+    assert filecmp.cmp(pulled / SAME_SIZE[1], world.root / SAME_SIZE[1], shallow=False)
+    assert (pulled / ARTIFACT_LOCK).read_bytes() == world.lock_path.read_bytes()
+    (pulled / "stray.json").write_text("{}")
+    with pytest.raises(ModelError) as refused:
+        _pull_through(world, "models/cut", report.image_digest, httpx.HTTPTransport())
+    assert refused.value.field == "stray.json"
+
+
+def test_pull_without_a_local_lock_is_refused_before_any_request(world, capsys) -> None:
+    assert main(["pull", f"{world.host}/models/x@sha256:" + "0" * 64, str(world.tmp / "d")]) == 2
+    assert json.loads(capsys.readouterr().err)["field"] == "--lock"
+    assert not (world.tmp / "d").exists()
+    assert main(["pull", f"{world.host}/models/x:latest", str(world.tmp / "d"), "--lock-sha256", "0" * 64]) == 2
+    assert json.loads(capsys.readouterr().err)["field"] == "reference"
+
+
+def test_layer_sizes_follow_from_the_lock_alone() -> None:
+    assert [layer_size(size) for size in (0, 1, 512, 513)] == [1536, 2048, 2048, 2560]
+
+
+def test_help_names_every_subcommand() -> None:
+    shown = subprocess.run(
+        ["python3", "-m", "tools.model.cli", "--help"], capture_output=True, text=True, timeout=60, cwd=os.getcwd()
+    )
+    assert shown.returncode == 0 and all(word in shown.stdout for word in ("pack", "push", "pull", "verify"))

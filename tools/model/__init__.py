@@ -1,0 +1,4 @@
+"""Models as OCI artifacts: a checkpoint lock's files packed one per tar layer under a ModelPack
+manifest and a plain image manifest, pushed, signed, pulled and verified against the lock.
+It must not import `launcher`, `boot`, `tools.deploy` or `tests`.
+"""

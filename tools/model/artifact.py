@@ -1,0 +1,255 @@
+"""The model artifact's documents: the ModelPack config and manifest, the plain image config and
+manifest over the same layers, and the check that a manifest holds exactly a lock's files.
+
+Layers, in order: one per locked file, sorted by path, then the lock itself (ARTIFACT_LOCK, the
+exact bytes whose sha256 an image pins as model.lock_sha256). The ModelPack manifest names the
+plain one as its subject, so the registry lists it as a referrer of the digest images mount.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from attest.lock import ARTIFACT_LOCK, CheckpointLock
+from tools.model.errors import ModelError
+from tools.model.layers import (
+    DOC,
+    END_OF_ARCHIVE,
+    FILE_DIGEST,
+    FILEPATH,
+    IMAGE_LAYER,
+    TITLE,
+    WEIGHT,
+    FileLayer,
+    layer_size,
+    media_type,
+    padding,
+    tar_header,
+)
+from tools.oci.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, sha256_digest
+
+MODEL_ARTIFACT = "application/vnd.cncf.model.manifest.v1+json"
+MODEL_CONFIG = "application/vnd.cncf.model.config.v1+json"
+PLATFORMS = ("linux/amd64", "linux/arm64")
+
+# Manifest annotations: what the artifact is, readable without pulling anything.
+LOCK_SHA256 = "omni.model.lock_sha256"
+MODEL_ID = "omni.model.id"
+MODEL_REVISION = "omni.model.revision"
+SOURCE = "org.opencontainers.image.source"
+REVISION = "org.opencontainers.image.revision"
+
+
+def hub_url(repo: str) -> str:
+    return f"https://huggingface.co/{repo}"
+
+
+def lock_layer(lock_bytes: bytes) -> bytes:
+    """The lock's own layer: the lock file's exact bytes at ARTIFACT_LOCK."""
+    return tar_header(ARTIFACT_LOCK, len(lock_bytes)) + lock_bytes + padding(len(lock_bytes)) + END_OF_ARCHIVE
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """Every document of one artifact, and the layers' sources."""
+
+    lock: CheckpointLock
+    lock_bytes: bytes
+    files: tuple[FileLayer, ...]
+    platform: str
+    lock_blob: bytes
+    image_config: bytes
+    image_manifest: bytes
+    model_config: bytes
+    model_manifest: bytes
+
+    @property
+    def lock_sha256(self) -> str:
+        return hashlib.sha256(self.lock_bytes).hexdigest()
+
+    @property
+    def image_digest(self) -> str:
+        return sha256_digest(self.image_manifest)
+
+    @property
+    def model_digest(self) -> str:
+        return sha256_digest(self.model_manifest)
+
+    def small_blobs(self) -> dict[str, bytes]:
+        """The blobs held in memory (configs, the lock's layer), by digest."""
+        return {sha256_digest(blob): blob for blob in (self.lock_blob, self.image_config, self.model_config)}
+
+
+def annotations(lock: CheckpointLock, lock_sha256: str) -> dict[str, str]:
+    return {
+        LOCK_SHA256: lock_sha256,
+        MODEL_ID: lock.repo,
+        MODEL_REVISION: lock.revision,
+        REVISION: lock.revision,
+        SOURCE: hub_url(lock.repo),
+        TITLE: lock.repo,
+    }
+
+
+def _lock_descriptor(blob: bytes, image: bool, lock_sha256: str) -> dict[str, Any]:
+    return descriptor(
+        IMAGE_LAYER if image else DOC,
+        blob,
+        annotations={FILE_DIGEST: f"sha256:{lock_sha256}", FILEPATH: ARTIFACT_LOCK, TITLE: ARTIFACT_LOCK},
+    )
+
+
+def _model_format(files: tuple[FileLayer, ...]) -> str:
+    suffixes = {item.item.path.rsplit(".", 1)[-1] for item in files if item.media_type == WEIGHT}
+    return suffixes.pop() if len(suffixes) == 1 else ""
+
+
+def build(lock: CheckpointLock, lock_bytes: bytes, files: list[FileLayer], platform: str) -> Artifact:
+    """The documents of the artifact of `files` (one per locked file, any order)."""
+    if platform not in PLATFORMS:
+        raise ModelError(f"--platform {platform!r}: expected one of {', '.join(PLATFORMS)}", field="--platform")
+    ordered = tuple(sorted(files, key=lambda layer: layer.item.path))
+    if [layer.item.path for layer in ordered] != sorted(item.path for item in lock.files):
+        raise ModelError("the layers are not exactly the checkpoint lock's files", field="checkpoint lock.files")
+    lock_sha256 = hashlib.sha256(lock_bytes).hexdigest()
+    blob = lock_layer(lock_bytes)
+    diff_ids = [layer.digest for layer in ordered] + [sha256_digest(blob)]
+    notes = annotations(lock, lock_sha256)
+    os_name, architecture = platform.split("/")
+    image_config = canonical(
+        {
+            "architecture": architecture,
+            "os": os_name,
+            "config": {"Labels": notes},
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        }
+    )
+    image_manifest = canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": descriptor(OCI_CONFIG, image_config),
+            "layers": [layer.descriptor(image=True) for layer in ordered] + [_lock_descriptor(blob, True, lock_sha256)],
+            "annotations": notes,
+        }
+    )
+    model_config = canonical(
+        {
+            "descriptor": {"name": lock.repo, "revision": lock.revision, "sourceURL": hub_url(lock.repo)},
+            "config": {"format": _model_format(ordered)} if _model_format(ordered) else {},
+            "modelfs": {"type": "layers", "diffIds": diff_ids},
+        }
+    )
+    model_manifest = canonical(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": MODEL_ARTIFACT,
+            "config": descriptor(MODEL_CONFIG, model_config),
+            "layers": [layer.descriptor(image=False) for layer in ordered]
+            + [_lock_descriptor(blob, False, lock_sha256)],
+            "subject": descriptor(OCI_MANIFEST, image_manifest),
+            "annotations": notes,
+        }
+    )
+    return Artifact(
+        lock, lock_bytes, ordered, platform, blob, image_config, image_manifest, model_config, model_manifest
+    )
+
+
+# --- checking a manifest someone else served ------------------------------------------------
+
+
+def _field(value: Any, name: str, where: str) -> Any:
+    if not isinstance(value, dict) or name not in value:
+        raise ModelError(f"{where} has no {name}", field=where)
+    return value[name]
+
+
+def lock_descriptor(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's last layer, which must be the lock's."""
+    layers = _field(manifest, "layers", "manifest")
+    if not isinstance(layers, list) or not layers:
+        raise ModelError("the manifest has no layers", field="manifest.layers")
+    last = layers[-1]
+    notes = last.get("annotations") if isinstance(last, dict) else None
+    if not isinstance(notes, dict) or notes.get(FILEPATH) != ARTIFACT_LOCK:
+        raise ModelError(f"the manifest's last layer is not the checkpoint lock ({ARTIFACT_LOCK})", field=ARTIFACT_LOCK)
+    return last
+
+
+def read_lock_layer(blob: bytes, where: str) -> bytes:
+    """The lock file's bytes out of its layer (read by the strict tar reader): one regular file
+    named ARTIFACT_LOCK and nothing else."""
+    from tools.oci.tar_reader import TarStream, read_members
+
+    found = None
+    for member, data in read_members(TarStream.of_file(io.BytesIO(blob)), where, field=ARTIFACT_LOCK):
+        if found is not None or member.kind != "file" or member.name != ARTIFACT_LOCK:
+            raise ModelError(
+                f"{where}: holds {member.kind} {member.name!r}; expected only the file {ARTIFACT_LOCK}",
+                field=ARTIFACT_LOCK,
+            )
+        found = data.read(member.size)
+    if found is None:
+        raise ModelError(f"{where}: holds no {ARTIFACT_LOCK}", field=ARTIFACT_LOCK)
+    return found
+
+
+def check_manifest(manifest: dict[str, Any], lock: CheckpointLock, lock_sha256: str) -> list[dict[str, Any]]:
+    """Refuse unless the manifest's layers are exactly the lock's files, sorted by path, each
+    annotated with its path and lock digest and sized as its layer must be, then the lock's
+    layer; and its annotations name this lock. Returns the file layers' descriptors."""
+    notes = manifest.get("annotations") if isinstance(manifest.get("annotations"), dict) else {}
+    for key, expected in ((LOCK_SHA256, lock_sha256), (MODEL_ID, lock.repo), (MODEL_REVISION, lock.revision)):
+        if notes.get(key) != expected:
+            raise ModelError(
+                f"the manifest annotation {key} is {notes.get(key)!r}; the checkpoint lock says {expected!r}", field=key
+            )
+    layers = _field(manifest, "layers", "manifest")[:-1]
+    wanted = sorted(lock.files, key=lambda item: item.path)
+    paths = [(layer.get("annotations") or {}).get(FILEPATH) if isinstance(layer, dict) else None for layer in layers]
+    missing = sorted({item.path for item in wanted} - set(paths))
+    extra = sorted({str(path) for path in paths} - {item.path for item in wanted})
+    if missing:
+        raise ModelError(f"the artifact lacks {missing[0]}, which the checkpoint lock lists", field=missing[0])
+    if extra:
+        raise ModelError(f"the artifact holds {extra[0]}, which the checkpoint lock does not list", field=extra[0])
+    if paths != [item.path for item in wanted]:
+        raise ModelError("the artifact's layers are not in the lock's path order", field="manifest.layers")
+    for layer, item in zip(layers, wanted):
+        digest = (layer.get("annotations") or {}).get(FILE_DIGEST)
+        if digest != f"{item.algorithm}:{item.digest}":
+            raise ModelError(
+                f"{item.path}: the layer says its file is {digest}; the checkpoint lock says "
+                f"{item.algorithm}:{item.digest}",
+                field=item.path,
+            )
+        if layer.get("size") != layer_size(item.size):
+            raise ModelError(
+                f"{item.path}: a layer of {layer.get('size')} bytes; a file of {item.size} bytes makes "
+                f"{layer_size(item.size)}",
+                field=item.path,
+            )
+        if layer.get("mediaType") not in (IMAGE_LAYER, media_type(item.path)):
+            raise ModelError(f"{item.path}: layer media type {layer.get('mediaType')!r}", field=item.path)
+    return layers
+
+
+def parse_manifest(data: bytes, where: str) -> tuple[dict[str, Any], bool]:
+    """(manifest, is the ModelPack one) of a served model artifact manifest."""
+    try:
+        manifest = json.loads(data)
+    except ValueError as exc:
+        raise ModelError(f"{where}: the manifest is not JSON: {exc}", field="manifest") from None
+    if not isinstance(manifest, dict) or manifest.get("mediaType") != OCI_MANIFEST:
+        raise ModelError(f"{where}: not an OCI image manifest", field="manifest")
+    config_type = (manifest.get("config") or {}).get("mediaType") if isinstance(manifest.get("config"), dict) else None
+    modelpack = manifest.get("artifactType") == MODEL_ARTIFACT
+    if config_type != (MODEL_CONFIG if modelpack else OCI_CONFIG):
+        raise ModelError(f"{where}: config media type {config_type!r} is not a model artifact's", field="manifest")
+    return manifest, modelpack

@@ -1,0 +1,108 @@
+"""Models as signed OCI artifacts, from a checkpoint lock:
+
+    bazel run //tools/model -- pack --model DIR --lock LOCK --output PACK
+    bazel run //tools/model -- push PACK REGISTRY/REPO[:TAG]          (signed with OMNI_SIGNING_KEY_FILE)
+    bazel run //tools/model -- pull REGISTRY/REPO@sha256:... DIR --lock LOCK [--key cosign.pub]
+    bazel run //tools/model -- verify REGISTRY/REPO@sha256:... --key cosign.pub [--lock LOCK]
+
+Each locked file becomes one uncompressed tar layer holding it at its lock path; the lock
+itself travels as the last layer (.omni-artifact.lock.json) and as manifest annotations. Two
+manifests share the layers: a plain OCI image (what Kubernetes image volumes mount) and a
+ModelPack artifact (application/vnd.cncf.model.manifest.v1+json) referring to it. Relative
+paths are taken from the directory `bazel run` was started in. Results are JSON on stdout;
+a refusal is one JSON line on stderr and exit 2. See docs/models.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from attest.errors import refusing_main
+from attest.redact import redacting_output
+from tools.model.artifact import PLATFORMS
+from tools.model.pack import load_lock_bytes, pack, read_pack, summary, write_pack
+from tools.model.pull import expected_lock, pull
+from tools.model.push import PUSH_JOBS, push_artifact
+from tools.model.verify import signed, verify_artifact
+from tools.oci.sign import load_private_key
+
+
+def _path(value: str) -> Path:
+    """A path as the user typed it: relative to where `bazel run` was started."""
+    return Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / value
+
+
+def _progress(command: str):
+    return lambda line: print(f"{command}: {line}", file=sys.stderr, flush=True)
+
+
+def _lock_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lock", type=_path, help="the checkpoint lock the artifact must carry")
+    parser.add_argument("--lock-sha256", default="", help="or only its sha256 (the image pin model.lock_sha256)")
+
+
+def _expected(args: argparse.Namespace, *, required: bool = True):
+    if args.lock is None and not args.lock_sha256 and not required:
+        return None
+    data = load_lock_bytes(args.lock)[1] if args.lock is not None else None
+    return expected_lock(data, args.lock_sha256)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="model", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    packing = commands.add_parser("pack", help="make the artifact's documents from a checkpoint and its lock")
+    packing.add_argument("--model", type=_path, required=True, help="the checkpoint directory")
+    packing.add_argument("--lock", type=_path, required=True, help="its checkpoint lock")
+    packing.add_argument("--output", type=_path, required=True, help="the pack directory to write")
+    packing.add_argument("--platform", default="linux/amd64", choices=PLATFORMS, help="of the plain image's config")
+    pushing = commands.add_parser("push", help="push a pack (its files from the checkpoint), signed")
+    pushing.add_argument("pack", type=_path, help="a directory `pack --output` wrote")
+    pushing.add_argument("target", help="REGISTRY/REPO[:TAG]")
+    pushing.add_argument("--tag", action="append", default=[], help="another tag (repeatable)")
+    pushing.add_argument("--signing-key", type=Path, help="PEM ECDSA P-256 key (else OMNI_SIGNING_KEY_FILE)")
+    pushing.add_argument("--unsigned", action="store_true", help="push without signature or provenance")
+    pushing.add_argument("--jobs", type=int, default=PUSH_JOBS, help=f"blobs in flight (default {PUSH_JOBS})")
+    pulling = commands.add_parser("pull", help="pull an artifact by digest into a directory, verified")
+    pulling.add_argument("reference", help="REGISTRY/REPO@sha256:...")
+    pulling.add_argument("directory", type=_path)
+    pulling.add_argument("--key", type=_path, help="check the signature first, with this PEM public key")
+    _lock_options(pulling)
+    verifying = commands.add_parser("verify", help="check a pushed artifact without pulling its files")
+    verifying.add_argument("reference", help="REGISTRY/REPO@sha256:...")
+    verifying.add_argument("--key", type=_path, required=True, help="the signer's PEM public key")
+    _lock_options(verifying)
+    return parser
+
+
+@refusing_main
+def main(argv: list[str] | None = None) -> int:
+    redacting_output()  # every secret the run learns stays out of every line it prints
+    args = _parser().parse_args(argv)
+    if args.command == "pack":
+        lock, lock_bytes = load_lock_bytes(args.lock)
+        artifact = pack(args.model, lock, lock_bytes, platform=args.platform)
+        write_pack(artifact, args.model, args.output)
+        result = summary(artifact)
+    elif args.command == "push":
+        artifact, model = read_pack(args.pack)
+        key = None if args.unsigned else load_private_key(args.signing_key)
+        report = push_artifact(
+            artifact, model, args.target, key=key, tags=args.tag, jobs=args.jobs, progress=_progress("push")
+        )
+        result = report.summary()
+    elif args.command == "pull":
+        check = (lambda client, ref: signed(client, ref, args.key)) if args.key is not None else None
+        result = pull(args.reference, args.directory, _expected(args), progress=_progress("pull"), before_files=check)
+    else:
+        result = verify_artifact(args.reference, args.key, _expected(args, required=False))
+    print(json.dumps(result, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""pull: a model artifact by digest into a directory, every file checked against the lock while
+it is written (one pass over the bytes), placed only whole and verified.
+
+The expected lock comes from the caller (`--lock` or `--lock-sha256`), never from the registry.
+Files are written under DIR/.omni-partial and renamed into place once their layer digest and
+their lock digest match; the artifact's lock (ARTIFACT_LOCK) is placed last, so a DIR holding
+it is complete, and a DIR without it never passes for a pulled one. A re-run keeps each file
+already placed that still matches the lock (hashed locally) and fetches the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from attest.errors import AttestError
+from attest.hashing import digest_fd, new_digest
+from attest.lock import ARTIFACT_LOCK, MAX_LOCK_BYTES, PARTIAL_DIR, WORKING_NAMES, CheckpointLock, LockedFile
+from attest.tree import open_regular, place, walk_files
+from tools.model.artifact import check_manifest, lock_descriptor, parse_manifest, read_lock_layer
+from tools.model.errors import ModelError
+from tools.model.pack import parse_lock
+from tools.oci.errors import OciError
+from tools.oci.reference import Reference
+from tools.oci.remote.registry import RegistryClient
+from tools.oci.tar_reader import TarStream, read_members
+
+PULL_JOBS = 4
+WRITE_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class ExpectedLock:
+    """What the caller trusts: a lock file's bytes, or only their sha256."""
+
+    sha256: str
+    data: bytes | None = None
+
+
+def expected_lock(lock_bytes: bytes | None, lock_sha256: str) -> ExpectedLock:
+    if lock_bytes is None and not lock_sha256:
+        raise ModelError(
+            "say which lock the artifact must carry: --lock FILE or --lock-sha256 HEX (the image pin "
+            "model.lock_sha256); the registry's word is never taken for it",
+            field="--lock",
+        )
+    found = hashlib.sha256(lock_bytes).hexdigest() if lock_bytes is not None else ""
+    if found and lock_sha256 and found != lock_sha256.lower():
+        raise ModelError(f"--lock hashes to {found}, --lock-sha256 says {lock_sha256}", field="--lock-sha256")
+    return ExpectedLock(found or lock_sha256.lower(), lock_bytes)
+
+
+def fetch_lock(
+    client: RegistryClient, repository: str, manifest: dict[str, Any], expected: ExpectedLock
+) -> tuple[CheckpointLock, bytes]:
+    """The artifact's lock, which must be exactly the expected one."""
+    entry = lock_descriptor(manifest)
+    try:
+        blob = client.blob(repository, entry.get("digest", ""), size=entry.get("size"), max_bytes=MAX_LOCK_BYTES + 4096)
+    except OciError as exc:
+        raise ModelError(str(exc), field=ARTIFACT_LOCK) from None
+    data = read_lock_layer(blob, f"the artifact's {ARTIFACT_LOCK}")
+    found = hashlib.sha256(data).hexdigest()
+    if found != expected.sha256:
+        raise ModelError(
+            f"the artifact carries the checkpoint lock {found}; expected {expected.sha256}", field=ARTIFACT_LOCK
+        )
+    return parse_lock(data, f"the artifact's {ARTIFACT_LOCK}"), data
+
+
+def _write_member(stream: TarStream, item: LockedFile, partial: Path, where: str) -> None:
+    """The layer's one member, which must be `item`, written to `partial` while hashed."""
+    members = read_members(stream, where, field=item.path)
+    found = False
+    for member, data in members:
+        if found or member.kind != "file" or member.name != item.path:
+            raise ModelError(
+                f"{where}: holds {member.kind} {member.name!r}; expected only the file {item.path}", field=item.path
+            )
+        if member.size != item.size:
+            raise ModelError(
+                f"{where}: {item.path} has {member.size} bytes, the lock says {item.size}", field=item.path
+            )
+        found = True
+        digest = new_digest(item.algorithm, item.size)
+        with open(partial, "wb") as handle:
+            while block := data.read(WRITE_BYTES):
+                digest.update(block)
+                handle.write(block)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if digest.hexdigest() != item.digest:
+            raise ModelError(
+                f"{where}: {item.path} is {item.algorithm} {digest.hexdigest()}, the lock says {item.digest}",
+                field=item.path,
+            )
+    if not found:
+        raise ModelError(f"{where}: holds no file; expected {item.path}", field=item.path)
+
+
+def _placed_matches(dest: Path, item: LockedFile) -> bool:
+    try:
+        with open_regular(dest, item.path) as fd:
+            return os.fstat(fd).st_size == item.size and digest_fd(fd, item.algorithm, item.size) == item.digest
+    except AttestError:
+        return False
+
+
+def _refuse_foreign_files(dest: Path, lock: CheckpointLock) -> None:
+    listed = lock.by_path
+    for name, is_link in walk_files(dest, WORKING_NAMES):
+        if name not in listed or is_link:
+            raise ModelError(
+                f"{dest} holds {name}, which the checkpoint lock does not list; pull into an empty directory "
+                "or one an earlier pull of this lock left",
+                field=name,
+            )
+
+
+def pull(
+    reference: str,
+    dest: Path,
+    expected: ExpectedLock,
+    *,
+    client: RegistryClient | None = None,
+    jobs: int = PULL_JOBS,
+    progress: Callable[[str], None] | None = None,
+    before_files: Callable[[RegistryClient, Reference], None] | None = None,
+) -> dict[str, Any]:
+    ref = Reference.parse(reference)
+    if not ref.digest:
+        raise ModelError(f"{reference}: pull by digest (REGISTRY/REPO@sha256:...), not a tag", field="reference")
+    owned = client is None
+    client = client or RegistryClient(ref.registry)
+    try:
+        if before_files is not None:
+            before_files(client, ref)  # the signature, when a key was given
+        data, _ = client.manifest(ref.repository, ref.digest)
+        manifest, _ = parse_manifest(data, str(ref))
+        lock, lock_bytes = fetch_lock(client, ref.repository, manifest, expected)
+        layers = check_manifest(manifest, lock, expected.sha256)
+        return _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress)
+    finally:
+        if owned:
+            client.close()
+
+
+def _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress) -> dict[str, Any]:
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelError(f"{dest} cannot be created: {exc.strerror}", field="DIR") from None
+    _refuse_foreign_files(dest, lock)
+    if os.path.lexists(dest / ARTIFACT_LOCK):
+        os.unlink(dest / ARTIFACT_LOCK)  # from here on DIR is not a complete pull until the end
+    partial = dest / PARTIAL_DIR
+    partial.mkdir(mode=0o700, exist_ok=True)
+    pairs = list(zip(layers, sorted(lock.files, key=lambda item: item.path)))
+    kept = [item.path for _, item in pairs if _placed_matches(dest, item)]
+    wanted = [(layer, item) for layer, item in pairs if item.path not in kept]
+    total, guard, done = sum(layer["size"] for layer, _ in wanted), threading.Lock(), [0, 0]
+
+    def fetch(pair: tuple[dict[str, Any], LockedFile]) -> None:
+        layer, item = pair
+        temporary = partial / (layer["digest"].split(":", 1)[1] + ".part")
+        where = f"{ref.registry}/{ref.repository}@{layer['digest']} ({item.path})"
+        try:
+            stream = TarStream(client.stream_blob(ref.repository, layer["digest"], layer["size"]))
+            _write_member(stream, item, temporary, where)
+            while stream.skip(WRITE_BYTES):  # the rest of the blob: the stream checks its digest at its end
+                pass
+        except OciError as exc:
+            raise ModelError(str(exc), field=item.path) from None
+        place(temporary, dest, item.path)
+        with guard:
+            done[0], done[1] = done[0] + 1, done[1] + layer["size"]
+            if progress is not None:
+                progress(f"{done[0]}/{len(wanted)} files, {done[1] / 1e6:.1f}/{total / 1e6:.1f} MB ({item.path})")
+
+    with ThreadPoolExecutor(max(1, min(jobs, len(wanted) or 1))) as pool:
+        list(pool.map(fetch, wanted))
+    temporary = partial / "lock.part"
+    temporary.write_bytes(lock_bytes)
+    place(temporary, dest, ARTIFACT_LOCK)
+    shutil.rmtree(partial, ignore_errors=True)
+    return {
+        "reference": str(ref),
+        "directory": str(dest),
+        "files": len(pairs),
+        "fetched": len(wanted),
+        "kept": len(kept),
+        "fetched_bytes": total,
+        "lock_sha256": hashlib.sha256(lock_bytes).hexdigest(),
+        "repo": lock.repo,
+        "revision": lock.revision,
+    }

@@ -1,0 +1,92 @@
+"""verify: a pushed model artifact checked without pulling its files: the cosign signature and
+the signed provenance of this digest, the lock it carries (the expected one, when given, and
+the one the provenance names), and its layers against that lock (paths, order, sizes, the
+files' digests, media types), and the config's layer list.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tools.model.artifact import MODEL_ARTIFACT, check_manifest, lock_descriptor, parse_manifest
+from tools.model.errors import ModelError
+from tools.model.pull import ExpectedLock, fetch_lock
+from tools.model.push import BUILD_TYPE
+from tools.oci.errors import OciError
+from tools.oci.reference import Reference
+from tools.oci.remote.registry import RegistryClient
+from tools.oci.sign import load_public_key
+from tools.oci.verify import check_signature, checked_provenance
+
+MAX_CONFIG_BYTES = 4 << 20
+
+
+def signed(client: RegistryClient, ref: Reference, public_key: Path) -> dict[str, Any]:
+    """The signature of `ref.digest`, then its provenance statement (both verified)."""
+    key = load_public_key(public_key)
+    try:
+        check_signature(client, ref, key)
+        return checked_provenance(client, ref, key)
+    except OciError as exc:
+        raise ModelError(str(exc), field=exc.field) from None
+
+
+def _diff_ids(client: RegistryClient, ref: Reference, manifest: dict[str, Any], modelpack: bool) -> list[str]:
+    config = manifest["config"]
+    try:
+        data = client.blob(
+            ref.repository, config.get("digest", ""), size=config.get("size"), max_bytes=MAX_CONFIG_BYTES
+        )
+        document = json.loads(data)
+        return document["modelfs"]["diffIds"] if modelpack else document["rootfs"]["diff_ids"]
+    except OciError as exc:
+        raise ModelError(str(exc), field="config") from None
+    except (ValueError, KeyError, TypeError):
+        raise ModelError("the artifact's config has no layer list", field="config") from None
+
+
+def verify_artifact(
+    reference: str, public_key: Path, expected: ExpectedLock | None, *, client: RegistryClient | None = None
+) -> dict[str, Any]:
+    ref = Reference.parse(reference)
+    if not ref.digest:
+        raise ModelError(f"{reference}: verify a digest (REGISTRY/REPO@sha256:...), not a tag", field="reference")
+    owned = client is None
+    client = client or RegistryClient(ref.registry)
+    try:
+        # Signature first: nothing the artifact holds is read before the signed payload names it.
+        statement = signed(client, ref, public_key)
+        definition = statement["predicate"]["buildDefinition"]
+        model = (definition.get("externalParameters") or {}).get("model") or {}
+        if definition.get("buildType") != BUILD_TYPE or not isinstance(model.get("lock_sha256"), str):
+            raise ModelError("the provenance is not a model artifact's", field="provenance.buildType")
+        if expected is not None and model["lock_sha256"] != expected.sha256:
+            raise ModelError(
+                f"the provenance names the checkpoint lock {model['lock_sha256']}; expected {expected.sha256}",
+                field="provenance.lock_sha256",
+            )
+        data, _ = client.manifest(ref.repository, ref.digest)
+        manifest, modelpack = parse_manifest(data, str(ref))
+        lock, lock_bytes = fetch_lock(client, ref.repository, manifest, expected or ExpectedLock(model["lock_sha256"]))
+        layers = check_manifest(manifest, lock, model["lock_sha256"])
+        digests = [layer["digest"] for layer in layers] + [lock_descriptor(manifest)["digest"]]
+        if _diff_ids(client, ref, manifest, modelpack) != digests:
+            raise ModelError("the config's layer list differs from the manifest's layers", field="config")
+    finally:
+        if owned:
+            client.close()
+    return {
+        "ok": True,
+        "reference": str(ref),
+        "kind": MODEL_ARTIFACT if modelpack else "image",
+        "subject": (manifest.get("subject") or {}).get("digest", ""),
+        "repo": lock.repo,
+        "revision": lock.revision,
+        "lock_sha256": model["lock_sha256"],
+        "lock_trust": lock.trust,
+        "files": len(layers),
+        "bytes": sum(item.size for item in lock.files),
+        "lock_bytes": len(lock_bytes),
+    }
