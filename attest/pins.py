@@ -64,6 +64,17 @@ class EnginePin(Document):
     needs_root: bool = False
 
 
+class ArtifactPin(Document):
+    """The model as an OCI artifact (tools/model): the plain image manifest that image volumes
+    mount. `tools/pin` fills the digest from the tag, refusing an artifact whose lock is not
+    the pinned one."""
+
+    # REGISTRY/REPO, as Omni's reference grammar reads it (checked where it is used).
+    repository: str = Field(min_length=1, max_length=255, pattern=r"^[a-z0-9][a-z0-9._:/-]*$")
+    tag: OptionalRef = ""
+    digest: OptionalDigest = ""
+
+
 class ModelPin(Document):
     id: str = Field(min_length=1)
     # The hub branch or tag `tools/pin` resolved the revision from ("": main).
@@ -72,6 +83,8 @@ class ModelPin(Document):
     # The checkpoint lock's sha256 (images whose start-up downloads the checkpoint, boot);
     # None where the image verifies an attestation instead (the launcher).
     lock_sha256: OptionalSha256 | None = None
+    # Where the model is also published as a signed OCI artifact (docs/models.md); None: it is not.
+    artifact: ArtifactPin | None = None
 
 
 class HardwarePin(Document):
@@ -114,6 +127,8 @@ class ImagePins(Document):
         ]
         if self.model.lock_sha256 == "":
             empty.append("model.lock_sha256")
+        if self.model.artifact is not None and not self.model.artifact.digest:
+            empty.append("model.artifact.digest")
         if self.speculator is not None and not self.speculator.revision:
             empty.append("speculator.revision")
         return empty

@@ -28,6 +28,7 @@ from boot.ranks import publish, publish_refusal, wait_for_rank0, withdraw_verdic
 from boot.receipt import Identity, Receipt, load_receipt, save_receipt
 from boot.settings import REVISION, BootSettings
 from boot.verify import VerifyReport, check_local, finish, first_problem
+from boot.volume import IMAGE, verify_image_volume
 
 
 def _limits(settings: BootSettings) -> Limits:
@@ -158,6 +159,8 @@ def verify_rank0(
 
 
 def prepare(settings: BootSettings) -> VerifyReport | None:
+    if settings.model_source == IMAGE and not settings.skip_prepare:
+        return verify_image_volume(settings, full=False)
     if settings.skip_prepare:
         if not (settings.model / "config.json").is_file():
             raise BootError(f"SKIP_PREPARE=1 but {settings.model}/config.json is missing", field="SKIP_PREPARE")
@@ -195,6 +198,8 @@ def _prepare_rank0(settings: BootSettings, baked: BakedImage | None) -> VerifyRe
 
 def verify_only(settings: BootSettings, *, full: bool) -> VerifyReport:
     """`boot verify [--full]`: the local checkpoint against the lock, no network."""
+    if settings.model_source == IMAGE:
+        return verify_image_volume(settings, full=full)
     model = _model_root(settings, create=False)
     print(f"verifying {model} (MODEL_PATH)", file=sys.stderr, flush=True)
     in_use = resolve_lock(settings, load_baked(), derive=False)

@@ -102,6 +102,15 @@ def extra_args(raw: str, variable: str) -> tuple[str, ...]:
         raise refuse(variable, raw, f"shell-quoted arguments ({exc})") from None
 
 
+MODEL_SOURCES = ("hub", "image")
+
+
+def model_source(raw: str, variable: str) -> str:
+    if raw.strip() not in MODEL_SOURCES:
+        raise BootError(f"{variable} must be {' or '.join(MODEL_SOURCES)}, got {raw!r}", field=variable)
+    return raw.strip()
+
+
 def offload_mode(raw: str, variable: str) -> str:
     if raw.strip() not in OFFLOAD_MODES:
         raise BootError(f"{variable} must be {' or '.join(OFFLOAD_MODES)}, got {raw!r}", field=variable)
@@ -114,6 +123,15 @@ def _tp_default(env: Mapping[str, str]) -> str:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("MODEL_PATH", "model", "/models/DeepSeek-V4.1-Flash", path, "the checkpoint directory"),
+    Setting(
+        "MODEL_SOURCE",
+        "model_source",
+        "hub",
+        model_source,
+        "hub: rank 0 downloads into MODEL_PATH (shared by the ranks) and publishes its verdict; image: "
+        "MODEL_PATH is a read-only image volume of the model artifact (docs/models.md), every rank "
+        "verifies its own copy, nothing is downloaded or written there",
+    ),
     Setting("STATE_PATH", "state", "/state", path, "receipts, smoke results, the API key file (writable)"),
     Setting("SERVER_PORT", "port", "8888", integer(1, 65535, expected="an integer in 1..65535"), "API port"),
     Setting("HOST", "host", "0.0.0.0", token, "bind address of the API"),
@@ -255,6 +273,7 @@ SETTINGS: tuple[Setting, ...] = (
 class BootSettings:
     # No defaults here: SETTINGS holds them (one source), from_env applies them.
     model: Path
+    model_source: str
     state: Path
     port: int
     host: str

@@ -181,10 +181,20 @@ def check_weight_index(model: Path, lock: CheckpointLock) -> None:
 
 
 def finish(
-    model: Path, lock: CheckpointLock, check: LocalCheck, *, started: float, trust: str, quiet: bool = False
+    model: Path,
+    lock: CheckpointLock,
+    check: LocalCheck,
+    *,
+    started: float,
+    trust: str,
+    quiet: bool = False,
+    refuse_extra: bool = False,
 ) -> VerifyReport:
-    """The checks after every file matched: nothing unexpected, the index covered."""
+    """The checks after every file matched: nothing unexpected (`refuse_extra`: nothing at all
+    the lock does not list), the index covered."""
     refused, extra = unexpected_files(model, lock)
+    if refuse_extra:
+        refused, extra = sorted(refused + extra), []
     if refused:
         raise BootError(
             f"files in {model} that the checkpoint lock does not list and the engine would load: "

@@ -485,3 +485,91 @@ def test_the_leader_startup_budget_reads_boot_settings_as_boot_does() -> None:
     )
     startup = pod_spec(lws, "leader")["containers"][0]["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] == 2410  # ceil(2400.5) to the next period
+
+
+MODEL_IMAGE = "registry.example/models/ds@sha256:" + "5" * 64
+# Image volumes (volumes[].image) exist in the API from 1.31: the versions validated with them.
+IMAGE_VOLUME_VERSIONS = tuple(v for v in CLUSTER_VERSIONS if int(v.split(".")[1]) >= 31)
+
+
+def test_the_model_artifact_is_an_image_volume_every_rank_verifies_itself(capfd) -> None:
+    completed = generate("deepseek_spark", "--repository", "r.example/ds", "--model-image", MODEL_IMAGE)
+    assert completed.returncode == 0, completed.stderr
+    assert "ImageVolume feature gate" not in completed.stderr  # 1.35, the default: on by default
+    lws, _ = list(yaml.safe_load_all(completed.stdout))
+    jsonschema.Draft7Validator(lws_schema()).validate(lws)
+    for role in ("leader", "worker"):
+        template = lws["spec"]["leaderWorkerTemplate"][f"{role}Template"]
+        spec = pod_spec(lws, role)
+        volumes = {volume["name"]: volume for volume in spec["volumes"]}
+        assert volumes["model"]["image"] == {"reference": MODEL_IMAGE, "pullPolicy": "IfNotPresent"}
+        assert volumes["models"] == {"name": "models", "emptyDir": {}}
+        (container,) = spec["containers"]
+        mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
+        assert mounts["/models/DeepSeek-V4.1-Flash"] == {
+            "name": "model",
+            "mountPath": "/models/DeepSeek-V4.1-Flash",
+            "readOnly": True,
+        }
+        env = {item["name"]: item.get("value") for item in container["env"]}
+        assert env["MODEL_SOURCE"] == "image" and "HF_TOKEN" not in env
+        assert "fsGroup" not in spec["securityContext"]  # nothing is written to the model: no chown
+        for version in IMAGE_VOLUME_VERSIONS:
+            kubernetes_validate.validate(as_pod_template(template), version, strict=True)
+    with pytest.raises(kubernetes_validate.ValidationError):  # 1.30 has no image volumes: deploy refuses it
+        kubernetes_validate.validate(as_pod_template(template), "1.30", strict=True)
+    older = generate(
+        "deepseek_spark", "--repository", "r.example/ds", "--model-image", MODEL_IMAGE, "--kubernetes-version", "1.33"
+    )
+    assert older.returncode == 0 and "ImageVolume feature gate" in older.stderr
+    _, (deployment, _) = generated("qwen_mi300x", *QWEN_IMAGE, "--model-image", MODEL_IMAGE)
+    qwen = pod_spec(deployment)
+    assert {"name": "model", "mountPath": "/models/qwen", "readOnly": True} in qwen["containers"][0]["volumeMounts"]
+    for version in IMAGE_VOLUME_VERSIONS:
+        kubernetes_validate.validate(deployment, version, strict=True)
+
+
+QWEN_IMAGE = ("--repository", "r.example/qwen")
+
+
+@pytest.mark.parametrize(
+    "flags, field, says",
+    [
+        (("--model-image", "registry.example/models/ds:v1"), "--model-image", "by digest"),
+        (("--model-image", "Registry.example/X@sha256:" + "5" * 64), "--model-image", ""),
+        (("--model-image", MODEL_IMAGE, "--model-pvc", "m"), "--model-pvc", "exactly one of"),
+        (("--model-image", MODEL_IMAGE, "--kubernetes-version", "1.30"), "--kubernetes-version", "1.31 or later"),
+        (("--model-image", MODEL_IMAGE, "--kubernetes-version", "1.x"), "--kubernetes-version", "1.MINOR"),
+        (("--model-pvc", "m", "--kubernetes-version", "2.0"), "--kubernetes-version", "1.MINOR"),
+        (("--model-image", MODEL_IMAGE, "--hf-token-secret", "t"), "--hf-token-secret", "nothing is downloaded"),
+        (("--model-image", MODEL_IMAGE, "--env", "MODEL_SOURCE=hub"), "MODEL_SOURCE", "manifest sets it"),
+    ],
+)
+def test_bad_model_image_flags_are_refused_naming_them(flags: tuple[str, ...], field: str, says: str) -> None:
+    refused = refusal(generate("deepseek_spark", "--repository", "r.example/ds", *flags))
+    assert refused["field"] == field and says in refused["error"], refused
+
+
+def test_the_pinned_artifact_is_the_default_model_volume_and_another_digest_is_refused(tmp_path: Path) -> None:
+    import argparse
+
+    from tools.deploy.cli import _model_image
+
+    artifact = {"repository": "registry.example/models/qwen", "tag": "v1", "digest": "sha256:" + "6" * 64}
+    pins = qwen_pins(model={"id": "Qwen/Qwen3.8-27B", "revision": "a" * 40, "artifact": artifact})
+    contract = read_contract(_layout(tmp_path, pins))
+
+    def chosen(**flags: str) -> str:
+        return _model_image(
+            contract, argparse.Namespace(**{"model_image": "", "model_pvc": "", "model_host_path": "", **flags})
+        )
+
+    assert chosen() == "registry.example/models/qwen@sha256:" + "6" * 64
+    assert chosen(model_pvc="m") == ""  # an explicit volume wins
+    assert chosen(model_image="mirror.example/q@sha256:" + "6" * 64) == "mirror.example/q@sha256:" + "6" * 64
+    with pytest.raises(DeployError) as refused:
+        chosen(model_image=MODEL_IMAGE)
+    assert refused.value.field == "--model-image"
+    items = resources(contract, Options(image="r.example/q@sha256:" + "0" * 64, model_image=chosen()))
+    notes = items[0]["spec"]["template"]["metadata"]["annotations"]
+    assert notes["omni.model.artifact"] == "registry.example/models/qwen@sha256:" + "6" * 64

@@ -76,15 +76,37 @@ def _stream() -> Iterator[bytes]:
     return iter([BLOB[start : start + 300_000] for start in range(0, len(BLOB), 300_000)])
 
 
-@pytest.mark.parametrize("content", ["file", "bytes", "stream"])
+class _Reopened:
+    """An OffsetStream: the blob read again from any offset (as tools/model streams a file's layer)."""
+
+    def __init__(self) -> None:
+        self.opened: list[int] = []
+
+    def from_offset(self, offset: int) -> Iterator[bytes]:
+        self.opened.append(offset)
+        return iter([BLOB[start : start + 300_000] for start in range(offset, len(BLOB), 300_000)])
+
+
+@pytest.mark.parametrize("content", ["file", "bytes", "stream", "offset-stream"])
 def test_a_cut_chunked_upload_resumes_where_the_registry_stopped(tmp_path: Path, content: str, capsys) -> None:
     path = tmp_path / "blob"
     path.write_bytes(BLOB)
     spec = SpecRegistry(cut=4)
     client = RegistryClient("127.0.0.1:1", credential=None, transport=httpx.MockTransport(spec))
     client.chunked_threshold, client.chunk_size = CHUNK, CHUNK
-    client.upload("spec", DIGEST, {"file": path, "bytes": BLOB, "stream": _stream}[content], len(BLOB))
+    reopened = _Reopened()
+    sources = {"file": path, "bytes": BLOB, "stream": _stream, "offset-stream": reopened}
+    client.upload("spec", DIGEST, sources[content], len(BLOB))
     assert spec.blobs[DIGEST] == BLOB
+    if content == "offset-stream":  # each chunk streamed from its own start, the cut one from where it stopped
+        assert reopened.opened == [
+            0,
+            CHUNK,
+            2 * CHUNK,
+            3 * CHUNK,
+            3 * CHUNK + CHUNK // 2,
+            *range(4 * CHUNK + CHUNK // 2, len(BLOB), CHUNK),
+        ]
     assert spec.received - len(BLOB) == CHUNK // 2  # only the half chunk the registry did not keep
     assert "resuming at byte 3670016" in capsys.readouterr().err  # 3 chunks and the kept half
 

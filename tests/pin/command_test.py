@@ -363,3 +363,58 @@ def test_write_and_check_exclude_each_other_and_help_lists_the_environment(capsy
     assert main(["qwen_mi300x", "--write", "--check"]) == 2
     assert main(["--help"]) == 0
     assert "OMNI_BASE_MIRROR" in capsys.readouterr().out
+
+
+def _push_artifact(registry: LoopbackRegistry, files: dict[str, bytes], lock_bytes: bytes, tmp: Path, tag: str) -> str:
+    from tools.model.pack import pack, parse_lock
+    from tools.model.push import push_artifact
+
+    root = tmp / f"checkpoint-{tag}"
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    artifact = pack(root, parse_lock(lock_bytes, "lock"), lock_bytes, platform="linux/arm64", quiet=True)
+    return push_artifact(artifact, root, f"{registry.host}/models/deepseek:{tag}").image_digest
+
+
+def test_the_model_artifact_is_pinned_only_when_it_carries_the_pinned_lock(
+    workspace, registry, hub, monkeypatch, capsys, tmp_path
+) -> None:
+    _env(monkeypatch, registry, hub)
+    sglang = installed_engine(SITE, "sglang", "0.5.23", package="sglang", direct_url_commit=FULL_COMMIT)
+    push_vendor_base(
+        registry.host,
+        "lmsysorg/sglang",
+        "v0.5.23",
+        {"linux/arm64": [layer(sorted((name.lstrip("/"), data) for name, data in sglang.items()))]},
+    )
+    assert _pin(workspace, "deepseek_spark", "--base-tag", "v0.5.23", "--write") == 0
+    lock_bytes = (workspace / "images/deepseek_spark.checkpoint.lock.json").read_bytes()
+    files = {"config.json": b"{}", "model-00001.safetensors": b"d" * 500, "README.md": b"# d\n"}
+    good = _push_artifact(registry, files, lock_bytes, tmp_path, "v1")
+    other_lock = lock_bytes.replace(MODEL_COMMIT.encode(), MODEL_NEXT.encode())
+    _push_artifact(registry, files, other_lock, tmp_path, "other-revision")
+    pins_path = workspace / "images/deepseek_spark.pins.json"
+    before = pins_path.read_bytes()
+    capsys.readouterr()
+    assert (
+        _pin(
+            workspace,
+            "deepseek_spark",
+            "--model-artifact",
+            f"{registry.host}/models/deepseek:other-revision",
+            "--write",
+        )
+        == 2
+    )
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == "model.artifact.digest" and "checkpoint lock" in refusal["error"], refusal
+    assert pins_path.read_bytes() == before
+    assert _pin(workspace, "deepseek_spark", "--model-artifact", f"{registry.host}/models/deepseek:v1", "--write") == 0
+    artifact = load_pins(pins_path).model.artifact
+    assert (artifact.repository, artifact.tag, artifact.digest) == (f"{registry.host}/models/deepseek", "v1", good)
+    assert "holds the lock's 3 files" in capsys.readouterr().out
+    assert _pin(workspace, "deepseek_spark", "--check") == 0  # the tag still names the pinned digest
+    _push_artifact(registry, files, other_lock, tmp_path, "v1")  # the tag moved to another revision's artifact
+    assert _pin(workspace, "deepseek_spark", "--check") == 2
+    assert json.loads(capsys.readouterr().err.strip().splitlines()[-1])["field"] == "model.artifact.digest"

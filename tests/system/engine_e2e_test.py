@@ -12,7 +12,8 @@ digest read from the streamed layers, the model's revision); `bazel run --config
 `tools/oci:verify` accepts it. The image is pulled back from the registry (skopeo), unpacked
 with umoci and its entrypoint (the launcher) run as the image declares: uid 1000, the rootfs
 mounted read-only, tmpfs at the writable volumes /tmp and /cache, the checkpoint Bazel builds and
-attests (//tools/dev/tiny_model:checkpoint) mounted read-only at /models/qwen, /proc and /dev as a
+attests (//tools/dev/tiny_model:checkpoint), served as its model artifact (tools/model: pushed to the
+loopback registry, pulled back by skopeo, unpacked by umoci) and mounted read-only at /models/qwen, /proc and /dev as a
 container runtime provides them (and /sys), in a mount namespace of its own, on 127.0.0.1 with a
 random port and key. The launcher checks the engine it finds against the pins tools/pin wrote.
 
@@ -44,6 +45,7 @@ from typing import Any
 
 import pytest
 
+from attest.lock import ARTIFACT_LOCK
 from tests.fixtures.engine_lane import (
     MODEL_MOUNT,
     SERVED,
@@ -59,6 +61,7 @@ from tests.fixtures.engine_lane import (
     wait_ready,
 )
 from tests.fixtures.hub import LoopbackHub
+from tests.fixtures.model import artifact_root, lock_of_tree
 from tests.fixtures.qwen import TINY_MODEL_ID, TINY_PROFILE
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.release_lane import BASE_TAG, ReleaseLane, hub_repo, ok, rebuilt_engine_files
@@ -117,6 +120,19 @@ def released(lane: ReleaseLane, pinned) -> dict[str, Any]:
     result = lane.release()
     _timed("release_build_push_verify_s", started)
     return result
+
+
+@pytest.fixture(scope="module")
+def served_checkpoint(lane: ReleaseLane, tmp_path_factory) -> Checkpoint:
+    """The tiny checkpoint as the engine serves it in a cluster: its model artifact (tools/model,
+    with a lock made here) pushed to the lane's registry, pulled back by skopeo and unpacked by
+    umoci, as a runtime makes the image volume; bound read-only at the model path."""
+    started = time.monotonic()
+    lock = lock_of_tree(CHECKPOINT.path, TINY_MODEL_ID, CHECKPOINT.revision)
+    root = artifact_root(lane.registry.host, CHECKPOINT.path, lock, tmp_path_factory.mktemp("artifact"))
+    _timed("model_artifact_push_pull_s", started)
+    assert (root / ARTIFACT_LOCK).read_bytes() == lock
+    return Checkpoint(root, CHECKPOINT.revision, CHECKPOINT.manifest_sha256)
 
 
 @pytest.fixture(scope="module")
@@ -244,11 +260,13 @@ def _gate_parity(ar: Server, spec: Server) -> tuple[list[str], dict[str, Any]]:
     return reasons + sample_reasons, summary
 
 
-def test_the_image_starts_the_real_engine_and_the_gate_judges_real_pairs(tmp_path: Path, image: Image, pinned) -> None:
+def test_the_image_starts_the_real_engine_and_the_gate_judges_real_pairs(
+    tmp_path: Path, image: Image, pinned, served_checkpoint: Checkpoint
+) -> None:
     ar, mtp = _pair(
         tmp_path,
-        lambda: start_image(tmp_path, image, "autoregressive", CHECKPOINT),
-        lambda: start_image(tmp_path, image, "native_mtp", CHECKPOINT),
+        lambda: start_image(tmp_path, image, "autoregressive", served_checkpoint),
+        lambda: start_image(tmp_path, image, "native_mtp", served_checkpoint),
     )
     try:
         _record("ready_s", {"autoregressive": ar.ready_s, "native_mtp": mtp.ready_s})

@@ -26,7 +26,7 @@ from attest.redact import known_secrets, redacting_output
 from tools.deploy.contract import ImageContract, read_contract
 from tools.deploy.emit import GENERATED_MARKER, render
 from tools.deploy.errors import DeployError
-from tools.deploy.inputs import whole_number
+from tools.deploy.inputs import DEFAULT_KUBERNETES_VERSION, IMAGE_VOLUMES_DEFAULT_ON, whole_number
 from tools.deploy.manifests import Options, check_pins, resources
 from tools.oci.errors import OciError
 from tools.oci.push_record import last_push
@@ -103,6 +103,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--secret", default="", help="Secret holding the API key under key 'api-key' (default: <image>-api-key)"
     )
+    parser.add_argument(
+        "--model-image",
+        default="",
+        help="REGISTRY/REPO@sha256:... of the model artifact (tools/model), mounted read-only as an image "
+        "volume (default: the image's pin model.artifact, when neither --model-pvc nor --model-host-path is given)",
+    )
+    parser.add_argument(
+        "--kubernetes-version",
+        default=DEFAULT_KUBERNETES_VERSION,
+        help=f"the cluster's 1.MINOR (default {DEFAULT_KUBERNETES_VERSION}); image volumes need 1.31 or later, "
+        "and the ImageVolume feature gate before 1.35",
+    )
     parser.add_argument("--model-pvc", default="", help="PersistentVolumeClaim holding the checkpoint volume")
     parser.add_argument(
         "--model-host-path",
@@ -154,6 +166,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _model_image(contract: ImageContract, args: argparse.Namespace) -> str:
+    """--model-image, else the pinned artifact where no other model volume is named; a given one
+    must be the pinned artifact's digest (a mirror's repository may differ)."""
+    artifact = contract.baked.pins.model.artifact
+    pinned = f"{artifact.repository}@{artifact.digest}" if artifact is not None and artifact.digest else ""
+    if not args.model_image:
+        return pinned if not (args.model_pvc or args.model_host_path) else ""
+    if pinned and not args.model_image.endswith("@" + artifact.digest):
+        raise DeployError(
+            f"--model-image {args.model_image!r} is not the artifact the image pins ({pinned})", field="--model-image"
+        )
+    return args.model_image
+
+
+def _image_volume_note(options: Options) -> None:
+    if options.model_image and (1, options.kubernetes_minor) < IMAGE_VOLUMES_DEFAULT_ON:
+        print(
+            f"deploy: note: on Kubernetes {options.kubernetes_version} image volumes need the ImageVolume feature "
+            "gate (kube-apiserver and kubelet) and a runtime that mounts them (containerd 2.1+, CRI-O 1.31+); "
+            "see docs/models.md",
+            file=sys.stderr,
+        )
+
+
 @refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()
@@ -174,8 +210,11 @@ def main(argv: list[str] | None = None) -> int:
             dist_port=whole_number("--dist-port", args.dist_port),
             startup_timeout_s=whole_number("--startup-timeout", args.startup_timeout),
             env=dict(args.env),
+            model_image=_model_image(contract, args),
+            kubernetes_version=args.kubernetes_version,
         )
         items = resources(contract, options, known_secrets())
+        _image_volume_note(options)
         pins = contract.baked.pins
         text = render(
             items,

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from attest.primitives import UNPRINTABLE_CATEGORIES
 from tools.deploy.errors import DeployError
+from tools.oci.errors import OciError
+from tools.oci.reference import Reference
 
 # Variable names are what the shell and Kubernetes accept; secrets never go in plain `value`s.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -57,6 +59,12 @@ SYSTEM_TREES = (
     "/var/log",
     "/var/run",
 )
+# Kubernetes image volumes (volumes[].image): alpha in 1.31, beta in 1.33, on by default from
+# 1.35 (the ImageVolume feature gate); a cluster older than 1.31 has no such field.
+IMAGE_VOLUMES_SINCE = (1, 31)
+IMAGE_VOLUMES_DEFAULT_ON = (1, 35)
+DEFAULT_KUBERNETES_VERSION = "1.35"
+KUBERNETES_VERSION_RE = re.compile(r"^1\.([0-9]{1,2})$")
 # Whole top-level directories: a model lives in a directory of its own below them.
 TOP_LEVEL = ("/", "/home", "/mnt", "/media", "/opt", "/srv", "/tmp", "/var")
 
@@ -75,6 +83,41 @@ class Options:
     dist_port: int = 20000
     startup_timeout_s: int = 0  # 0: the target's own budget
     env: dict[str, str] = field(default_factory=dict)
+    model_image: str = ""  # REGISTRY/REPO@sha256:...: the model artifact as an image volume
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+
+    @property
+    def kubernetes_minor(self) -> int:
+        return kubernetes_minor(self.kubernetes_version)
+
+
+def kubernetes_minor(version: str) -> int:
+    found = KUBERNETES_VERSION_RE.fullmatch(version)
+    if found is None:
+        raise DeployError(
+            f"--kubernetes-version {version!r}: expected the cluster's 1.MINOR (e.g. 1.35)",
+            field="--kubernetes-version",
+        )
+    return int(found.group(1))
+
+
+def check_model_image(options: Options) -> None:
+    """The model artifact's reference (by digest) and a cluster that can mount it."""
+    try:
+        ref = Reference.parse(options.model_image)
+    except OciError as exc:
+        raise DeployError(f"--model-image: {exc}", field="--model-image") from None
+    if not ref.digest:
+        raise DeployError(
+            f"--model-image {options.model_image!r}: name the artifact by digest (REGISTRY/REPO@sha256:...)",
+            field="--model-image",
+        )
+    if (1, options.kubernetes_minor) < IMAGE_VOLUMES_SINCE:
+        raise DeployError(
+            f"--kubernetes-version {options.kubernetes_version}: image volumes (the model artifact) need Kubernetes "
+            "1.31 or later; use --model-pvc or --model-host-path on this cluster",
+            field="--kubernetes-version",
+        )
 
 
 def dns_label(flag: str, value: str) -> None:
@@ -150,13 +193,22 @@ def check_options(options: Options, *, single_pod: bool, managed: dict[str, str]
     ):
         if value:
             dns_subdomain(flag, value)
-    if bool(options.model_pvc) == bool(options.model_host_path):
+    options.kubernetes_minor  # noqa: B018 - refused here when it is not 1.MINOR
+    if sum(map(bool, (options.model_pvc, options.model_host_path, options.model_image))) != 1:
         raise DeployError(
-            "name where the checkpoint is: exactly one of --model-pvc NAME or --model-host-path PATH",
+            "name where the checkpoint is: exactly one of --model-pvc NAME, --model-host-path PATH or "
+            "--model-image REGISTRY/REPO@sha256:... (the default when the image pins model.artifact)",
             field="--model-pvc",
         )
     if options.model_host_path:
         model_host_path(options.model_host_path)
+    if options.model_image:
+        check_model_image(options)
+        if options.hf_token_secret:
+            raise DeployError(
+                "--hf-token-secret: the model comes from its image volume; nothing is downloaded",
+                field="--hf-token-secret",
+            )
     if options.network not in ("pod", "host"):
         raise DeployError(f"--network {options.network!r}: expected pod or host", field="--network")
     if single_pod and (options.network != "pod" or options.rdma_network):

@@ -61,6 +61,7 @@ def _managed(target: Target) -> dict[str, str]:
         names = {
             "API_KEY": "comes from the Secret (--secret)",
             "HF_TOKEN": "comes from --hf-token-secret",
+            "MODEL_SOURCE": "follows the model's volume (image with --model-image)",
             "SERVER_PORT": "is the image's exposed port",
             "NNODES": "comes from LeaderWorkerSet",
             "NODE_RANK": "comes from LeaderWorkerSet",
@@ -110,6 +111,8 @@ def _provenance(contract: ImageContract) -> dict[str, str]:
     }
     if pins.model.lock_sha256:
         notes["omni.model.lock_sha256"] = pins.model.lock_sha256
+    if pins.model.artifact is not None:
+        notes["omni.model.artifact"] = f"{pins.model.artifact.repository}@{pins.model.artifact.digest}"
     if pins.speculator is not None:
         notes["omni.speculator.id"] = pins.speculator.id
         notes["omni.speculator.revision"] = pins.speculator.revision
@@ -204,6 +207,8 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
     ]
     if options.hf_token_secret:
         group.append(_secret_env("HF_TOKEN", options.hf_token_secret, HF_TOKEN_SECRET_KEY))
+    # With the artifact's image volume every rank verifies its own read-only copy (boot.volume).
+    group.append({"name": "MODEL_SOURCE", "value": "image" if options.model_image else "hub"})
     group += [
         {"name": "RANK_KEY_FILE", "value": f"{RANK_KEY_DIR}/{RANK_KEY_SECRET_KEY}"},
         {"name": "RANK_GROUP", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_GROUP_KEY_LABEL}']"}}},
@@ -220,7 +225,7 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
         target,
         env=env,
         probes=probes(port, options.startup_timeout_s or _boot_startup_s(options)),
-        model_writable=True,
+        model_writable=not options.model_image,
         capabilities=capabilities,
     )
     # Workers serve no HTTP: no probes; they only read the checkpoint rank 0 verified.

@@ -75,6 +75,9 @@ def _volumes(
     volumes, mounts = [], []
     for path in contract.volumes:
         name = path.strip("/").replace("/", "-").replace("_", "-").lower() or "root"
+        if path == model_mount and options.model_image:
+            _image_volume(volumes, mounts, name, path, model_path, options.model_image)
+            continue
         if path == model_mount:
             source = (
                 {"persistentVolumeClaim": {"claimName": options.model_pvc, "readOnly": not model_writable}}
@@ -95,6 +98,16 @@ def _volumes(
         volumes.append({"name": "rank-key", "secret": {"secretName": secret, "items": items, "defaultMode": 0o444}})
         mounts.append({"name": "rank-key", "mountPath": RANK_KEY_DIR, "readOnly": True})
     return volumes, mounts
+
+
+def _image_volume(volumes: list, mounts: list, name: str, path: str, model_path: str, reference: str) -> None:
+    """The model artifact, pulled by the runtime by digest, read-only at MODEL_PATH itself (the
+    artifact's files lie at its root); the image's volume above it stays an emptyDir."""
+    if model_path != path:
+        volumes.append({"name": name, "emptyDir": {}})
+        mounts.append({"name": name, "mountPath": path})
+    volumes.append({"name": "model", "image": {"reference": reference, "pullPolicy": "IfNotPresent"}})
+    mounts.append({"name": "model", "mountPath": model_path, "readOnly": True})
 
 
 def pod_spec(

@@ -200,6 +200,38 @@ def stream_file_layer(root: Path, item: LockedFile, on_bytes: Callable[[int], No
     yield padding(item.size) + END_OF_ARCHIVE
 
 
+@dataclass(frozen=True)
+class FileLayerStream:
+    """A file's layer bytes from any offset (tools.oci.remote.registry's OffsetStream), so a
+    chunked upload streams each chunk from the file and resumes where the registry stopped.
+    From the start the file is checked against the lock as it is read; a resumed tail is
+    checked by the registry, which takes the blob only under the digest `pack` computed."""
+
+    root: Path
+    item: LockedFile
+
+    def from_offset(self, offset: int) -> Iterator[bytes]:
+        if offset == 0:
+            yield from stream_file_layer(self.root, self.item)
+            return
+        header, size = tar_header(self.item.path, self.item.size), self.item.size
+        if offset < BLOCK:
+            yield header[offset:]
+        start = max(offset - BLOCK, 0)
+        try:
+            with open_regular(self.root, self.item.path) as fd:
+                while start < size:
+                    block = os.pread(fd, min(READ_BYTES, size - start), start)
+                    if not block:
+                        raise ModelError(f"{self.item.path} is shorter than the lock says", field=self.item.path)
+                    start += len(block)
+                    yield block
+        except AttestError as exc:
+            raise ModelError(str(exc), field=exc.field or self.item.path) from None
+        tail = padding(size) + END_OF_ARCHIVE
+        yield tail[max(offset - BLOCK - size, 0) :]
+
+
 def hash_file_layer(root: Path, item: LockedFile, on_bytes: Callable[[int], None] | None = None) -> FileLayer:
     """The file's layer digest, the file checked against the lock on the way."""
     digest, size = hashlib.sha256(), 0

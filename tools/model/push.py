@@ -2,8 +2,9 @@
 both manifests, the tags, and (with a key) a cosign signature and a signed provenance for each.
 
 Blobs the registry already has are skipped after a HEAD each (a re-push sends no layer). A file
-layer is streamed from the checkpoint and checked against the lock again while it goes up, so
-a file changed since `pack` never becomes a blob.
+layer is streamed from the checkpoint (chunk by chunk for large ones: memory stays flat), and a
+file changed since `pack` never becomes a blob: the registry takes the bytes only under the
+digest `pack` computed from the lock-checked file.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from attest.lock import ARTIFACT_LOCK
 from tools.model.artifact import Artifact, hub_url
 from tools.model.errors import ModelError
-from tools.model.layers import stream_file_layer
+from tools.model.layers import FileLayerStream
 from tools.oci.build.image import TOOLKIT_VERSION
 from tools.oci.build.provenance import BUILDER_ID, PREDICATE_TYPE, STATEMENT_TYPE
 from tools.oci.layout import OCI_MANIFEST
@@ -94,9 +95,9 @@ def provenance(artifact: Artifact, name: str) -> dict[str, Any]:
 
 
 def _blobs(artifact: Artifact, model: Path) -> list[tuple[str, int, Any]]:
-    """(digest, size, content) of every blob: file layers as stream factories, the rest bytes."""
+    """(digest, size, content) of every blob: file layers streamed from the checkpoint, the rest bytes."""
     blobs: list[tuple[str, int, Any]] = [
-        (layer.digest, layer.size, (lambda item=layer.item: stream_file_layer(model, item))) for layer in artifact.files
+        (layer.digest, layer.size, FileLayerStream(model, layer.item)) for layer in artifact.files
     ]
     blobs += [(digest, len(data), data) for digest, data in artifact.small_blobs().items()]
     return blobs

@@ -193,10 +193,12 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
             raise _refuse(str(exc), field=exc.field) from None
         if statement["predicate"]["buildDefinition"]["externalParameters"].get("pins") != pins:
             raise _refuse("the provenance's pins differ from the pins baked into the image", field="provenance.pins")
+        artifact = pins["model"].get("artifact")
         for name, digest_key, pinned in (
             ("engine", "gitCommit", pins["engine"]["commit"]),
             ("model", "gitCommit", pins["model"]["revision"]),
             ("base", "sha256", baked["base_digest"].split(":", 1)[-1]),
+            *((("model-artifact", "sha256", artifact["digest"].split(":", 1)[-1]),) if artifact else ()),
         ):
             recorded = resolved(statement, name).get(digest_key, "")
             if recorded != pinned:

@@ -12,6 +12,9 @@ IMAGE names images/IMAGE.pins.json. What is resolved, each value computed here:
   model.lock_sha256    where the image pins a checkpoint lock: the lock of the listing at that
                        revision, written beside the pins as IMAGE.checkpoint.lock.json
   speculator.revision  as the model's
+  model.artifact.digest  where the image names its model artifact (or --model-artifact
+                       REGISTRY/REPO[:TAG]): the manifest digest of the tag, refused unless the
+                       artifact carries the pinned checkpoint lock (docs/models.md)
 
 Without --write it prints a table (pin, current, upstream) and the diff, and writes nothing.
 --write writes the pins (and lock) atomically. --check exits 1 when any pin differs from
@@ -41,6 +44,8 @@ from attest.reader import MAX_JSON_BYTES, loads_object, read_file
 from attest.redact import redacting_output
 from boot.settings import url_or_empty
 from tools.oci.errors import OciError
+from tools.oci.reference import Reference
+from tools.pin.artifact import ArtifactUpstream, resolve_artifact
 from tools.pin.upstream import Upstream, engine_pins, lock_summary, resolve_base, resolve_model
 from tools.settings import PIN, tools_help
 
@@ -60,7 +65,9 @@ def _leading(entry: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     return {**values, **{key: value for key, value in entry.items() if key not in values}}
 
 
-def _proposed(current: dict[str, Any], upstream: Upstream) -> tuple[dict[str, Any], list[str]]:
+def _proposed(
+    current: dict[str, Any], upstream: Upstream, artifact: ArtifactUpstream | None
+) -> tuple[dict[str, Any], list[str]]:
     """(the pin document with upstream's values, notes on how they were found)."""
     document = copy.deepcopy(current)
     base = document["base"]
@@ -78,6 +85,13 @@ def _proposed(current: dict[str, Any], upstream: Upstream) -> tuple[dict[str, An
             values["lock_sha256"] = found.lock_sha256
             notes.append(f"{key} checkpoint lock: {lock_summary(found.lock)}")
         document[key] = _leading(document[key], values)
+    if artifact is not None:
+        document["model"]["artifact"] = {
+            "repository": artifact.repository,
+            "tag": artifact.tag,
+            "digest": artifact.digest,
+        }
+        notes.append(f"model artifact: {artifact.repository}@{artifact.digest} holds the lock's {artifact.files} files")
     parse_document(ImagePins, document, label="the proposed pins")  # what is written must load as pins
     return document, notes
 
@@ -90,6 +104,8 @@ PIN_ROWS = (
     "model.ref",
     "model.revision",
     "model.lock_sha256",
+    "model.artifact.tag",
+    "model.artifact.digest",
     "speculator.ref",
     "speculator.revision",
 )
@@ -98,8 +114,10 @@ PIN_ROWS = (
 def _value(document: dict[str, Any], name: str) -> str | None:
     """The pin's value ("" when absent); None where the document has no such pin (no
     speculator, no checkpoint lock)."""
-    section_name, key = name.split(".")
-    section = document.get(section_name)
+    *sections, key = name.split(".")
+    section: Any = document
+    for part in sections:
+        section = section.get(part) if isinstance(section, dict) else None
     if not isinstance(section, dict):
         return None
     value = section.get(key, "")
@@ -135,6 +153,31 @@ def _workspace(given: Path | None) -> Path:
     return Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY") or ".")
 
 
+def _artifact(
+    args: argparse.Namespace, current: dict[str, Any], model_id: str, model, deadline: float
+) -> ArtifactUpstream | None:
+    """The model artifact's pin, where the pins name one or --model-artifact does."""
+    pinned = (current.get("model") or {}).get("artifact")
+    if not args.model_artifact and not pinned:
+        return None
+    if args.model_artifact:
+        ref = Reference.parse(args.model_artifact)
+        if ref.digest:
+            raise AttestError(
+                "--model-artifact: name REGISTRY/REPO[:TAG]; the digest is what pin finds", field="--model-artifact"
+            )
+        pinned = {"repository": f"{ref.registry}/{ref.repository}", "tag": ref.tag or "", "digest": ""}
+    from attest.pins import ArtifactPin
+
+    pin = parse_document(ArtifactPin, pinned, label="model.artifact")
+    try:
+        return resolve_artifact(pin, "", model_id, model, deadline=deadline)
+    except OciError as exc:
+        if exc.field == "deadline":
+            raise OciError(f"{exc} (--deadline {args.deadline:g} s)", field="--deadline") from None
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     if not IMAGE_NAME.fullmatch(args.image):
         raise AttestError(
@@ -165,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
         if exc.field == "deadline":
             raise OciError(f"{exc} (--deadline {args.deadline:g} s)", field="--deadline") from None
         raise
-    proposed, notes = _proposed(current, Upstream(base, model, speculator))
+    artifact = _artifact(args, current, pins.model.id, model, deadline)
+    proposed, notes = _proposed(current, Upstream(base, model, speculator), artifact)
     lines, moved = _table(current, proposed)
     print("\n".join(lines))
     for note in notes:
@@ -218,6 +262,12 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_DEADLINE_S,
         help=f"seconds the whole resolution may take (default {DEFAULT_DEADLINE_S:g}); each wait "
         "for a peer is also bounded by its read timeout",
+    )
+    result.add_argument(
+        "--model-artifact",
+        default="",
+        metavar="REGISTRY/REPO[:TAG]",
+        help="pin the model's OCI artifact (tools/model push) at this tag (default: model.artifact of the pins)",
     )
     mode = result.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="write the pins (and checkpoint lock) atomically")

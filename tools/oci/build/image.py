@@ -193,6 +193,9 @@ def pin_labels(pins: dict[str, Any]) -> dict[str, str]:
         "omni.hardware.gpu_arch": pins["hardware"]["gpu_arch"],
         "omni.toolkit.version": TOOLKIT_VERSION,
     }
+    artifact = pins["model"].get("artifact")
+    if artifact:
+        labels["omni.model.artifact"] = f"{artifact['repository']}@{artifact['digest'] or 'unpinned'}"
     if pins.get("speculator"):
         labels["omni.speculator.id"] = pins["speculator"]["id"]
         labels["omni.speculator.revision"] = pins["speculator"]["revision"] or "unpinned"

@@ -56,6 +56,13 @@ def build_statement(
     ]
     if model.get("lock_sha256") is not None:
         dependencies.append(_dependency("checkpoint-lock", CHECKPOINT_LOCK_URI, {"sha256": model["lock_sha256"]}))
+    if model.get("artifact"):
+        artifact = model["artifact"]
+        dependencies.append(
+            _dependency(
+                "model-artifact", f"oci://{artifact['repository']}", {"sha256": artifact["digest"].split(":", 1)[-1]}
+            )
+        )
     if pins.get("speculator"):
         speculator = pins["speculator"]
         dependencies.append(

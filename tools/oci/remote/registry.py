@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 import httpx
 
@@ -48,36 +48,75 @@ BLOB_MIN_DEADLINE_S = 120.0
 BLOB_MIN_BYTES_PER_S = 256 << 10
 
 
-class _UploadSource:
-    """A blob's bytes from any offset, in pieces: a file (seeked), bytes (sliced), or a factory
-    of fresh streams (the bytes before the offset read again and dropped: they are not sent)."""
+class OffsetStream(Protocol):
+    """Bytes that can be read again from any offset, cheaply (a file-backed stream)."""
 
-    def __init__(self, content: bytes | Path | Callable[[], Iterator[bytes]]) -> None:
+    def from_offset(self, offset: int) -> Iterator[bytes]: ...
+
+
+class _UploadSource:
+    """A blob's bytes from any offset: a file (seeked), bytes (sliced), an OffsetStream, or a
+    factory of fresh streams (the bytes before the offset read again and dropped: they are not
+    sent). Chunks of all but the factory are streamed, never held whole: memory stays at one
+    read per upload in flight, whatever the chunk size."""
+
+    def __init__(self, content: "bytes | Path | OffsetStream | Callable[[], Iterator[bytes]]") -> None:
         self._content = content
 
-    def pieces(self, offset: int, size: int) -> Iterator[bytes]:
+    def _from(self, offset: int) -> Iterator[bytes]:
         content = self._content
         if isinstance(content, bytes):
-            for start in range(offset, len(content), size):
-                yield content[start : start + size]
-            return
-        if isinstance(content, Path):
+            view = memoryview(content)
+            for start in range(offset, len(content), UPLOAD_READ_BYTES):
+                yield bytes(view[start : start + UPLOAD_READ_BYTES])
+        elif isinstance(content, Path):
             with content.open("rb") as handle:
                 handle.seek(offset)
-                while block := handle.read(size):
+                while block := handle.read(UPLOAD_READ_BYTES):
                     yield block
+        else:
+            yield from content.from_offset(offset)
+
+    def pieces(self, offset: int) -> Iterator[bytes]:
+        """Every byte from `offset`, in pieces."""
+        if isinstance(self._content, (bytes, Path)) or hasattr(self._content, "from_offset"):
+            yield from self._from(offset)
             return
-        pending, skip = bytearray(), offset
-        for block in content():
+        skip = offset
+        for block in self._content():
             if skip:
                 dropped = min(skip, len(block))
                 block, skip = block[dropped:], skip - dropped
+            if block:
+                yield block
+
+    def chunks(self, offset: int, size: int, chunk: int) -> Iterator[tuple[int, Iterator[bytes] | bytes]]:
+        """(start, body) of each chunk of at most `chunk` bytes from `offset` to `size`: a
+        seekable source's body is a stream opened at its start; a factory's is gathered (its
+        stream cannot be opened again cheaply)."""
+        if isinstance(self._content, (bytes, Path)) or hasattr(self._content, "from_offset"):
+            for start in range(offset, size, chunk):
+                yield start, _bounded(self._from(start), min(chunk, size - start))
+            return
+        pending, start = bytearray(), offset
+        for block in self.pieces(offset):
             pending += block
-            while len(pending) >= size:
-                yield bytes(pending[:size])
-                del pending[:size]
+            while len(pending) >= chunk:
+                yield start, bytes(pending[:chunk])
+                del pending[:chunk]
+                start += chunk
         if pending:
-            yield bytes(pending)
+            yield start, bytes(pending)
+
+
+def _bounded(pieces: Iterator[bytes], length: int) -> Iterator[bytes]:
+    """The first `length` bytes of `pieces`, and no more."""
+    for block in pieces:
+        if length <= 0:
+            break
+        block = block[:length]
+        length -= len(block)
+        yield block
 
 
 def _attempt_failed(attempt: int, what: str) -> None:
@@ -339,9 +378,13 @@ class RegistryClient:
         return False
 
     def upload(
-        self, repository: str, digest: str, content: bytes | Path | Callable[[], Iterator[bytes]], size: int
+        self,
+        repository: str,
+        digest: str,
+        content: bytes | Path | OffsetStream | Callable[[], Iterator[bytes]],
+        size: int,
     ) -> None:
-        """Upload a blob (bytes, a file, or a factory of a fresh byte stream per attempt),
+        """Upload a blob (bytes, a file, an OffsetStream, or a factory of a fresh byte stream per attempt),
         retrying a failed session from the start (a chunked one resumes where the registry says
         it stopped), then confirm the registry has it."""
         source = _UploadSource(content)
@@ -371,7 +414,7 @@ class RegistryClient:
                 "header (the distribution spec requires one)",
                 field=f"upload of {digest}",
             )
-        body: bytes | Iterator[bytes] = source.pieces(0, UPLOAD_READ_BYTES)
+        body: bytes | Iterator[bytes] = source.pieces(0)
         if size > self.chunked_threshold:
             location = self._patch_chunks(repository, digest, location, source, size)
             body, size = b"", 0
@@ -407,21 +450,22 @@ class RegistryClient:
         offset, cuts = 0, 0
         while offset < size:
             try:
-                for piece in source.pieces(offset, self.chunk_size):
+                for start, body in source.chunks(offset, size, self.chunk_size):
+                    end = min(start + self.chunk_size, size) - 1
                     response = self.request(
                         "PATCH",
                         location,
                         repository=repository,
                         push=True,
-                        content=piece,
+                        content=body,
                         headers={
                             "Content-Type": "application/octet-stream",
-                            "Content-Length": str(len(piece)),
-                            "Content-Range": f"{offset}-{offset + len(piece) - 1}",
+                            "Content-Length": str(end - start + 1),
+                            "Content-Range": f"{start}-{end}",
                         },
                     )
-                    self._expect(response, (202,), f"chunk {offset}-{offset + len(piece) - 1} of {digest}")
-                    offset += len(piece)
+                    self._expect(response, (202,), f"chunk {start}-{end} of {digest}")
+                    offset = end + 1
                     location = response.headers.get("Location", location)
             except OciError as exc:
                 cuts += 1

@@ -1,0 +1,93 @@
+"""MODEL_SOURCE=image: the checkpoint is a read-only image volume of the model artifact
+(tools/model), one copy per node, put there by the container runtime from a digest.
+
+How boot knows: the deployment says so (MODEL_SOURCE=image, which tools/deploy sets with the
+image volume), and boot then requires MODEL_PATH to be mounted read-only; it never guesses
+from what it finds. Every rank verifies its own copy against the pinned lock (a receipt in
+STATE_PATH spares re-hashing an unchanged copy), refuses a missing, changed or extra file
+naming it, and writes nothing to MODEL_PATH: no download, no verdict for other ranks to
+trust, none read from them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from attest.baked import load_baked
+from attest.errors import AttestError
+from attest.lock import ARTIFACT_LOCK
+from attest.tree import open_regular
+from boot.errors import BootError
+from boot.locks import resolve_lock
+from boot.receipt import Receipt, load_receipt, save_receipt
+from boot.settings import REVISION, BootSettings
+from boot.verify import VerifyReport, check_local, finish, first_problem
+
+IMAGE = "image"
+
+
+def _require_read_only(settings: BootSettings) -> None:
+    model = settings.model
+    try:
+        flags = os.statvfs(model).f_flag
+    except OSError as exc:
+        raise BootError(f"MODEL_PATH {model} cannot be read: {exc.strerror}", field="MODEL_PATH") from None
+    if not model.is_dir():
+        raise BootError(f"no checkpoint at MODEL_PATH {model}: not a directory", field="MODEL_PATH")
+    if not flags & os.ST_RDONLY:
+        raise BootError(
+            f"MODEL_SOURCE=image but MODEL_PATH {model} is mounted writable; an image volume is read-only "
+            "(a writable model root is not one boot may take for the artifact: use MODEL_SOURCE=hub)",
+            field="MODEL_SOURCE",
+        )
+
+
+def _artifact_lock_matches(settings: BootSettings, data: bytes) -> None:
+    """The lock the artifact carries, where it is, must be the lock boot verifies against."""
+    try:
+        with open_regular(settings.model, ARTIFACT_LOCK) as fd:
+            carried = os.pread(fd, len(data) + 1, 0)
+    except AttestError as exc:
+        if not os.path.lexists(settings.model / ARTIFACT_LOCK):
+            return  # a copy made without tools/model: the files alone are checked
+        raise BootError(f"{ARTIFACT_LOCK} in MODEL_PATH: {exc}", field=ARTIFACT_LOCK) from None
+    if carried != data:
+        raise BootError(
+            f"the model volume carries another checkpoint lock ({ARTIFACT_LOCK}) than the one pinned: it is "
+            "the artifact of another checkpoint",
+            field=ARTIFACT_LOCK,
+        )
+
+
+def verify_image_volume(settings: BootSettings, *, full: bool) -> VerifyReport:
+    if settings.skip_verify:
+        raise BootError(
+            "SKIP_VERIFY=1 cannot be used with MODEL_SOURCE=image: each rank verifies its own copy (a receipt "
+            "in STATE_PATH already spares re-hashing an unchanged one)",
+            field="SKIP_VERIFY",
+        )
+    _require_read_only(settings)
+    started = time.monotonic()
+    in_use = resolve_lock(settings, load_baked(), derive=False)
+    if in_use is None:
+        raise BootError(
+            f"MODEL_SOURCE=image needs the pinned checkpoint lock: {settings.checkpoint_lock} (CHECKPOINT_LOCK) "
+            "is missing",
+            field="CHECKPOINT_LOCK",
+        )
+    in_use.warn()
+    _artifact_lock_matches(settings, in_use.data)
+    print(f"verifying the image volume at {settings.model} (rank {settings.node_rank})", file=sys.stderr, flush=True)
+    receipt, refused = load_receipt(settings.state, lock_sha256=in_use.sha256, revision=REVISION)
+    if refused:
+        print(f"receipt refused: {refused}; re-hashing every file", file=sys.stderr, flush=True)
+    check = check_local(settings.model, in_use.lock, receipt, rehash_all=full, workers=settings.verify_workers)
+    if check.problems:
+        raise first_problem(in_use.lock, check.problems)
+    report = finish(settings.model, in_use.lock, check, started=started, trust=in_use.trust, refuse_extra=True)
+    save_receipt(
+        settings.state, Receipt(revision=REVISION, lock_sha256=in_use.sha256, trust=in_use.trust, files=check.good)
+    )
+    return report

@@ -1,0 +1,149 @@
+"""Benchmark: a model checkpoint as an OCI artifact, tools/model against the tools a user has.
+
+    bazel run //tools/dev/bench:model_artifact -- [--size-gb 4] [--files 8] [--small-files 100]
+
+1. pack + push of a synthetic checkpoint (`--files` incompressible shards, `--size-gb` in all)
+   to a fresh loopback docker-registry, against `crane push` of the same layer blobs already
+   written out as an OCI layout, to another fresh registry. Peak RSS of each (ru_maxrss).
+2. Re-push of a `--small-files` checkpoint whose blobs are all there: wall time, HEADs only.
+3. pull (files written, each hashed against the lock as it arrives) of the large artifact,
+   against `openssl speed sha256` on all cores: the share of the hashing ceiling reached.
+
+Each run is a child process, so its peak memory is its own. Results go to stdout as a table;
+docs/models.md records them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.fixtures.model import synthetic_checkpoint
+from tests.fixtures.oci import CRANE
+from tests.fixtures.registry import LoopbackRegistry
+from tools.model.layers import stream_file_layer
+from tools.model.pack import load_lock_bytes, pack
+from tools.oci.build.image import assemble
+from tools.oci.layout import OCI_LAYER_TAR
+
+
+def _timed_child(argv: list[str]) -> tuple[float, int, str]:
+    """Like _child, with the peak RSS read from the child's own rusage."""
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    output = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - started
+    if status != 0:
+        raise SystemExit(f"{' '.join(argv[:4])} failed (status {status})")
+    return seconds, usage.ru_maxrss // 1024, output.decode()
+
+
+def _model(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tools.model.cli", *args]
+
+
+def _crane_layout(work: Path, root: Path, lock_path: Path) -> Path:
+    """The artifact's layer blobs written out as an OCI image layout, for crane."""
+    lock, data = load_lock_bytes(lock_path)
+    artifact = pack(root, lock, data, platform="linux/amd64", quiet=True)
+    descriptors = []
+    for layer in artifact.files:
+        blob = work / f"{layer.digest[7:]}.tar"
+        with blob.open("wb") as handle:
+            for piece in stream_file_layer(root, layer.item):
+                handle.write(piece)
+        descriptor = {"mediaType": OCI_LAYER_TAR, "digest": layer.digest, "size": layer.size, "diff_id": layer.digest}
+        descriptors.append((descriptor, blob))
+    assemble(work / "crane-layout", {"os": "linux", "architecture": "amd64"}, descriptors, None)
+    for _, blob in descriptors:
+        blob.unlink()
+    return work / "crane-layout"
+
+
+def _openssl_sha256_mb_s() -> float:
+    """openssl's sha256 throughput on all cores, 16 KiB blocks (MB/s)."""
+    cores = os.cpu_count() or 1
+    done = subprocess.run(
+        ["openssl", "speed", "-seconds", "3", "-bytes", "16384", "-multi", str(cores), "sha256"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    line = next(line for line in done.stdout.splitlines() if line.startswith("sha256"))
+    return float(re.findall(r"([0-9.]+)k", line)[-1]) * 1000 / 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size-gb", type=float, default=4.0)
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--small-files", type=int, default=100)
+    args = parser.parse_args()
+    rows: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+        work = Path(tmp)
+        root, lock = work / "checkpoint", work / "lock.json"
+        print(f"model_artifact: writing {args.size_gb:g} GB in {args.files} files ...", file=sys.stderr, flush=True)
+        synthetic_checkpoint(root, lock, files=args.files, total_bytes=int(args.size_gb * 1e9))
+        total = sum(p.stat().st_size for p in root.iterdir())
+        layout = _crane_layout(work, root, lock)
+        with LoopbackRegistry() as theirs:
+            crane_s, crane_rss, _ = _timed_child(
+                [CRANE, "push", "--insecure", str(layout), f"{theirs.host}/bench/crane:1"]
+            )
+        shutil.rmtree(layout)
+        with LoopbackRegistry() as ours:
+            pack_s, pack_rss, _ = _timed_child(
+                _model("pack", "--model", str(root), "--lock", str(lock), "--output", str(work / "pack"))
+            )
+            target = f"{ours.host}/bench/model:1"
+            push_s, push_rss, out = _timed_child(_model("push", str(work / "pack"), target, "--unsigned"))
+            image = json.loads(out)["image"]
+            pull_s, pull_rss, _ = _timed_child(_model("pull", image, str(work / "pulled"), "--lock", str(lock)))
+        rows += [
+            ("crane push (layout already written)", f"{crane_s:.2f} s, {crane_rss} MB RSS"),
+            ("tools/model pack", f"{pack_s:.2f} s, {pack_rss} MB RSS"),
+            ("tools/model push", f"{push_s:.2f} s, {push_rss} MB RSS"),
+            ("pack + push / crane push", f"{(pack_s + push_s) / crane_s:.2f}x"),
+            ("push alone / crane push", f"{push_s / crane_s:.2f}x"),
+        ]
+        shutil.rmtree(work / "pulled")
+        ceiling = _openssl_sha256_mb_s()
+        pull_mb_s = total / pull_s / 1e6
+        rows += [
+            ("tools/model pull + verify", f"{pull_s:.2f} s, {pull_mb_s:.0f} MB/s, {pull_rss} MB RSS"),
+            (f"openssl speed sha256 ({os.cpu_count()} cores)", f"{ceiling:.0f} MB/s"),
+            ("pull / openssl ceiling", f"{pull_mb_s / ceiling * 100:.0f}%"),
+        ]
+        small, small_lock = work / "small", work / "small.lock.json"
+        synthetic_checkpoint(small, small_lock, files=args.small_files, total_bytes=args.small_files << 20)
+        with LoopbackRegistry() as registry:
+            _timed_child(
+                _model("pack", "--model", str(small), "--lock", str(small_lock), "--output", str(work / "small-pack"))
+            )
+            target = f"{registry.host}/bench/small:1"
+            first_s, _, _ = _timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
+            again_s, _, out = _timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
+        uploaded = json.loads(out)["uploaded"]
+        rows += [
+            (f"push of {args.small_files} files (1 MB each), first", f"{first_s:.2f} s"),
+            (f"re-push, every blob present ({uploaded} uploaded)", f"{again_s:.2f} s"),
+        ]
+    width = max(len(name) for name, _ in rows)
+    print(f"{total / 1e9:.2f} GB in {args.files} files, loopback docker-registry, {os.cpu_count()} cores")
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
