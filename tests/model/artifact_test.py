@@ -162,3 +162,65 @@ def test_a_path_ustar_cannot_hold_is_refused_naming_it() -> None:
     with pytest.raises(ModelError) as refused:
         tar_header(name, 1)
     assert refused.value.field == name
+
+
+def _hostile(edit):
+    def apply(manifest: dict) -> dict:
+        edit(manifest)
+        return manifest
+
+    return apply
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda m: m.update(annotations=["not", "a", "mapping"]), "omni.model.lock_sha256"),
+        (lambda m: m.update(layers="none"), "manifest.layers"),
+        (lambda m: m.update(layers=[]), "manifest.layers"),
+        (lambda m: m["layers"][0].update(digest=5), "manifest.layers"),
+        (lambda m: m["layers"][0].update(size=True), "manifest.layers"),
+        (lambda m: m["layers"][0].update(size=-1), "manifest.layers"),
+        (lambda m: m["layers"][0].update(annotations=["x"]), "README.md"),
+        (lambda m: m["layers"][-1].update(annotations={}), ".omni-artifact.lock.json"),
+        (lambda m: m["layers"].insert(0, "a string"), "manifest.layers"),
+        (
+            lambda m: m["layers"][1]["annotations"].update({"omni.model.file.digest": "sha256:" + "0" * 64}),
+            "config.json",
+        ),
+        (lambda m: m["layers"][1].update(size=1), "config.json"),
+        (lambda m: m["layers"].reverse(), ".omni-artifact.lock.json"),
+    ],
+    ids=[
+        "annotations-not-a-mapping",
+        "layers-not-a-list",
+        "no-layers",
+        "digest-not-a-string",
+        "size-a-boolean",
+        "size-negative",
+        "layer-annotations-not-a-mapping",
+        "no-lock-layer",
+        "layer-not-a-descriptor",
+        "file-digest-not-the-lock's",
+        "size-not-the-file's-layer",
+        "out-of-order",
+    ],
+)
+def test_a_hostile_manifest_is_refused_naming_what_is_wrong(tmp_path: Path, edit, field: str) -> None:
+    from tools.model.artifact import lock_descriptor
+
+    artifact = _pack(*_checkpoint(tmp_path))
+    manifest = _hostile(edit)(json.loads(artifact.image_manifest))
+    with pytest.raises(ModelError) as refused:
+        lock_descriptor(manifest)
+        check_manifest(manifest, artifact.lock, artifact.lock_sha256)
+    assert refused.value.field == field, refused.value
+
+
+def test_a_malformed_lock_sha256_is_refused() -> None:
+    from tools.model.pull import expected_lock
+
+    for value in ("zz", "0" * 63, "0" * 64 + "\n"):
+        with pytest.raises(ModelError) as refused:
+            expected_lock(None, value)
+        assert refused.value.field == "--lock-sha256"

@@ -302,3 +302,58 @@ def test_help_names_every_subcommand() -> None:
         ["python3", "-m", "tools.model.cli", "--help"], capture_output=True, text=True, timeout=60, cwd=os.getcwd()
     )
     assert shown.returncode == 0 and all(word in shown.stdout for word in ("pack", "push", "pull", "verify"))
+
+
+def test_one_pass_push_gives_the_packed_digests_and_refuses_a_file_that_is_not_the_lock(world) -> None:
+    from tools.model.push import push_checkpoint
+
+    lock, data = load_lock_bytes(world.lock_path)
+    with world.client() as client:
+        client.chunked_threshold, client.chunk_size = 1024, 4096  # several chunks per file layer
+        report = push_checkpoint(
+            world.root, lock, data, f"{world.host}/models/onepass", platform="linux/amd64", client=client
+        )
+    assert (report.image_digest, report.model_digest) == (world.artifact.image_digest, world.artifact.model_digest)
+    summary = pull(
+        f"{world.host}/models/onepass@{report.image_digest}",
+        world.tmp / "one",
+        expected_lock(data, ""),
+        client=world.client(),
+    )
+    assert summary["fetched"] == len(world.artifact.files)
+    (world.root / SAME_SIZE[0]).write_bytes(bytes(6400))
+    with world.client() as client, pytest.raises(ModelError) as refused:
+        push_checkpoint(world.root, lock, data, f"{world.host}/models/changed", platform="linux/amd64", client=client)
+    assert refused.value.field == SAME_SIZE[0]
+    with world.client() as client:
+        tags = client.request("GET", "/v2/models/changed/tags/list", repository="models/changed")
+    assert tags.status_code == 404 or not json.loads(tags.content).get("tags")  # no manifest was pushed
+
+
+def test_push_names_its_two_forms(world, capsys) -> None:
+    assert (
+        main(["pack", "--model", str(world.root), "--lock", str(world.lock_path), "--output", str(world.tmp / "p")])
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["image_manifest"] == world.artifact.image_digest
+    assert main(["push", str(world.tmp / "p"), f"{world.host}/models/cli", "--signing-key", str(world.private)]) == 0
+    assert json.loads(capsys.readouterr().out)["signed"] is True
+    assert main(["push", f"{world.host}/models/x", "--unsigned"]) == 2
+    assert json.loads(capsys.readouterr().err)["field"] == "push"
+    assert main(["push", "--model", str(world.root), "a", "b", "--unsigned"]) == 2
+
+
+def test_a_planted_partial_directory_link_is_refused_and_nothing_written_through_it(world) -> None:
+    report = _push(world, "models/planted")
+    elsewhere, dest = world.tmp / "elsewhere", world.tmp / "planted"
+    elsewhere.mkdir()
+    dest.mkdir()
+    (dest / ".omni-partial").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(ModelError) as refused:
+        pull(
+            f"{world.host}/models/planted@{report.image_digest}",
+            dest,
+            expected_lock(world.lock_path.read_bytes(), ""),
+            client=world.client(),
+        )
+    assert refused.value.field == ".omni-partial" and list(elsewhere.iterdir()) == []

@@ -31,6 +31,7 @@ from tools.model.layers import (
     tar_header,
 )
 from tools.oci.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, sha256_digest
+from tools.oci.reference import DIGEST_RE
 
 MODEL_ARTIFACT = "application/vnd.cncf.model.manifest.v1+json"
 MODEL_CONFIG = "application/vnd.cncf.model.config.v1+json"
@@ -170,14 +171,37 @@ def _field(value: Any, name: str, where: str) -> Any:
     return value[name]
 
 
-def lock_descriptor(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The manifest's last layer, which must be the lock's."""
+def notes_of(value: Any) -> dict[str, Any]:
+    """A manifest's or descriptor's annotations: a mapping, or nothing."""
+    notes = value.get("annotations") if isinstance(value, dict) else None
+    return notes if isinstance(notes, dict) else {}
+
+
+def _layers(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The manifest's layers, each a descriptor with a sha256 digest and a whole size."""
     layers = _field(manifest, "layers", "manifest")
     if not isinstance(layers, list) or not layers:
         raise ModelError("the manifest has no layers", field="manifest.layers")
-    last = layers[-1]
-    notes = last.get("annotations") if isinstance(last, dict) else None
-    if not isinstance(notes, dict) or notes.get(FILEPATH) != ARTIFACT_LOCK:
+    for index, layer in enumerate(layers):
+        size = layer.get("size") if isinstance(layer, dict) else None
+        if (
+            not isinstance(layer, dict)
+            or not isinstance(layer.get("digest"), str)
+            or not DIGEST_RE.fullmatch(layer["digest"])
+            or not isinstance(size, int)
+            or isinstance(size, bool)
+            or size < 0
+        ):
+            raise ModelError(
+                f"the manifest's layer {index} is not a descriptor (sha256 digest, size)", field="manifest.layers"
+            )
+    return layers
+
+
+def lock_descriptor(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's last layer, which must be the lock's."""
+    last = _layers(manifest)[-1]
+    if notes_of(last).get(FILEPATH) != ARTIFACT_LOCK:
         raise ModelError(f"the manifest's last layer is not the checkpoint lock ({ARTIFACT_LOCK})", field=ARTIFACT_LOCK)
     return last
 
@@ -204,15 +228,15 @@ def check_manifest(manifest: dict[str, Any], lock: CheckpointLock, lock_sha256: 
     """Refuse unless the manifest's layers are exactly the lock's files, sorted by path, each
     annotated with its path and lock digest and sized as its layer must be, then the lock's
     layer; and its annotations name this lock. Returns the file layers' descriptors."""
-    notes = manifest.get("annotations") if isinstance(manifest.get("annotations"), dict) else {}
+    notes = notes_of(manifest)
     for key, expected in ((LOCK_SHA256, lock_sha256), (MODEL_ID, lock.repo), (MODEL_REVISION, lock.revision)):
         if notes.get(key) != expected:
             raise ModelError(
                 f"the manifest annotation {key} is {notes.get(key)!r}; the checkpoint lock says {expected!r}", field=key
             )
-    layers = _field(manifest, "layers", "manifest")[:-1]
+    layers = _layers(manifest)[:-1]
     wanted = sorted(lock.files, key=lambda item: item.path)
-    paths = [(layer.get("annotations") or {}).get(FILEPATH) if isinstance(layer, dict) else None for layer in layers]
+    paths = [notes_of(layer).get(FILEPATH) for layer in layers]
     missing = sorted({item.path for item in wanted} - set(paths))
     extra = sorted({str(path) for path in paths} - {item.path for item in wanted})
     if missing:
@@ -222,7 +246,7 @@ def check_manifest(manifest: dict[str, Any], lock: CheckpointLock, lock_sha256: 
     if paths != [item.path for item in wanted]:
         raise ModelError("the artifact's layers are not in the lock's path order", field="manifest.layers")
     for layer, item in zip(layers, wanted):
-        digest = (layer.get("annotations") or {}).get(FILE_DIGEST)
+        digest = notes_of(layer).get(FILE_DIGEST)
         if digest != f"{item.algorithm}:{item.digest}":
             raise ModelError(
                 f"{item.path}: the layer says its file is {digest}; the checkpoint lock says "

@@ -2,6 +2,7 @@
 
     bazel run //tools/model -- pack --model DIR --lock LOCK --output PACK
     bazel run //tools/model -- push PACK REGISTRY/REPO[:TAG]          (signed with OMNI_SIGNING_KEY_FILE)
+    bazel run //tools/model -- push --model DIR --lock LOCK REGISTRY/REPO[:TAG]   (pack and push, one pass)
     bazel run //tools/model -- pull REGISTRY/REPO@sha256:... DIR --lock LOCK [--key cosign.pub]
     bazel run //tools/model -- verify REGISTRY/REPO@sha256:... --key cosign.pub [--lock LOCK]
 
@@ -24,9 +25,10 @@ from pathlib import Path
 from attest.errors import refusing_main
 from attest.redact import redacting_output
 from tools.model.artifact import PLATFORMS
+from tools.model.errors import ModelError
 from tools.model.pack import load_lock_bytes, pack, read_pack, summary, write_pack
 from tools.model.pull import expected_lock, pull
-from tools.model.push import PUSH_JOBS, push_artifact
+from tools.model.push import PUSH_JOBS, push_artifact, push_checkpoint
 from tools.model.verify import signed, verify_artifact
 from tools.oci.sign import load_private_key
 
@@ -60,9 +62,19 @@ def _parser() -> argparse.ArgumentParser:
     packing.add_argument("--lock", type=_path, required=True, help="its checkpoint lock")
     packing.add_argument("--output", type=_path, required=True, help="the pack directory to write")
     packing.add_argument("--platform", default="linux/amd64", choices=PLATFORMS, help="of the plain image's config")
-    pushing = commands.add_parser("push", help="push a pack (its files from the checkpoint), signed")
-    pushing.add_argument("pack", type=_path, help="a directory `pack --output` wrote")
-    pushing.add_argument("target", help="REGISTRY/REPO[:TAG]")
+    pushing = commands.add_parser(
+        "push",
+        help="push a pack (its files from the checkpoint), or --model and --lock in one pass; signed",
+        usage="model push (PACK | --model DIR --lock LOCK [--platform P]) REGISTRY/REPO[:TAG] [options]",
+    )
+    pushing.add_argument(
+        "places", nargs="+", metavar="[PACK] TARGET", help="a pack `pack --output` wrote, then REGISTRY/REPO[:TAG]"
+    )
+    pushing.add_argument("--model", type=_path, help="the checkpoint directory (instead of a pack: one pass)")
+    pushing.add_argument("--lock", type=_path, help="its checkpoint lock (with --model)")
+    pushing.add_argument(
+        "--platform", default="linux/amd64", choices=PLATFORMS, help="with --model: of the plain image's config"
+    )
     pushing.add_argument("--tag", action="append", default=[], help="another tag (repeatable)")
     pushing.add_argument("--signing-key", type=Path, help="PEM ECDSA P-256 key (else OMNI_SIGNING_KEY_FILE)")
     pushing.add_argument("--unsigned", action="store_true", help="push without signature or provenance")
@@ -79,6 +91,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _push(args: argparse.Namespace) -> dict:
+    one_pass = args.model is not None or args.lock is not None
+    if len(args.places) != (1 if one_pass else 2) or (one_pass and (args.model is None or args.lock is None)):
+        raise ModelError("push takes PACK TARGET, or --model DIR --lock LOCK TARGET (one pass, no pack)", field="push")
+    key = None if args.unsigned else load_private_key(args.signing_key)
+    options = {"key": key, "tags": args.tag, "jobs": args.jobs, "progress": _progress("push")}
+    if one_pass:
+        lock, lock_bytes = load_lock_bytes(args.lock)
+        report = push_checkpoint(args.model, lock, lock_bytes, args.places[0], platform=args.platform, **options)
+    else:
+        artifact, model = read_pack(_path(args.places[0]))
+        report = push_artifact(artifact, model, args.places[1], **options)
+    return report.summary()
+
+
 @refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()  # every secret the run learns stays out of every line it prints
@@ -89,12 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         write_pack(artifact, args.model, args.output)
         result = summary(artifact)
     elif args.command == "push":
-        artifact, model = read_pack(args.pack)
-        key = None if args.unsigned else load_private_key(args.signing_key)
-        report = push_artifact(
-            artifact, model, args.target, key=key, tags=args.tag, jobs=args.jobs, progress=_progress("push")
-        )
-        result = report.summary()
+        result = _push(args)
     elif args.command == "pull":
         check = (lambda client, ref: signed(client, ref, args.key)) if args.key is not None else None
         result = pull(args.reference, args.directory, _expected(args), progress=_progress("pull"), before_files=check)

@@ -2,8 +2,8 @@
 it is written (one pass over the bytes), placed only whole and verified.
 
 The expected lock comes from the caller (`--lock` or `--lock-sha256`), never from the registry.
-Files are written under DIR/.omni-partial and renamed into place once their layer digest and
-their lock digest match; the artifact's lock (ARTIFACT_LOCK) is placed last, so a DIR holding
+Files are written under DIR/.omni-partial and renamed into place once the layer is exactly the
+one tools/model makes of the locked file; the artifact's lock (ARTIFACT_LOCK) is placed last, so a DIR holding
 it is complete, and a DIR without it never passes for a pulled one. A re-run keeps each file
 already placed that still matches the lock (hashed locally) and fetches the rest.
 """
@@ -11,13 +11,15 @@ already placed that still matches the lock (hashed locally) and fetches the rest
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
+import re
 import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from attest.errors import AttestError
 from attest.hashing import digest_fd, new_digest
@@ -25,9 +27,11 @@ from attest.lock import ARTIFACT_LOCK, MAX_LOCK_BYTES, PARTIAL_DIR, WORKING_NAME
 from attest.tree import open_regular, place, walk_files
 from tools.model.artifact import check_manifest, lock_descriptor, parse_manifest, read_lock_layer
 from tools.model.errors import ModelError
+from tools.model.layers import BLOCK, END_OF_ARCHIVE, padding, tar_header
 from tools.model.pack import parse_lock
 from tools.oci.errors import OciError
 from tools.oci.reference import Reference
+from tools.oci.remote.bodies import Pieces
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.tar_reader import TarStream, read_members
 
@@ -50,6 +54,8 @@ def expected_lock(lock_bytes: bytes | None, lock_sha256: str) -> ExpectedLock:
             "model.lock_sha256); the registry's word is never taken for it",
             field="--lock",
         )
+    if lock_sha256 and not re.fullmatch(r"[0-9a-fA-F]{64}", lock_sha256):
+        raise ModelError(f"--lock-sha256 {lock_sha256!r}: expected 64 hex digits", field="--lock-sha256")
     found = hashlib.sha256(lock_bytes).hexdigest() if lock_bytes is not None else ""
     if found and lock_sha256 and found != lock_sha256.lower():
         raise ModelError(f"--lock hashes to {found}, --lock-sha256 says {lock_sha256}", field="--lock-sha256")
@@ -89,7 +95,7 @@ def _write_member(stream: TarStream, item: LockedFile, partial: Path, where: str
             )
         found = True
         digest = new_digest(item.algorithm, item.size)
-        with open(partial, "wb") as handle:
+        with _create(partial) as handle:
             while block := data.read(WRITE_BYTES):
                 digest.update(block)
                 handle.write(block)
@@ -102,6 +108,43 @@ def _write_member(stream: TarStream, item: LockedFile, partial: Path, where: str
             )
     if not found:
         raise ModelError(f"{where}: holds no file; expected {item.path}", field=item.path)
+
+
+def _create(path: Path):
+    """A partial file, created or truncated, never through a symlink planted in its place."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644), "wb")
+
+
+def _receive_layer(blob: Iterator[bytes], item: LockedFile, temporary: Path, where: str) -> None:
+    """The layer, which must be exactly the one tools/model makes of `item` (its header, the
+    file's bytes matching the lock, zero padding and the end blocks), its file written to
+    `temporary` while hashed: one pass over the bytes, so the layer digest is not computed
+    again (the bytes accepted are fully determined by the lock). Any other layer is read by
+    the strict tar reader, which names what it holds instead."""
+    pieces = Pieces(blob)
+    header = pieces.take(BLOCK)
+    if header != tar_header(item.path, item.size):
+        _write_member(TarStream(itertools.chain([header], pieces.rest())), item, temporary, where)
+        raise ModelError(
+            f"{where}: not the layer tools/model makes of {item.path} (its header differs)", field=item.path
+        )
+    digest, written = new_digest(item.algorithm, item.size), 0
+    with _create(temporary) as handle:
+        for piece in pieces.upto(item.size):
+            digest.update(piece)
+            handle.write(piece)
+            written += len(piece)
+        handle.flush()
+        os.fsync(handle.fileno())
+    if written != item.size:
+        raise ModelError(f"{where}: the layer ends after {written} of {item.size} bytes", field=item.path)
+    if digest.hexdigest() != item.digest:
+        raise ModelError(
+            f"{where}: {item.path} is {item.algorithm} {digest.hexdigest()}, the lock says {item.digest}",
+            field=item.path,
+        )
+    if b"".join(pieces.rest()) != padding(item.size) + END_OF_ARCHIVE:
+        raise ModelError(f"{where}: bytes after {item.path} are not the tar's zero padding and end", field=item.path)
 
 
 def _placed_matches(dest: Path, item: LockedFile) -> bool:
@@ -161,6 +204,8 @@ def _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress) -> 
         os.unlink(dest / ARTIFACT_LOCK)  # from here on DIR is not a complete pull until the end
     partial = dest / PARTIAL_DIR
     partial.mkdir(mode=0o700, exist_ok=True)
+    if partial.is_symlink() or not partial.is_dir():
+        raise ModelError(f"{partial} is not a directory of this pull's own (a link or a file)", field=PARTIAL_DIR)
     pairs = list(zip(layers, sorted(lock.files, key=lambda item: item.path)))
     kept = [item.path for _, item in pairs if _placed_matches(dest, item)]
     wanted = [(layer, item) for layer, item in pairs if item.path not in kept]
@@ -171,12 +216,15 @@ def _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress) -> 
         temporary = partial / (layer["digest"].split(":", 1)[1] + ".part")
         where = f"{ref.registry}/{ref.repository}@{layer['digest']} ({item.path})"
         try:
-            stream = TarStream(client.stream_blob(ref.repository, layer["digest"], layer["size"]))
-            _write_member(stream, item, temporary, where)
-            while stream.skip(WRITE_BYTES):  # the rest of the blob: the stream checks its digest at its end
-                pass
+            _receive_layer(
+                client.stream_blob(ref.repository, layer["digest"], layer["size"], hashed=False), item, temporary, where
+            )
         except OciError as exc:
             raise ModelError(str(exc), field=item.path) from None
+        except OSError as exc:  # a full disk, a directory that went away: named, the partial file kept
+            raise ModelError(
+                f"{item.path} cannot be written under {dest}: {exc.strerror or exc}", field=item.path
+            ) from None
         place(temporary, dest, item.path)
         with guard:
             done[0], done[1] = done[0] + 1, done[1] + layer["size"]
@@ -186,7 +234,8 @@ def _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress) -> 
     with ThreadPoolExecutor(max(1, min(jobs, len(wanted) or 1))) as pool:
         list(pool.map(fetch, wanted))
     temporary = partial / "lock.part"
-    temporary.write_bytes(lock_bytes)
+    with _create(temporary) as handle:
+        handle.write(lock_bytes)
     place(temporary, dest, ARTIFACT_LOCK)
     shutil.rmtree(partial, ignore_errors=True)
     return {

@@ -17,10 +17,10 @@ from typing import Any, Callable
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from attest.lock import ARTIFACT_LOCK
-from tools.model.artifact import Artifact, hub_url
+from attest.lock import ARTIFACT_LOCK, CheckpointLock
+from tools.model.artifact import Artifact, build, hub_url
 from tools.model.errors import ModelError
-from tools.model.layers import FileLayerStream
+from tools.model.layers import FileLayer, FileLayerStream, layer_size, stream_file_layer
 from tools.oci.build.image import TOOLKIT_VERSION
 from tools.oci.build.provenance import BUILDER_ID, PREDICATE_TYPE, STATEMENT_TYPE
 from tools.oci.layout import OCI_MANIFEST
@@ -94,13 +94,66 @@ def provenance(artifact: Artifact, name: str) -> dict[str, Any]:
     }
 
 
-def _blobs(artifact: Artifact, model: Path) -> list[tuple[str, int, Any]]:
-    """(digest, size, content) of every blob: file layers streamed from the checkpoint, the rest bytes."""
-    blobs: list[tuple[str, int, Any]] = [
-        (layer.digest, layer.size, FileLayerStream(model, layer.item)) for layer in artifact.files
-    ]
-    blobs += [(digest, len(data), data) for digest, data in artifact.small_blobs().items()]
-    return blobs
+class _Progress:
+    """One line per blob sent: count, megabytes, what happened."""
+
+    def __init__(self, blobs: int, total: int, progress: Callable[[str], None] | None) -> None:
+        self.blobs, self.total, self.progress = blobs, total, progress
+        self.done, self.bytes, self.lock = 0, 0, threading.Lock()
+
+    def sent(self, digest: str, size: int, what: str) -> None:
+        with self.lock:
+            self.done, self.bytes = self.done + 1, self.bytes + size
+            if self.progress is not None:
+                self.progress(
+                    f"{self.done}/{self.blobs} blobs, {self.bytes / 1e6:.1f}/{self.total / 1e6:.1f} MB "
+                    f"({what} {digest[:19]}…)"
+                )
+
+
+def _target(target: str, tags: list[str]) -> tuple[Reference, list[str]]:
+    ref = Reference.parse(target)
+    if ref.digest:
+        raise ModelError(f"{target}: push to a repository (optionally :tag), not a digest", field="reference")
+    tags = [*([ref.tag] if ref.tag else []), *tags]
+    for tag in tags:
+        if not TAG_RE.fullmatch(tag):
+            raise ModelError(f"tag {tag!r} is not a valid tag", field="--tag")
+    return ref, tags
+
+
+def _parallel(jobs: int, action: Callable[[Any], Any], items: list) -> list:
+    with ThreadPoolExecutor(max(1, min(jobs, len(items) or 1))) as pool:
+        return list(pool.map(action, items))
+
+
+def _send(client: RegistryClient, repository: str, digest: str, size: int, content: Any) -> bool:
+    """The blob, unless the registry has it; whether it had."""
+    if client.has_blob(repository, digest):
+        return True
+    client.upload(repository, digest, content, size)
+    return False
+
+
+def _publish(
+    client: RegistryClient, ref: Reference, artifact: Artifact, tags: list[str], key, report: PushReport
+) -> PushReport:
+    """The small blobs, both manifests, the tags, then the signatures and provenance."""
+    for digest, data in artifact.small_blobs().items():
+        (report.present if _send(client, ref.repository, digest, len(data), data) else report.uploaded).append(digest)
+    client.put_manifest(ref.repository, artifact.image_digest, artifact.image_manifest, OCI_MANIFEST)
+    put_referrer(client, ref.repository, artifact.model_manifest)
+    for tag in tags:
+        client.put_manifest(ref.repository, tag, artifact.image_manifest, OCI_MANIFEST)
+    report.image_digest, report.model_digest, report.tags = artifact.image_digest, artifact.model_digest, tags
+    report.uploaded_bytes = client.uploaded_bytes  # the artifact's own blobs, not the signatures'
+    if key is not None:
+        envelope = dsse_envelope(key, provenance(artifact, report.repository))
+        for digest in (artifact.image_digest, artifact.model_digest):
+            push_image_signature(client, ref.repository, digest, key)
+            push_attestation(client, ref.repository, digest, envelope)
+        report.signed = True
+    return report
 
 
 def push_artifact(
@@ -114,49 +167,59 @@ def push_artifact(
     jobs: int = PUSH_JOBS,
     progress: Callable[[str], None] | None = None,
 ) -> PushReport:
-    ref = Reference.parse(target)
-    if ref.digest:
-        raise ModelError(f"{target}: push to a repository (optionally :tag), not a digest", field="reference")
-    tags = [*([ref.tag] if ref.tag else []), *tags]
-    for tag in tags:
-        if not TAG_RE.fullmatch(tag):
-            raise ModelError(f"tag {tag!r} is not a valid tag", field="--tag")
+    """A pack: each file layer skipped after a HEAD when the registry has it, else streamed from
+    the checkpoint."""
+    ref, tags = _target(target, list(tags))
     owned = client is None
     client = client or RegistryClient(ref.registry)
     report = PushReport(f"{ref.registry}/{ref.repository}", artifact.image_digest, artifact.model_digest)
-    blobs = _blobs(artifact, model)
-    total, lock, done = sum(size for _, size, _ in blobs), threading.Lock(), [0, 0]
+    shown = _Progress(len(artifact.files), sum(layer.size for layer in artifact.files), progress)
 
-    def send(blob: tuple[str, int, Any]) -> None:
-        digest, size, content = blob
-        present = client.has_blob(ref.repository, digest)
-        if not present:
-            client.upload(ref.repository, digest, content, size)
-        with lock:
-            (report.present if present else report.uploaded).append(digest)
-            done[0], done[1] = done[0] + 1, done[1] + size
-            if progress is not None:
-                progress(
-                    f"{done[0]}/{len(blobs)} blobs, {done[1] / 1e6:.1f}/{total / 1e6:.1f} MB "
-                    f"({'present' if present else 'uploaded'} {digest[:19]}…)"
-                )
+    def send(layer) -> None:
+        present = _send(client, ref.repository, layer.digest, layer.size, FileLayerStream(model, layer.item))
+        (report.present if present else report.uploaded).append(layer.digest)
+        shown.sent(layer.digest, layer.size, "present" if present else "uploaded")
 
     try:
-        with ThreadPoolExecutor(max(1, min(jobs, len(blobs)))) as pool:
-            list(pool.map(send, blobs))
-        client.put_manifest(ref.repository, artifact.image_digest, artifact.image_manifest, OCI_MANIFEST)
-        put_referrer(client, ref.repository, artifact.model_manifest)
-        for tag in tags:
-            client.put_manifest(ref.repository, tag, artifact.image_manifest, OCI_MANIFEST)
-        report.tags = tags
-        report.uploaded_bytes = client.uploaded_bytes  # the artifact's own blobs, not the signatures'
-        if key is not None:
-            envelope = dsse_envelope(key, provenance(artifact, report.repository))
-            for digest in (artifact.image_digest, artifact.model_digest):
-                push_image_signature(client, ref.repository, digest, key)
-                push_attestation(client, ref.repository, digest, envelope)
-            report.signed = True
+        _parallel(jobs, send, list(artifact.files))
+        return _publish(client, ref, artifact, tags, key, report)
     finally:
         if owned:
             client.close()
-    return report
+
+
+def push_checkpoint(
+    model: Path,
+    lock: CheckpointLock,
+    lock_bytes: bytes,
+    target: str,
+    *,
+    platform: str,
+    client: RegistryClient | None = None,
+    key: ec.EllipticCurvePrivateKey | None = None,
+    tags: list[str] = (),
+    jobs: int = PUSH_JOBS,
+    progress: Callable[[str], None] | None = None,
+) -> PushReport:
+    """pack and push in one pass over the files: each file's layer goes up as it is read,
+    checked against the lock and hashed, its digest learned as it goes (no HEAD first: use a
+    pack to skip what the registry has)."""
+    ref, tags = _target(target, list(tags))
+    owned = client is None
+    client = client or RegistryClient(ref.registry)
+    report = PushReport(f"{ref.registry}/{ref.repository}", "", "")
+    shown = _Progress(len(lock.files), sum(layer_size(item.size) for item in lock.files), progress)
+
+    def send(item) -> FileLayer:
+        size = layer_size(item.size)
+        digest = client.upload_hashing(ref.repository, lambda: stream_file_layer(model, item), size)
+        report.uploaded.append(digest)
+        shown.sent(digest, size, "uploaded")
+        return FileLayer(item, digest, size)
+
+    try:
+        files = _parallel(jobs, send, list(lock.files))
+        return _publish(client, ref, build(lock, lock_bytes, files, platform), tags, key, report)
+    finally:
+        if owned:
+            client.close()

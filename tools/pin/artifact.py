@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from attest.pins import ArtifactPin
-from tools.model.artifact import check_manifest, parse_manifest
+from tools.model.artifact import check_manifest, notes_of, parse_manifest
 from tools.model.errors import ModelError
 from tools.model.pull import ExpectedLock, fetch_lock
 from tools.oci.errors import OciError
@@ -46,7 +46,7 @@ def resolve_artifact(
     try:
         data, _ = client.manifest(ref.repository, tag)
         manifest, _ = parse_manifest(data, str(ref))
-        notes = manifest.get("annotations") or {}
+        notes = notes_of(manifest)
         # Without a pinned lock the expected one is whatever lock the artifact carries for this
         # model and revision: checked below against both before anything is taken.
         expected = ExpectedLock(model.lock_sha256 or str(notes.get("omni.model.lock_sha256", "")))

@@ -1,5 +1,6 @@
 """A small OCI distribution client on httpx: manifests and blobs by digest (verified),
-HEAD checks, cross-repository mounts, monolithic and streamed uploads.
+HEAD checks, cross-repository mounts; uploads (monolithic, chunked, resumed, hashed as they go)
+are tools.oci.remote.uploads.
 
 Plain HTTP is used only for loopback registries; anything else is HTTPS. Who may see the
 credential, and the token dance: tools.oci.remote.auth.
@@ -15,16 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
-import sys
 import threading
 import time
-from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import Iterator
 
 import httpx
 
-from attest.redact import redact_known
 from attest.transport import DeadlineTransport, ProxyRefused, answer_deadline
 from tools.oci.errors import OciError
 from tools.oci.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
@@ -32,99 +29,20 @@ from tools.oci.reference import DIGEST_RE
 from tools.oci.remote.auth import LOOKUP, RegistryAuth, is_loopback, origin
 from tools.oci.remote.bodies import DETAIL_READ_BYTES, error_detail, read_bounded
 from tools.oci.remote.credentials import Credential
+from tools.oci.remote.uploads import ATTEMPTS, CHUNKED_UPLOAD_THRESHOLD, UPLOAD_CHUNK_BYTES, BlobUploads, attempt_failed
 
 ACCEPT_MANIFESTS = ", ".join((OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST))
 # Registries are untrusted: every read is bounded. A blob is never read past its descriptor's
 # size; documents read without a descriptor (manifests) have a per-kind cap.
 MAX_MANIFEST_BYTES = 4 << 20
 MAX_UNSIZED_BLOB_BYTES = 16 << 20
-ATTEMPTS = 3
-CHUNKED_UPLOAD_THRESHOLD = 256 << 20
-UPLOAD_CHUNK_BYTES = 64 << 20
-UPLOAD_READ_BYTES = 8 << 20  # file reads per upload write: fewer, larger writes to the socket
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DOCUMENT_DEADLINE_S = 120.0
 BLOB_MIN_DEADLINE_S = 120.0
 BLOB_MIN_BYTES_PER_S = 256 << 10
 
 
-class OffsetStream(Protocol):
-    """Bytes that can be read again from any offset, cheaply (a file-backed stream)."""
-
-    def from_offset(self, offset: int) -> Iterator[bytes]: ...
-
-
-class _UploadSource:
-    """A blob's bytes from any offset: a file (seeked), bytes (sliced), an OffsetStream, or a
-    factory of fresh streams (the bytes before the offset read again and dropped: they are not
-    sent). Chunks of all but the factory are streamed, never held whole: memory stays at one
-    read per upload in flight, whatever the chunk size."""
-
-    def __init__(self, content: "bytes | Path | OffsetStream | Callable[[], Iterator[bytes]]") -> None:
-        self._content = content
-
-    def _from(self, offset: int) -> Iterator[bytes]:
-        content = self._content
-        if isinstance(content, bytes):
-            view = memoryview(content)
-            for start in range(offset, len(content), UPLOAD_READ_BYTES):
-                yield bytes(view[start : start + UPLOAD_READ_BYTES])
-        elif isinstance(content, Path):
-            with content.open("rb") as handle:
-                handle.seek(offset)
-                while block := handle.read(UPLOAD_READ_BYTES):
-                    yield block
-        else:
-            yield from content.from_offset(offset)
-
-    def pieces(self, offset: int) -> Iterator[bytes]:
-        """Every byte from `offset`, in pieces."""
-        if isinstance(self._content, (bytes, Path)) or hasattr(self._content, "from_offset"):
-            yield from self._from(offset)
-            return
-        skip = offset
-        for block in self._content():
-            if skip:
-                dropped = min(skip, len(block))
-                block, skip = block[dropped:], skip - dropped
-            if block:
-                yield block
-
-    def chunks(self, offset: int, size: int, chunk: int) -> Iterator[tuple[int, Iterator[bytes] | bytes]]:
-        """(start, body) of each chunk of at most `chunk` bytes from `offset` to `size`: a
-        seekable source's body is a stream opened at its start; a factory's is gathered (its
-        stream cannot be opened again cheaply)."""
-        if isinstance(self._content, (bytes, Path)) or hasattr(self._content, "from_offset"):
-            for start in range(offset, size, chunk):
-                yield start, _bounded(self._from(start), min(chunk, size - start))
-            return
-        pending, start = bytearray(), offset
-        for block in self.pieces(offset):
-            pending += block
-            while len(pending) >= chunk:
-                yield start, bytes(pending[:chunk])
-                del pending[:chunk]
-                start += chunk
-        if pending:
-            yield start, bytes(pending)
-
-
-def _bounded(pieces: Iterator[bytes], length: int) -> Iterator[bytes]:
-    """The first `length` bytes of `pieces`, and no more."""
-    for block in pieces:
-        if length <= 0:
-            break
-        block = block[:length]
-        length -= len(block)
-        yield block
-
-
-def _attempt_failed(attempt: int, what: str) -> None:
-    print(redact_known(f"registry: attempt {attempt}/{ATTEMPTS} failed: {what}; retrying"), file=sys.stderr, flush=True)
-    time.sleep(min(0.2 * 2 ** (attempt - 1), 5))
-
-
-class RegistryClient:
+class RegistryClient(BlobUploads):
     """One registry; counters record what crossed the wire (for tests and summaries)."""
 
     def __init__(
@@ -186,11 +104,11 @@ class RegistryClient:
             except OciError as exc:
                 if not retry or attempt == ATTEMPTS:
                     raise
-                _attempt_failed(attempt, f"{method} {url}: {exc}")
+                attempt_failed(attempt, f"{method} {url}: {exc}")
                 continue
             if retry and response.status_code in RETRY_STATUS and attempt < ATTEMPTS:
                 response.close()
-                _attempt_failed(attempt, f"{method} {url}: HTTP {response.status_code}")
+                attempt_failed(attempt, f"{method} {url}: HTTP {response.status_code}")
                 continue
             return response
         raise AssertionError("unreachable")
@@ -329,8 +247,10 @@ class RegistryClient:
         response = self.request("HEAD", f"/v2/{repository}/blobs/{digest}", repository=repository, push=True)
         return response.status_code == 200
 
-    def stream_blob(self, repository: str, digest: str, size: int) -> Iterator[bytes]:
-        """The blob's bytes in chunks, never past `size`, verified against `digest` at the end."""
+    def stream_blob(self, repository: str, digest: str, size: int, *, hashed: bool = True) -> Iterator[bytes]:
+        """The blob's bytes in chunks, never past `size`, verified against `digest` at the end.
+        `hashed=False` leaves the digest to the caller, who checks every byte otherwise (a model
+        layer against its lock: one pass over the bytes, not two); the size is still exact."""
         seconds = max(BLOB_MIN_DEADLINE_S, size / BLOB_MIN_BYTES_PER_S)
         deadline = min(time.monotonic() + seconds, self.operation_deadline)
         response = self.request("GET", f"/v2/{repository}/blobs/{digest}", repository=repository, stream=True)
@@ -352,9 +272,10 @@ class RegistryClient:
                         "its descriptor declares",
                         field=digest,
                     )
-                hasher.update(chunk)
+                if hashed:
+                    hasher.update(chunk)
                 yield chunk
-            if "sha256:" + hasher.hexdigest() != digest or count != size:
+            if (hashed and "sha256:" + hasher.hexdigest() != digest) or count != size:
                 raise OciError(f"{self.registry}/{repository}: streamed blob {digest} is corrupt", field=digest)
         finally:
             response.close()
@@ -376,108 +297,6 @@ class RegistryClient:
             # The registry opened an upload instead; cancel it so no session dangles.
             self.request("DELETE", response.headers["Location"], repository=repository, push=True)
         return False
-
-    def upload(
-        self,
-        repository: str,
-        digest: str,
-        content: bytes | Path | OffsetStream | Callable[[], Iterator[bytes]],
-        size: int,
-    ) -> None:
-        """Upload a blob (bytes, a file, an OffsetStream, or a factory of a fresh byte stream per attempt),
-        retrying a failed session from the start (a chunked one resumes where the registry says
-        it stopped), then confirm the registry has it."""
-        source = _UploadSource(content)
-        for attempt in range(1, ATTEMPTS + 1):
-            try:
-                self._upload_once(repository, digest, source, size)
-                break
-            except OciError as exc:
-                if attempt == ATTEMPTS:
-                    raise
-                _attempt_failed(attempt, f"upload of {digest}: {exc}")
-        if not self.has_blob(repository, digest):
-            raise OciError(
-                f"{self.registry} acknowledged {digest} but does not have it (HEAD after upload)", field=digest
-            )
-        with self._lock:  # uploads run in parallel threads (tools/oci/push.py)
-            self.uploaded_bytes += size
-            self.uploaded_blobs.append(digest)
-
-    def _upload_once(self, repository: str, digest: str, source: "_UploadSource", size: int) -> None:
-        start = self.request("POST", f"/v2/{repository}/blobs/uploads/", repository=repository, push=True)
-        self._expect(start, (202,), f"upload start for {digest}")
-        location = start.headers.get("Location", "")
-        if not location:
-            raise OciError(
-                f"{self.registry}: the upload start for {digest} answered 202 without a Location "
-                "header (the distribution spec requires one)",
-                field=f"upload of {digest}",
-            )
-        body: bytes | Iterator[bytes] = source.pieces(0)
-        if size > self.chunked_threshold:
-            location = self._patch_chunks(repository, digest, location, source, size)
-            body, size = b"", 0
-        separator = "&" if "?" in location else "?"
-        response = self.request(
-            "PUT",
-            f"{location}{separator}digest={digest}",
-            repository=repository,
-            push=True,
-            content=body,
-            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
-        )
-        self._expect(response, (201,), f"upload of {digest}")
-
-    def _upload_status(self, repository: str, location: str, digest: str) -> tuple[int, str]:
-        """(bytes the registry holds, where to continue) of an upload session (GET on it: 204
-        with `Range: 0-<last byte>`); a session the registry lost raises."""
-        response = self.request("GET", location, repository=repository, push=True)
-        self._expect(response, (204,), f"upload status of {digest}")
-        found = re.fullmatch(r"(?:bytes=)?0-(\d+)", response.headers.get("Range", ""))
-        if found is None:
-            raise OciError(f"{self.registry}: the upload status of {digest} has no Range", field=f"upload of {digest}")
-        # distribution says 0-0 both for nothing and for one byte: resuming at 0 is the safe reading.
-        held = int(found.group(1)) + 1 if int(found.group(1)) else 0
-        return held, response.headers.get("Location", location)
-
-    def _patch_chunks(self, repository: str, digest: str, location: str, source: "_UploadSource", size: int) -> str:
-        """The distribution spec's chunked upload: PATCH each chunk with its Content-Range, following
-        the Location each answer gives; the closing PUT carries the digest. Large blobs then never
-        ride on one request, and a registry's request-size limits do not apply. A chunk that
-        breaks off resumes from the offset the registry reports (the upload's status), so a cut
-        costs at most that chunk."""
-        offset, cuts = 0, 0
-        while offset < size:
-            try:
-                for start, body in source.chunks(offset, size, self.chunk_size):
-                    end = min(start + self.chunk_size, size) - 1
-                    response = self.request(
-                        "PATCH",
-                        location,
-                        repository=repository,
-                        push=True,
-                        content=body,
-                        headers={
-                            "Content-Type": "application/octet-stream",
-                            "Content-Length": str(end - start + 1),
-                            "Content-Range": f"{start}-{end}",
-                        },
-                    )
-                    self._expect(response, (202,), f"chunk {start}-{end} of {digest}")
-                    offset = end + 1
-                    location = response.headers.get("Location", location)
-            except OciError as exc:
-                cuts += 1
-                if cuts >= ATTEMPTS or exc.field == "deadline":
-                    raise
-                offset, location = self._upload_status(repository, location, digest)
-                print(
-                    redact_known(f"registry: upload of {digest} broke off ({exc}); resuming at byte {offset}"),
-                    file=sys.stderr,
-                    flush=True,
-                )
-        return location
 
     def put_manifest(self, repository: str, reference: str, data: bytes, media_type: str) -> str:
         response = self.request(
