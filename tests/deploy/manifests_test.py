@@ -128,7 +128,8 @@ def test_the_qwen_deployment_is_what_the_image_says(tmp_path: Path) -> None:
     spec = pod_spec(deployment)
     container = assert_hardened(spec, groups=[44, 110])
     assert container["image"] == "registry.example/omni/qwen@" + digest("qwen_mi300x")
-    assert container["resources"] == {"limits": {"amd.com/gpu": 1}, "requests": {"amd.com/gpu": 1}}
+    guaranteed = {"cpu": "16", "memory": "128Gi", "amd.com/gpu": 1}
+    assert container["resources"] == {"limits": guaranteed, "requests": guaranteed}  # QoS Guaranteed
     env = {item["name"]: item for item in container["env"]}
     assert env["QWEN_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "qwen-api", "key": "api-key", "optional": False}
     assert env["QWEN_BIND_HOST"]["value"] == "0.0.0.0" and env["QWEN_CONTAINER_INTERNAL_ONLY"]["value"] == "1"
@@ -177,7 +178,10 @@ def test_the_deepseek_group_is_a_leader_worker_set_of_three() -> None:
     worker = assert_hardened(pod_spec(lws, "worker"), groups=None)
     for container in (leader, worker):
         assert container["image"] == "registry.example/omni/ds@" + digest("deepseek_spark")
-        assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
+        assert container["resources"] == {
+            "limits": {"nvidia.com/gpu": 1},  # Burstable: no memory limit on unified memory (docs/running.md)
+            "requests": {"cpu": "16", "memory": "24Gi", "nvidia.com/gpu": 1},
+        }
         env = {item["name"]: item for item in container["env"]}
         assert env["NNODES"]["value"] == "$(LWS_GROUP_SIZE)" and env["NODE_RANK"]["value"] == "$(LWS_WORKER_INDEX)"
         assert env["DIST_INIT_ADDR"]["value"] == "$(LWS_LEADER_ADDRESS):20000"
@@ -573,3 +577,141 @@ def test_the_pinned_artifact_is_the_default_model_volume_and_another_digest_is_r
     items = resources(contract, Options(image="r.example/q@sha256:" + "0" * 64, model_image=chosen()))
     notes = items[0]["spec"]["template"]["metadata"]["annotations"]
     assert notes["omni.model.artifact"] == "registry.example/models/qwen@sha256:" + "6" * 64
+
+
+def qos_class(spec: dict) -> str:
+    """The QoS class Kubernetes gives the pod (extended resources such as GPUs do not count)."""
+    containers = spec["containers"]
+    kinds = ("cpu", "memory")
+    if not any(
+        c.get("resources", {}).get(part, {}).get(k)
+        for c in containers
+        for part in ("requests", "limits")
+        for k in kinds
+    ):
+        return "BestEffort"
+    if all(
+        c["resources"].get("limits", {}).get(k)
+        and c["resources"]["limits"][k] == c["resources"].get("requests", {}).get(k, c["resources"]["limits"][k])
+        for c in containers
+        for k in kinds
+    ):
+        return "Guaranteed"
+    return "Burstable"
+
+
+SCHEDULING = (
+    "--node-selector",
+    "omni.example/pool=gpu-a",
+    "--toleration",
+    "dedicated=llm:NoExecute",
+    "--toleration",
+    "maintenance:PreferNoSchedule",
+    "--image-pull-secret",
+    "registry-cred",
+    "--runtime-class",
+    "nvidia",
+    "--priority-class",
+    "llm-serving",
+)
+
+
+def _pod_specs(items: list[dict]) -> list[dict]:
+    return [
+        pod_spec(item, role) if item["kind"] == "LeaderWorkerSet" else pod_spec(item)
+        for item in items
+        if item["kind"] in ("Deployment", "LeaderWorkerSet")
+        for role in (("leader", "worker") if item["kind"] == "LeaderWorkerSet" else ("",))
+    ]
+
+
+def test_pods_tolerate_the_gpu_taint_select_the_gpu_model_and_are_never_best_effort() -> None:
+    _, qwen = generated("qwen_mi300x", *QWEN_IMAGE, "--model-pvc", "m")
+    _, spark = generated("deepseek_spark", "--repository", "r.example/ds", "--model-pvc", "m")
+    for items, qos, taint, labels in (
+        (
+            qwen,
+            "Guaranteed",
+            "amd.com/gpu",
+            {"amd.com/gpu.device-id": ["74a1", "74a9", "74b5", "74bd"], "kubernetes.io/arch": ["amd64"]},
+        ),
+        (
+            spark,
+            "Burstable",
+            "nvidia.com/gpu",
+            {
+                "nvidia.com/gpu.compute.major": ["12"],
+                "nvidia.com/gpu.compute.minor": ["1"],
+                "kubernetes.io/arch": ["arm64"],
+            },
+        ),
+    ):
+        for spec in _pod_specs(items):
+            assert qos_class(spec) == qos
+            assert {"key": taint, "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+            (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                "nodeSelectorTerms"
+            ]
+            assert {e["key"]: e["values"] for e in term["matchExpressions"] if e["operator"] == "In"} == labels
+    deployment = qwen[0]
+    startup = pod_spec(deployment)["containers"][0]["startupProbe"]
+    assert deployment["spec"]["progressDeadlineSeconds"] >= startup["periodSeconds"] * startup["failureThreshold"]
+    assert (
+        qos_class({"containers": [{"resources": {"limits": {"amd.com/gpu": 1}}}]}) == "BestEffort"
+    )  # the check can fail
+
+
+def test_the_scheduling_flags_reach_every_pod_and_validate() -> None:
+    _, items = generated(
+        "deepseek_spark",
+        "--repository",
+        "r.example/ds",
+        "--model-pvc",
+        "m",
+        *SCHEDULING,
+        "--cpu",
+        "12",
+        "--memory",
+        "48Gi",
+        "--no-gpu-affinity",
+    )
+    lws = items[0]
+    for role in ("leader", "worker"):
+        spec = pod_spec(lws, role)
+        assert spec["nodeSelector"] == {"omni.example/pool": "gpu-a"}
+        assert {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoExecute"} in spec["tolerations"]
+        assert {"key": "maintenance", "operator": "Exists", "effect": "PreferNoSchedule"} in spec["tolerations"]
+        assert spec["imagePullSecrets"] == [{"name": "registry-cred"}]
+        assert (spec["runtimeClassName"], spec["priorityClassName"]) == ("nvidia", "llm-serving")
+        assert "affinity" not in spec
+        assert spec["containers"][0]["resources"]["requests"] == {"cpu": "12", "memory": "48Gi", "nvidia.com/gpu": 1}
+        validate_core(as_pod_template(lws["spec"]["leaderWorkerTemplate"][f"{role}Template"]))
+    jsonschema.Draft7Validator(lws_schema()).validate(lws)
+    _, qwen = generated("qwen_mi300x", *QWEN_IMAGE, "--model-pvc", "m", *SCHEDULING)
+    validate_core(qwen[0])
+
+
+@pytest.mark.parametrize(
+    "flags, field, says",
+    [
+        (("--cpu", "0"), "--cpu", "positive"),
+        (("--cpu", "2 cores"), "--cpu", "quantity"),
+        (("--memory", "128GB"), "--memory", "quantity"),
+        (("--memory=-1Gi",), "--memory", "quantity"),
+        (("--node-selector", "pool"), "--node-selector", "KEY=VALUE"),
+        (("--node-selector", "bad key=x"), "--node-selector", "label key"),
+        (("--node-selector", "Example.COM/pool=x"), "--node-selector", "label key"),
+        (("--node-selector", "pool=" + "v" * 64), "--node-selector", "label value"),
+        (("--node-selector", "pool=a\nb"), "--node-selector", "label value"),
+        (("--toleration", "gpu"), "--toleration", "KEY[=VALUE]:EFFECT"),
+        (("--toleration", "gpu:Never"), "--toleration", "EFFECT"),
+        (("--toleration", "gp u:NoSchedule"), "--toleration", "label key"),
+        (("--toleration", "k=v v:NoSchedule"), "--toleration", "label value"),
+        (("--image-pull-secret", "Cred"), "--image-pull-secret", "DNS subdomain"),
+        (("--runtime-class", "a..b"), "--runtime-class", "DNS subdomain"),
+        (("--priority-class", "x" * 254), "--priority-class", "DNS subdomain"),
+    ],
+)
+def test_bad_scheduling_flags_are_refused_naming_them(flags: tuple[str, ...], field: str, says: str) -> None:
+    refused = refusal(generate("qwen_mi300x", *QWEN_IMAGE, "--model-pvc", "m", *flags))
+    assert refused["field"] == field and says in refused["error"], refused

@@ -28,6 +28,7 @@ from tools.deploy.emit import GENERATED_MARKER, render
 from tools.deploy.errors import DeployError
 from tools.deploy.inputs import DEFAULT_KUBERNETES_VERSION, IMAGE_VOLUMES_DEFAULT_ON, whole_number
 from tools.deploy.manifests import Options, check_pins, resources
+from tools.deploy.scheduling import Scheduling, label_pair, toleration
 from tools.oci.errors import OciError
 from tools.oci.push_record import last_push
 from tools.oci.reference import Reference
@@ -91,6 +92,28 @@ def _output_path(path: str) -> Path:
     return base / path
 
 
+def _scheduling_flags(parser: argparse.ArgumentParser) -> None:
+    scheduling = parser.add_argument_group("scheduling (docs/running.md#scheduling-and-qos)")
+    scheduling.add_argument("--cpu", default="", help="CPU requested (and the limit where the pod is Guaranteed)")
+    scheduling.add_argument("--memory", default="", help="memory requested (and the limit where Guaranteed)")
+    scheduling.add_argument("--node-selector", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+    scheduling.add_argument(
+        "--toleration",
+        action="append",
+        default=[],
+        metavar="KEY[=VALUE]:EFFECT",
+        help="repeatable; the GPU taint's is set",
+    )
+    scheduling.add_argument("--image-pull-secret", action="append", default=[], metavar="NAME", help="repeatable")
+    scheduling.add_argument("--runtime-class", default="", metavar="NAME", help="RuntimeClass of every pod")
+    scheduling.add_argument("--priority-class", default="", metavar="NAME", help="PriorityClass of every pod")
+    scheduling.add_argument(
+        "--no-gpu-affinity",
+        action="store_true",
+        help="no node affinity for the GPU model (nodes without the GPU operator's labels)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="deploy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -150,6 +173,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long the first /health may take (default: the image's own budget)",
     )
+    _scheduling_flags(parser)
     parser.add_argument(
         "--env",
         action="append",
@@ -178,6 +202,19 @@ def _model_image(contract: ImageContract, args: argparse.Namespace) -> str:
             f"--model-image {args.model_image!r} is not the artifact the image pins ({pinned})", field="--model-image"
         )
     return args.model_image
+
+
+def _scheduling(args: argparse.Namespace) -> Scheduling:
+    return Scheduling(
+        cpu=args.cpu,
+        memory=args.memory,
+        node_selector=dict(label_pair(text) for text in args.node_selector),
+        tolerations=tuple(toleration(text) for text in args.toleration),
+        image_pull_secrets=tuple(args.image_pull_secret),
+        runtime_class=args.runtime_class,
+        priority_class=args.priority_class,
+        gpu_affinity=not args.no_gpu_affinity,
+    )
 
 
 def _image_volume_note(options: Options) -> None:
@@ -212,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             env=dict(args.env),
             model_image=_model_image(contract, args),
             kubernetes_version=args.kubernetes_version,
+            scheduling=_scheduling(args),
         )
         items = resources(contract, options, known_secrets())
         _image_volume_note(options)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from attest.primitives import UNPRINTABLE_CATEGORIES
 from tools.deploy.errors import DeployError
+from tools.deploy.scheduling import Scheduling, check_scheduling
 from tools.oci.errors import OciError
 from tools.oci.reference import Reference
 
@@ -85,6 +86,7 @@ class Options:
     env: dict[str, str] = field(default_factory=dict)
     model_image: str = ""  # REGISTRY/REPO@sha256:...: the model artifact as an image volume
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    scheduling: Scheduling = field(default_factory=Scheduling)
 
     @property
     def kubernetes_minor(self) -> int:
@@ -222,6 +224,7 @@ def check_options(options: Options, *, single_pod: bool, managed: dict[str, str]
             f"--startup-timeout {options.startup_timeout_s} is outside 1..{INT32_MAX} seconds (an int32 in the API)",
             field="--startup-timeout",
         )
+    check_scheduling(options.scheduling)
     for name, value in options.env.items():
         check_env(name, value, managed, secrets)
 

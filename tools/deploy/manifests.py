@@ -13,7 +13,7 @@ from boot import settings as boot_settings
 from launcher import settings as launcher_settings
 from tools.deploy.contract import ImageContract
 from tools.deploy.errors import DeployError
-from tools.deploy.inputs import Options, check_options, kubernetes_verbatim
+from tools.deploy.inputs import INT32_MAX, Options, check_options, kubernetes_verbatim
 from tools.deploy.pods import RANK_KEY_DIR, RANK_KEY_SECRET_KEY, Target, k8s_name, pod_spec, probes
 
 __all__ = ["Options", "check_pins", "resources"]
@@ -31,10 +31,38 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
+# The numbers and their reasons: docs/running.md#scheduling-and-qos. Affinity: the AMD GPU
+# operator's node labeller (amd.com/gpu.device-id, the PCI device id: 74a1 MI300X OAM, 74a9 and
+# 74bd MI300X HF, 74b5 MI300X VF) and NVIDIA GPU feature discovery (nvidia.com/gpu.compute.*,
+# GB10 is compute capability 12.1) with kubernetes.io/arch.
 TARGETS = {
-    "mi300x_single": Target(gpu_resource="amd.com/gpu", group_size=1, shm_size="16Gi", program="launcher"),
-    "dgx_spark_x3": Target(gpu_resource="nvidia.com/gpu", group_size=3, shm_size="32Gi", program="boot"),
+    "mi300x_single": Target(
+        gpu_resource="amd.com/gpu",
+        group_size=1,
+        shm_size="16Gi",
+        program="launcher",
+        cpu="16",
+        memory="128Gi",
+        guaranteed=True,
+        affinity=(("amd.com/gpu.device-id", ("74a1", "74a9", "74b5", "74bd")), ("kubernetes.io/arch", ("amd64",))),
+    ),
+    "dgx_spark_x3": Target(
+        gpu_resource="nvidia.com/gpu",
+        group_size=3,
+        shm_size="32Gi",
+        program="boot",
+        cpu="16",
+        memory="24Gi",
+        guaranteed=False,
+        affinity=(
+            ("nvidia.com/gpu.compute.major", ("12",)),
+            ("nvidia.com/gpu.compute.minor", ("1",)),
+            ("kubernetes.io/arch", ("arm64",)),
+        ),
+    ),
 }
+# A rollout is reported failed only after the pod's own start budget and this much more.
+PROGRESS_MARGIN_S = 600
 # The launcher verifies the checkpoint, then vLLM loads 27B and compiles its graphs into an
 # empty /cache: an hour before the pod is declared stuck (--startup-timeout changes it).
 LAUNCHER_STARTUP_S = 3600
@@ -173,6 +201,8 @@ def _launcher_resources(contract: ImageContract, options: Options, target: Targe
             "replicas": 1,
             # One GPU per pod: a rolling update would wait forever for a second one.
             "strategy": {"type": "Recreate"},
+            # The default (600 s) would report a healthy start (checks, load, compile) as failed.
+            "progressDeadlineSeconds": min(startup_s + PROGRESS_MARGIN_S, INT32_MAX),
             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "template": {"metadata": {"labels": labels, "annotations": _provenance(contract)}, "spec": pod},
         },

@@ -10,6 +10,7 @@ from typing import Any
 from tools.deploy.contract import ImageContract
 from tools.deploy.errors import DeployError
 from tools.deploy.inputs import DNS_LABEL_RE, Options, model_host_path
+from tools.deploy.scheduling import container_resources, pod_fields
 
 HEALTH_PATH = "/health"  # vLLM and SGLang both serve it without the API key
 # Grace for the engines to drain: both programs forward SIGTERM to the engine's process group.
@@ -30,6 +31,11 @@ class Target:
     # /dev/shm for the engine's worker processes (vLLM's and SGLang's docs ask for a large one).
     shm_size: str
     program: str  # "launcher" or "boot": which settings the manifest speaks
+    cpu: str  # requested beside the GPU (docs/running.md: the numbers and why)
+    memory: str
+    guaranteed: bool  # limits equal to the requests: QoS Guaranteed
+    # Node labels the GPU operators set for this GPU model (required affinity).
+    affinity: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def k8s_name(image: str) -> str:
@@ -146,7 +152,7 @@ def pod_spec(
         "image": options.image,
         "imagePullPolicy": "IfNotPresent",
         "env": env,
-        "resources": {"limits": {target.gpu_resource: 1}, "requests": {target.gpu_resource: 1}},
+        "resources": container_resources(target, options.scheduling),
         "securityContext": container_security,
         "volumeMounts": mounts,
         **(
@@ -164,6 +170,7 @@ def pod_spec(
         "securityContext": security,
         "containers": [container],
         "volumes": volumes,
+        **pod_fields(target, options.scheduling),
     }
     if options.network == "host":
         spec["hostNetwork"] = True

@@ -1,0 +1,140 @@
+"""Where a pod may run and what it is guaranteed: CPU and memory beside the GPU (never
+BestEffort), the GPU taint's toleration, the GPU model's node affinity, and the operator's
+node selector, tolerations, image pull secrets, runtime class and priority class, each checked
+as the API server checks it, naming the flag."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tools.deploy.errors import DeployError
+
+if TYPE_CHECKING:
+    from tools.deploy.pods import Target
+
+# A resource quantity as the API reads one: a decimal with a binary or decimal suffix.
+QUANTITY_RE = re.compile(r"^(?P<number>[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+# A label key: an optional DNS subdomain prefix and a name of at most 63 characters.
+LABEL_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_PREFIX_RE = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)*$")
+LABEL_VALUE_RE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)*$")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    cpu: str = ""  # default: the target's
+    memory: str = ""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, str], ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()
+    runtime_class: str = ""
+    priority_class: str = ""
+    gpu_affinity: bool = True  # False: --no-gpu-affinity (nodes without the GPU operator's labels)
+
+
+def label_key(flag: str, key: str) -> str:
+    prefix, _, name = key.rpartition("/")
+    if (prefix and (len(prefix) > 253 or not LABEL_PREFIX_RE.fullmatch(prefix))) or not LABEL_NAME_RE.fullmatch(name):
+        raise DeployError(
+            f"{flag} {key!r}: not a label key ([DNS-subdomain/]name, the name at most 63 letters, digits, "
+            "'-', '_' or '.', starting and ending with a letter or digit)",
+            field=flag,
+        )
+    return key
+
+
+def label_pair(text: str) -> tuple[str, str]:
+    """--node-selector KEY=VALUE."""
+    key, equals, value = text.partition("=")
+    if not equals:
+        raise DeployError(f"--node-selector {text!r}: expected KEY=VALUE", field="--node-selector")
+    if not LABEL_VALUE_RE.fullmatch(value):
+        raise DeployError(
+            f"--node-selector {text!r}: the value is not a label value (at most 63 letters, digits, '-', '_' "
+            "or '.', starting and ending with a letter or digit)",
+            field="--node-selector",
+        )
+    return label_key("--node-selector", key), value
+
+
+def toleration(text: str) -> dict[str, str]:
+    """--toleration KEY[=VALUE]:EFFECT (no value: any value of the key)."""
+    taint, colon, effect = text.rpartition(":")
+    if not colon or effect not in TAINT_EFFECTS:
+        raise DeployError(
+            f"--toleration {text!r}: expected KEY[=VALUE]:EFFECT, EFFECT one of {', '.join(TAINT_EFFECTS)}",
+            field="--toleration",
+        )
+    key, equals, value = taint.partition("=")
+    label_key("--toleration", key)
+    if equals and not LABEL_VALUE_RE.fullmatch(value):
+        raise DeployError(f"--toleration {text!r}: the value is not a label value", field="--toleration")
+    if equals:
+        return {"key": key, "operator": "Equal", "value": value, "effect": effect}
+    return {"key": key, "operator": "Exists", "effect": effect}
+
+
+def quantity(flag: str, text: str) -> str:
+    found = QUANTITY_RE.fullmatch(text)
+    if found is None or float(found.group("number")) <= 0:
+        raise DeployError(
+            f"{flag} {text!r}: expected a positive Kubernetes quantity (e.g. 16, 500m, 128Gi)", field=flag
+        )
+    return text
+
+
+def check_scheduling(scheduling: Scheduling) -> None:
+    for flag, value in (("--cpu", scheduling.cpu), ("--memory", scheduling.memory)):
+        if value:
+            quantity(flag, value)
+    for flag, names in (
+        ("--image-pull-secret", scheduling.image_pull_secrets),
+        ("--runtime-class", (scheduling.runtime_class,) if scheduling.runtime_class else ()),
+        ("--priority-class", (scheduling.priority_class,) if scheduling.priority_class else ()),
+    ):
+        for name in names:
+            if len(name) > 253 or not DNS_SUBDOMAIN_RE.fullmatch(name):
+                raise DeployError(f"{flag} {name!r}: not a Kubernetes object name (DNS subdomain)", field=flag)
+    for key, value in scheduling.node_selector.items():
+        label_pair(f"{key}={value}")
+
+
+def container_resources(target: "Target", scheduling: Scheduling) -> dict[str, Any]:
+    """Requests (and limits, where the target is Guaranteed) of CPU, memory and the GPU."""
+    cpu, memory = scheduling.cpu or target.cpu, scheduling.memory or target.memory
+    requests = {"cpu": cpu, "memory": memory, target.gpu_resource: 1}
+    limits = {"cpu": cpu, "memory": memory, target.gpu_resource: 1} if target.guaranteed else {target.gpu_resource: 1}
+    return {"limits": limits, "requests": requests}
+
+
+def pod_fields(target: "Target", scheduling: Scheduling) -> dict[str, Any]:
+    """The pod spec's scheduling fields."""
+    fields: dict[str, Any] = {
+        # GPU node pools carry the GPU's taint (the GPU operators, managed clusters): tolerate it.
+        "tolerations": [
+            {"key": target.gpu_resource, "operator": "Exists", "effect": "NoSchedule"},
+            *scheduling.tolerations,
+        ]
+    }
+    if scheduling.gpu_affinity:
+        expressions = [{"key": key, "operator": "In", "values": list(values)} for key, values in target.affinity]
+        fields["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": expressions}]
+                }
+            }
+        }
+    if scheduling.node_selector:
+        fields["nodeSelector"] = dict(sorted(scheduling.node_selector.items()))
+    if scheduling.image_pull_secrets:
+        fields["imagePullSecrets"] = [{"name": name} for name in scheduling.image_pull_secrets]
+    if scheduling.runtime_class:
+        fields["runtimeClassName"] = scheduling.runtime_class
+    if scheduling.priority_class:
+        fields["priorityClassName"] = scheduling.priority_class
+    return fields
