@@ -715,3 +715,59 @@ def test_the_scheduling_flags_reach_every_pod_and_validate() -> None:
 def test_bad_scheduling_flags_are_refused_naming_them(flags: tuple[str, ...], field: str, says: str) -> None:
     refused = refusal(generate("qwen_mi300x", *QWEN_IMAGE, "--model-pvc", "m", *flags))
     assert refused["field"] == field and says in refused["error"], refused
+
+
+def test_opt_in_network_policy_and_disruption_budget_select_the_deployments_pods() -> None:
+    _, plain = generated("qwen_mi300x", *QWEN_IMAGE, "--model-pvc", "m")
+    assert [item["kind"] for item in plain] == ["Deployment", "Service"]  # opt-in only
+    _, qwen = generated(
+        "qwen_mi300x",
+        *QWEN_IMAGE,
+        "--model-pvc",
+        "m",
+        "--network-policy",
+        "--pod-disruption-budget",
+        "--api-from-namespace",
+        "kubernetes.io/metadata.name=gateway",
+    )
+    deployment, _, policy, budget = qwen
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for item in (policy, budget):
+        validate_core(item)
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items() and budget["spec"]["selector"]["matchLabels"] == selector
+    api, internal = policy["spec"]["ingress"]
+    assert api == {
+        "ports": [{"protocol": "TCP", "port": 8103}],
+        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway"}}}],
+    }
+    assert internal == {"from": [{"podSelector": {"matchLabels": selector}}]}
+    assert budget["spec"]["maxUnavailable"] == 0
+    _, spark = generated(
+        "deepseek_spark",
+        "--repository",
+        "r.example/ds",
+        "--model-pvc",
+        "m",
+        "--network-policy",
+        "--pod-disruption-budget",
+    )
+    lws, service, policy, budget = spark
+    group = {"leaderworkerset.sigs.k8s.io/name": "deepseek-spark"}  # every rank: LWS labels each pod so
+    assert policy["spec"]["podSelector"]["matchLabels"] == group == budget["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["ingress"][0] == {"ports": [{"protocol": "TCP", "port": 8888}]}  # the API from anywhere
+    assert policy["spec"]["ingress"][1] == {"from": [{"podSelector": {"matchLabels": group}}]}  # dist-init, NCCL
+    for item in (policy, budget):
+        validate_core(item)
+
+
+@pytest.mark.parametrize(
+    "flags, field",
+    [
+        (("--api-from-namespace", "team=a"), "--api-from-namespace"),
+        (("--network-policy", "--api-from-namespace", "team"), "--api-from-namespace"),
+        (("--network-policy", "--api-from-namespace", "bad key=a"), "--api-from-namespace"),
+    ],
+)
+def test_bad_policy_flags_are_refused_naming_them(flags: tuple[str, ...], field: str) -> None:
+    assert refusal(generate("qwen_mi300x", *QWEN_IMAGE, "--model-pvc", "m", *flags))["field"] == field

@@ -107,6 +107,19 @@ def _scheduling_flags(parser: argparse.ArgumentParser) -> None:
     scheduling.add_argument("--image-pull-secret", action="append", default=[], metavar="NAME", help="repeatable")
     scheduling.add_argument("--runtime-class", default="", metavar="NAME", help="RuntimeClass of every pod")
     scheduling.add_argument("--priority-class", default="", metavar="NAME", help="PriorityClass of every pod")
+    policies = parser.add_argument_group("policies (opt-in)")
+    policies.add_argument(
+        "--network-policy",
+        action="store_true",
+        help="a NetworkPolicy: the API port from anywhere (or --api-from-namespace), every other port only "
+        "from the deployment's own pods (hostNetwork pods bypass it)",
+    )
+    policies.add_argument(
+        "--api-from-namespace", action="append", default=[], metavar="KEY=VALUE", help="namespace labels admitted"
+    )
+    policies.add_argument(
+        "--pod-disruption-budget", action="store_true", help="a PodDisruptionBudget: no voluntary eviction"
+    )
     scheduling.add_argument(
         "--no-gpu-affinity",
         action="store_true",
@@ -250,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
             model_image=_model_image(contract, args),
             kubernetes_version=args.kubernetes_version,
             scheduling=_scheduling(args),
+            network_policy=args.network_policy,
+            api_from=dict(label_pair(text, "--api-from-namespace") for text in args.api_from_namespace),
+            disruption_budget=args.pod_disruption_budget,
         )
         items = resources(contract, options, known_secrets())
         _image_volume_note(options)

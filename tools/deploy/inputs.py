@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from attest.primitives import UNPRINTABLE_CATEGORIES
 from tools.deploy.errors import DeployError
-from tools.deploy.scheduling import Scheduling, check_scheduling
+from tools.deploy.scheduling import Scheduling, check_scheduling, label_pair
 from tools.oci.errors import OciError
 from tools.oci.reference import Reference
 
@@ -87,6 +87,9 @@ class Options:
     model_image: str = ""  # REGISTRY/REPO@sha256:...: the model artifact as an image volume
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     scheduling: Scheduling = field(default_factory=Scheduling)
+    network_policy: bool = False
+    api_from: dict[str, str] = field(default_factory=dict)  # namespace labels admitted to the API port
+    disruption_budget: bool = False
 
     @property
     def kubernetes_minor(self) -> int:
@@ -225,6 +228,10 @@ def check_options(options: Options, *, single_pod: bool, managed: dict[str, str]
             field="--startup-timeout",
         )
     check_scheduling(options.scheduling)
+    if options.api_from and not options.network_policy:
+        raise DeployError("--api-from-namespace is for --network-policy", field="--api-from-namespace")
+    for key, value in options.api_from.items():
+        label_pair(f"{key}={value}", "--api-from-namespace")
     for name, value in options.env.items():
         check_env(name, value, managed, secrets)
 

@@ -15,6 +15,7 @@ from tools.deploy.contract import ImageContract
 from tools.deploy.errors import DeployError
 from tools.deploy.inputs import INT32_MAX, Options, check_options, kubernetes_verbatim
 from tools.deploy.pods import RANK_KEY_DIR, RANK_KEY_SECRET_KEY, Target, k8s_name, pod_spec, probes
+from tools.deploy.policies import disruption_budget, network_policy
 
 __all__ = ["Options", "check_pins", "resources"]
 
@@ -207,7 +208,12 @@ def _launcher_resources(contract: ImageContract, options: Options, target: Targe
             "template": {"metadata": {"labels": labels, "annotations": _provenance(contract)}, "spec": pod},
         },
     }
-    return [deployment, _service(name, options.namespace, port, {"app.kubernetes.io/name": name}, labels)]
+    selector = {"app.kubernetes.io/name": name}
+    return [
+        deployment,
+        _service(name, options.namespace, port, selector, labels),
+        *_policies(name, options, port, selector, labels),
+    ]
 
 
 def _boot_startup_s(options: Options) -> int:
@@ -285,7 +291,24 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
         },
     }
     selector = {LWS_NAME_LABEL: name, LWS_WORKER_INDEX_LABEL: "0"}
-    return [lws, _service(name, options.namespace, port, selector, labels)]
+    group = {LWS_NAME_LABEL: name}  # every rank: the dist-init store and NCCL talk among them
+    return [
+        lws,
+        _service(name, options.namespace, port, selector, labels),
+        *_policies(name, options, port, group, labels),
+    ]
+
+
+def _policies(
+    name: str, options: Options, port: int, selector: dict[str, str], labels: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The opt-in NetworkPolicy and PodDisruptionBudget."""
+    made = []
+    if options.network_policy:
+        made.append(network_policy(name, options.namespace, selector, port, options.api_from, labels))
+    if options.disruption_budget:
+        made.append(disruption_budget(name, options.namespace, selector, labels))
+    return made
 
 
 def check_pins(contract: ImageContract) -> None:

@@ -47,18 +47,18 @@ def label_key(flag: str, key: str) -> str:
     return key
 
 
-def label_pair(text: str) -> tuple[str, str]:
-    """--node-selector KEY=VALUE."""
+def label_pair(text: str, flag: str = "--node-selector") -> tuple[str, str]:
+    """KEY=VALUE of a label (--node-selector, --api-from-namespace)."""
     key, equals, value = text.partition("=")
     if not equals:
-        raise DeployError(f"--node-selector {text!r}: expected KEY=VALUE", field="--node-selector")
+        raise DeployError(f"{flag} {text!r}: expected KEY=VALUE", field=flag)
     if not LABEL_VALUE_RE.fullmatch(value):
         raise DeployError(
-            f"--node-selector {text!r}: the value is not a label value (at most 63 letters, digits, '-', '_' "
+            f"{flag} {text!r}: the value is not a label value (at most 63 letters, digits, '-', '_' "
             "or '.', starting and ending with a letter or digit)",
-            field="--node-selector",
+            field=flag,
         )
-    return label_key("--node-selector", key), value
+    return label_key(flag, key), value
 
 
 def toleration(text: str) -> dict[str, str]:
