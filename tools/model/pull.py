@@ -41,10 +41,9 @@ WRITE_BYTES = 8 << 20
 
 @dataclass(frozen=True)
 class ExpectedLock:
-    """What the caller trusts: a lock file's bytes, or only their sha256."""
+    """What the caller trusts: the sha256 of a lock file's bytes."""
 
     sha256: str
-    data: bytes | None = None
 
 
 def expected_lock(lock_bytes: bytes | None, lock_sha256: str) -> ExpectedLock:
@@ -59,7 +58,7 @@ def expected_lock(lock_bytes: bytes | None, lock_sha256: str) -> ExpectedLock:
     found = hashlib.sha256(lock_bytes).hexdigest() if lock_bytes is not None else ""
     if found and lock_sha256 and found != lock_sha256.lower():
         raise ModelError(f"--lock hashes to {found}, --lock-sha256 says {lock_sha256}", field="--lock-sha256")
-    return ExpectedLock(found or lock_sha256.lower(), lock_bytes)
+    return ExpectedLock(found or lock_sha256.lower())
 
 
 def fetch_lock(

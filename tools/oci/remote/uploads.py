@@ -77,7 +77,7 @@ class _UploadSource:
         stream cannot be opened again cheaply)."""
         if isinstance(self._content, (bytes, Path)) or hasattr(self._content, "from_offset"):
             for start in range(offset, size, chunk):
-                yield start, _bounded(self._from(start), min(chunk, size - start))
+                yield start, Pieces(self._from(start)).upto(min(chunk, size - start))
             return
         pending, start = bytearray(), offset
         for block in self.pieces(offset):
@@ -88,16 +88,6 @@ class _UploadSource:
                 start += chunk
         if pending:
             yield start, bytes(pending)
-
-
-def _bounded(pieces: Iterator[bytes], length: int) -> Iterator[bytes]:
-    """The first `length` bytes of `pieces`, and no more."""
-    for block in pieces:
-        if length <= 0:
-            break
-        block = block[:length]
-        length -= len(block)
-        yield block
 
 
 def attempt_failed(attempt: int, what: str) -> None:
