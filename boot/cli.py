@@ -15,6 +15,7 @@ Settings (environment variables):
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -26,6 +27,7 @@ from attest.errors import AttestError, refusing_main, report_refusal
 from attest.pins import check_engine_identity, check_model_revision
 from attest.primitives import writable_dir
 from attest.settings import note_default
+from attest.status import report_refused, write_status
 from boot.settings import REVISION, SETTINGS, BootSettings, help_table
 
 COMMANDS = ("run", "prepare", "verify", "health", "smoke")
@@ -59,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = None
     try:
         settings = BootSettings.from_env()
+        if command == "run":  # an earlier start's verdict is not this one's
+            write_status(settings.status_file, program="boot", stage="starting", pids=[os.getpid()])
         if command != "health":  # every other command writes its receipt or results to STATE_PATH
             writable_dir(settings.state, "STATE_PATH", create=True, default_used="STATE_PATH" in settings.defaults_used)
         for note in check_image_pins(settings, command):
@@ -97,7 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return serve(settings, after_healthy=acceptance)
     except AttestError as exc:
-        return report_refusal(exc if settings is None else note_default(exc, SETTINGS, settings.defaults_used))
+        if settings is None:
+            return report_refusal(exc)
+        if command == "run" and exc.field != "HEALTH_LOSS_TIMEOUT_S":  # `lost` is already reported
+            report_refused(settings.status_file, program="boot", error=exc)
+        return report_refusal(note_default(exc, SETTINGS, settings.defaults_used))
     except httpx.HTTPStatusError as exc:
         status = exc.response.status_code
         field = "API_KEY" if status in (401, 403) else "SERVER_PORT"

@@ -21,12 +21,16 @@ import httpx
 from attest import redact
 from attest.errors import AttestError
 from attest.primitives import LOOPBACK_HOSTS, read_json_object
+from attest.status import write_status
 from boot.errors import BootError
 from boot.settings import CONTEXT_RANGE, REVISION, BootSettings
 from boot.state import save, store_api_key
 
 REDACTED = redact.REDACTED
 RAM_HEADROOM = 24 * 2**30
+# One /health of rank 0's watch: above SGLang's own health-generation timeout (20 s,
+# SGLANG_HEALTH_CHECK_TIMEOUT), so a slow but working group is not taken for a lost one.
+HEALTH_REQUEST_TIMEOUT_S = 25
 ENGRAM_LAYERS = (1, 14)
 
 
@@ -134,6 +138,8 @@ def sglang_args(settings: BootSettings) -> LaunchPlan:
         "0",
         "--enable-decoder-swa-bounded-replay",
         "--enable-cache-report",
+        # Prometheus metrics on the API port's /metrics (served without the API key).
+        "--enable-metrics",
         "--tool-call-parser",
         settings.tool_call_parser,
         "--reasoning-parser",
@@ -251,6 +257,40 @@ def server_command(settings: BootSettings, plan: LaunchPlan) -> tuple[list[str],
     return argv, env
 
 
+def _status(
+    settings: BootSettings, stage: str, server: Server | None, *, port: int | None = None, reason: str = ""
+) -> None:
+    pids = [os.getpid()] + ([server.process.pid] if server is not None else [])
+    write_status(settings.status_file, program="boot", stage=stage, pids=pids, port=port, reason=reason)
+
+
+def watch_group(settings: BootSettings, server: Server, client: httpx.Client, *, poll_s: float = 5.0) -> int:
+    """Rank 0 after acceptance: SGLang's /health runs a one-token generation through every
+    rank, so a rank that died or hangs fails it. Once it has failed for HEALTH_LOSS_TIMEOUT_S
+    without a break, the group is lost: reported, and SGLang stopped (the caller's `finally`),
+    so the pod restarts and LeaderWorkerSet recreates the whole group."""
+    failing_since = None
+    while server.process.poll() is None:
+        try:
+            client.get("/health", timeout=HEALTH_REQUEST_TIMEOUT_S).raise_for_status()
+            failing_since = None
+        except httpx.HTTPError as exc:
+            now = time.monotonic()
+            failing_since = failing_since if failing_since is not None else now
+            if now - failing_since >= settings.health_loss_timeout_s:
+                reason = (
+                    f"/health has failed for {now - failing_since:.0f} s after acceptance "
+                    f"({type(exc).__name__}): the engine or a rank is gone or hangs; stopping the group"
+                )
+                _status(settings, "lost", server, reason=reason)
+                raise BootError(reason, field="HEALTH_LOSS_TIMEOUT_S") from None
+        try:
+            server.process.wait(timeout=poll_s)
+        except subprocess.TimeoutExpired:
+            pass
+    return server.wait()
+
+
 def serve(
     settings: BootSettings,
     *,
@@ -259,7 +299,8 @@ def serve(
     poll_s: float = 5.0,
 ) -> int:
     """Start SGLang, forward SIGTERM/SIGINT to its group, wait healthy, run `after_healthy`
-    (smoke and warm-up) on rank 0, then wait for the server to end."""
+    (smoke and warm-up) on rank 0, report the verdict (attest.status), then wait for the
+    server to end; rank 0 watches the group meanwhile (watch_group)."""
     plan = sglang_args(settings)
     check_bind(settings)
     gpus = gpu_lines()
@@ -288,15 +329,19 @@ def serve(
     previous = {sig: signal.signal(sig, server.stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         if settings.node_rank != 0:
+            # This rank's acceptance is rank 0's authenticated verdict (prepare): its engine runs.
+            _status(settings, "accepted", server)
             return server.wait()
+        _status(settings, "starting", server)
         headers = {"Authorization": "Bearer " + settings.api_key} if settings.api_key else {}
         with httpx.Client(base_url=settings.base_url, headers=headers) as client:
             wait_healthy(settings, server, client, poll_s=poll_s)
-        if after_healthy:
-            after_healthy()
-        where = f"Key is in {settings.state}/api-key." if settings.api_key else "no API key."
-        print(f"Ready: API on port {settings.port} (rank 0). {where}", flush=True)
-        return server.wait()
+            if after_healthy:
+                after_healthy()
+            _status(settings, "accepted", server, port=settings.port)
+            where = f"Key is in {settings.state}/api-key." if settings.api_key else "no API key."
+            print(f"Ready: API on port {settings.port} (rank 0). {where}", flush=True)
+            return watch_group(settings, server, client, poll_s=poll_s)
     finally:
         server.stop()
         for sig, handler in previous.items():

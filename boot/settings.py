@@ -31,6 +31,7 @@ from attest.settings import (
 )
 from attest.settings import help_table as _help_table
 from attest.settings import markdown_table as _markdown_table
+from attest.status import STATUS_SETTING
 from boot.errors import BootError
 
 REPO = "deepseek-ai/DeepSeek-V4.1-Flash"
@@ -206,6 +207,14 @@ SETTINGS: tuple[Setting, ...] = (
         "multi-node: a value every rank of this group shares (the LeaderWorkerSet group key); binds the verdict",
     ),
     Setting("READY_TIMEOUT_S", "ready_timeout_s", "3600", integer(1, 10**7), "how long SGLang may take to be healthy"),
+    Setting(
+        "HEALTH_LOSS_TIMEOUT_S",
+        "health_loss_timeout_s",
+        "60",
+        integer(1, 86400),
+        "rank 0, after acceptance: stop the group once /health has failed this long (a rank is gone)",
+    ),
+    STATUS_SETTING,
     Setting("SKIP_PREPARE", "skip_prepare", "0", _exactly_one, "1: use the checkpoint as it is (no download, no lock)"),
     Setting("SKIP_VERIFY", "skip_verify", "0", _exactly_one, "1: do not re-hash files already on disk"),
     Setting("SKIP_SMOKE", "skip_smoke", "0", _exactly_one, "1: no smoke and warm-up after start"),
@@ -299,6 +308,8 @@ class BootSettings:
     rank_start_spread_s: int
     rank_group: str
     ready_timeout_s: int
+    health_loss_timeout_s: int
+    status_file: Path | None
     skip_prepare: bool
     skip_verify: bool
     skip_smoke: bool

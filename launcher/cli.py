@@ -18,6 +18,7 @@ from attest.engine import engine_search_path
 from attest.errors import AttestError, refusing_main, report_refusal
 from attest.primitives import require_writable_cache_env
 from attest.settings import note_default
+from attest.status import report_refused, write_status
 from launcher.checkpoint import inspect_target_checkpoint
 from launcher.engine_probe import probe_installed_vllm
 from launcher.hardware import detect_nvidia_gpus, detect_rocm_architectures
@@ -60,6 +61,8 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
     settings = None
     try:
         settings = LauncherSettings.from_env()
+        if not (args.inspect_only or explain):  # an earlier start's verdict is not this one's
+            write_status(settings.status_file, program="launcher", stage="starting", pids=[os.getpid()])
         baked = load_baked()
         profile = select_target_profile(settings.target_profile, PROFILE_SETTING in settings.defaults_used, baked)
         target = inspect_target_checkpoint(
@@ -87,6 +90,8 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
     except AttestError as exc:
         if settings is not None:
             exc = note_default(exc, SETTINGS, settings.defaults_used)
+            if not (args.inspect_only or explain):
+                report_refused(settings.status_file, program="launcher", error=exc)
         return report_refusal(exc)
     inspect_only = args.inspect_only or explain
     report = {
@@ -123,5 +128,7 @@ def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> in
     print(json.dumps(report, ensure_ascii=False, sort_keys=True), flush=True)
     if inspect_only:
         return 0
+    # Accepted: the same process becomes vLLM, so the probes watch this pid and the port.
+    write_status(settings.status_file, program="launcher", stage="accepted", pids=[os.getpid()], port=settings.port)
     execve(command.argv[0], list(command.argv), dict(command.env))
     return 127

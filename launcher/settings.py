@@ -30,6 +30,7 @@ from attest.settings import (
 )
 from attest.settings import help_table as _help_table
 from attest.settings import markdown_table as _markdown_table
+from attest.status import STATUS_SETTING
 from launcher.errors import LauncherError
 from launcher.target import DEFAULT_PROFILE, PROFILE_SETTING
 
@@ -240,6 +241,7 @@ SETTINGS: tuple[Setting, ...] = (
         number(int, 0, 1024, "OMNI_HASH_WORKERS must be 0 (one per core) or in 1..1024"),
         "hashing threads (0: one per core)",
     ),
+    STATUS_SETTING,
 )
 
 
@@ -274,6 +276,7 @@ class LauncherSettings:
     dflash2_min_p95_improvement_percent: float
     engine_python: str
     hash_workers: int
+    status_file: Path | None
     defaults_used: frozenset[str] = frozenset()
 
     @classmethod

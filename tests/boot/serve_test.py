@@ -16,6 +16,7 @@ from unittest import mock
 import httpx
 import pytest
 
+from attest.status import judge
 from boot.errors import BootError
 from boot.serve import check_bind, check_ram_offload, server_command, sglang_args
 from boot.settings import BootSettings
@@ -69,6 +70,7 @@ def test_single_node_argv_is_exact(tmp_path: Path) -> None:
         "0",
         "--enable-decoder-swa-bounded-replay",
         "--enable-cache-report",
+        "--enable-metrics",
         "--tool-call-parser",
         "deepseekv41",
         "--reasoning-parser",
@@ -288,6 +290,7 @@ def test_run_serves_smokes_and_forwards_sigterm_to_the_process_group(tmp_path: P
         MAX_RUNNING_REQUESTS="2",
         WARMUP_PROMPT_WORDS="12",
         PYTHONPATH=pythonpath,
+        OMNI_STATUS_FILE=str(tmp_path / "tmp" / "omni-status.json"),
     )
     boot = subprocess.Popen(
         [sys.executable, "-m", "boot", "run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -300,6 +303,11 @@ def test_run_serves_smokes_and_forwards_sigterm_to_the_process_group(tmp_path: P
                 break
         _wait_for(markers / "child.pid")
         child = int((markers / "child.pid").read_text())
+        status = tmp_path / "tmp" / "omni-status.json"
+        verdict = json.loads(status.read_text())
+        assert (verdict["stage"], verdict["program"], verdict["port"]) == ("accepted", "boot", int(env["SERVER_PORT"]))
+        assert [pid for pid, _ in verdict["processes"]][0] == boot.pid and len(verdict["processes"]) == 2
+        assert judge(status, "ready") == ""  # accepted after the smoke and warm-up, and /health answers
         boot.send_signal(signal.SIGTERM)
         _wait_for(markers / "engine-got-sigterm")
         lines += boot.stdout.readlines()
@@ -327,6 +335,7 @@ def test_run_serves_smokes_and_forwards_sigterm_to_the_process_group(tmp_path: P
     launch = json.loads((tmp_path / "state" / "launch.json").read_text())
     assert launch["gpus"] == ["NVIDIA GB10, 122880"] and KEY not in json.dumps(launch)
     assert stat.S_IMODE((tmp_path / "state" / "api-key").stat().st_mode) == 0o600
+    assert "no longer running" in judge(status, "live")  # boot and SGLang are gone
 
 
 def test_run_refuses_before_starting_anything(tmp_path: Path) -> None:
@@ -510,3 +519,52 @@ def test_wait_healthy_gives_up_after_ready_timeout(tmp_path: Path) -> None:
     with _client([], seen) as client, pytest.raises(BootError, match="READY_TIMEOUT_S=1s") as caught:
         wait_healthy(_settings(tmp_path, READY_TIMEOUT_S="1"), _Server(None), client, poll_s=0.05)
     assert caught.value.field == "READY_TIMEOUT_S" and 1 <= time.monotonic() - started < 3 and len(seen) > 3
+
+
+class _Ending(_Process):
+    """Runs until `polls` checks have seen it, then ends with 0; wait(timeout) just sleeps."""
+
+    def __init__(self, polls: int) -> None:
+        super().__init__(None)
+        self.pid, self.polls = os.getpid(), polls
+
+    def poll(self) -> int | None:
+        self.polls -= 1
+        return None if self.polls >= 0 else 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        time.sleep(timeout or 0)
+        raise subprocess.TimeoutExpired("sglang", timeout or 0)
+
+
+class _WatchedServer(_Server):
+    def __init__(self, polls: int) -> None:
+        self.process = _Ending(polls)
+
+    def wait(self) -> int:
+        return 0
+
+
+def test_the_watch_forgives_a_short_health_gap(tmp_path: Path) -> None:
+    from boot.serve import watch_group
+
+    seen: list = []
+    settings = _settings(tmp_path, HEALTH_LOSS_TIMEOUT_S="2", OMNI_STATUS_FILE=str(tmp_path / "status.json"))
+    with _client([200, 503, 503, 200, 503, 200], seen) as client:
+        assert watch_group(settings, _WatchedServer(polls=6), client, poll_s=0.2) == 0
+    assert len(seen) == 6 and set(seen) == {25}  # each check waits at most HEALTH_REQUEST_TIMEOUT_S
+    assert not (tmp_path / "status.json").exists()  # nothing lost, nothing reported
+
+
+def test_a_group_that_stops_answering_is_lost_within_the_timeout(tmp_path: Path) -> None:
+    from boot.serve import watch_group
+
+    status = tmp_path / "status.json"
+    settings = _settings(tmp_path, HEALTH_LOSS_TIMEOUT_S="1", OMNI_STATUS_FILE=str(status))
+    started = time.monotonic()
+    with _client([200], []) as client, pytest.raises(BootError) as caught:
+        watch_group(settings, _WatchedServer(polls=10**6), client, poll_s=0.1)
+    took = time.monotonic() - started
+    assert caught.value.field == "HEALTH_LOSS_TIMEOUT_S" and "stopping the group" in str(caught.value)
+    assert 1 <= took < 2  # HEALTH_LOSS_TIMEOUT_S plus one poll
+    assert judge(status, "live").startswith("boot is lost: /health has failed for 1 s")

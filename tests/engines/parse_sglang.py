@@ -43,6 +43,7 @@ def parse(argv: list[str]) -> dict:
         "load_format",
         "trust_remote_code",
         "mem_fraction_static",
+        "enable_metrics",
     )
     return {"not_full_option_names": unknown, **{name: getattr(server, name, None) for name in fields}}
 

@@ -658,3 +658,34 @@ def test_nvidia_smi_lines_need_a_name_and_a_compute_capability(tmp_path: Path, m
     monkeypatch.setenv("PATH", str(tmp_path / "none"))
     if not Path("/usr/bin/nvidia-smi").exists():
         assert hardware.detect_nvidia_gpus() == ()
+
+
+def test_the_verdict_for_the_probes_is_written_only_when_vllm_is_about_to_start(
+    world: LauncherWorld, tmp_path: Path
+) -> None:
+    from attest.status import judge, read_status
+
+    status = tmp_path / "run" / "omni-status.json"
+    world.env["OMNI_STATUS_FILE"] = str(status)
+    assert world.run("--inspect-only").code == 0 and not status.exists()  # never starts vLLM: no verdict
+    result = world.run()
+    assert result.code == 127 and result.exec_calls
+    verdict = read_status(status)
+    assert (verdict["program"], verdict["stage"], verdict["port"]) == ("launcher", "accepted", 8103)
+    assert verdict["processes"][0][0] == os.getpid()  # the pid exec keeps: vLLM's
+    assert judge(status, "live") == ""  # this process (vLLM after exec) runs
+    assert judge(status, "ready").startswith("GET /health on port 8103")  # accepted, but no vLLM answers here
+    world.env["MODEL_REVISION"] = "main"
+    assert world.run().code == 2
+    refused = read_status(status)
+    assert refused["stage"] == "refused" and "MODEL_REVISION" in refused["reason"]
+    assert "sk-test-secret-key-123" not in status.read_text()
+    assert judge(status, "live").startswith("launcher is refused: MODEL_REVISION")
+
+
+def test_an_unwritable_status_file_is_refused_before_any_check(world: LauncherWorld, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    world.env["OMNI_STATUS_FILE"] = str(tmp_path / "file" / "status.json")
+    result = world.run()
+    assert result.code == 2 and not result.exec_calls
+    assert json.loads(result.stderr.strip().splitlines()[-1])["field"] == "OMNI_STATUS_FILE"

@@ -348,6 +348,7 @@ def test_sglang_parses_boot_command_lines(parser_root: Path, tmp_path: Path) -> 
         assert result["model_path"] == argv[argv.index("--model-path") + 1]
         assert result["tp_size"] == 3 and result["ep_size"] == 3
         assert result["speculative_algorithm"] == "DSPARK"
+        assert result["enable_metrics"] is True  # /metrics for the scrape annotations (tools/deploy)
         assert result["port"] == int(argv[argv.index("--port") + 1])
         if "NNODES" in extra:
             assert (result["nnodes"], result["node_rank"], result["dist_init_addr"]) == (3, 1, "127.0.0.1:5000")

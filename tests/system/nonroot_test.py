@@ -144,3 +144,36 @@ def test_boot_verifies_and_checks_health_as_uid_1000_on_a_read_only_root(tmp_pat
         assert refused.returncode == 2, refused.stderr
         refusal = _refusal(refused)
         assert refusal["field"] == "STATE_PATH" and "/state is not writable by uid 1000" in refusal["error"]
+
+
+@pytest.mark.parametrize("name", ["qwen_mi300x", "deepseek_spark_amd64_test"])
+def test_the_probe_runs_from_the_images_own_shim_as_uid_1000(tmp_path: Path, name: str) -> None:
+    """The manifests' exec probe: the entrypoint's shim with `attest.status` (tools/deploy/pods.py)."""
+    rootfs, config = _unpack(name, tmp_path)
+    for mount_point in ("proc", "sys", "dev"):  # what a runtime creates for its mounts
+        (rootfs / mount_point).mkdir(exist_ok=True)
+    status = tmp_path / "tmp"
+    status.mkdir()
+    started = int(Path(f"/proc/{os.getpid()}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
+    program = config["Entrypoint"][-1]
+    document = {
+        "schema_version": "1",
+        "program": program,
+        "stage": "starting",
+        "processes": [[os.getpid(), started]],  # this test: running, and visible through the image's /proc
+        "port": None,
+        "reason": "",
+        "written_ns": 1,
+    }
+    (status / "omni-status.json").write_text(json.dumps(document))
+    env = dict(item.split("=", 1) for item in config.get("Env", []))
+    env["OMNI_STATUS_FILE"] = "/tmp/omni-status.json"
+
+    def probe(verb: str) -> subprocess.CompletedProcess:
+        argv = [*config["Entrypoint"][:-1], "attest.status", verb]
+        command = confined(rootfs, argv, {"/tmp": ("ro", status)}, user=USER, system=True)
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+
+    live, ready = probe("live"), probe("ready")
+    assert (live.returncode, live.stdout) == (0, "live\n"), live.stderr
+    assert ready.returncode == 1 and ready.stdout == f"not ready: {program} has not accepted yet (stage starting)\n"

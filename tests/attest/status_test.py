@@ -1,0 +1,168 @@
+"""attest.status: the verdict document the launcher and boot write for the probes, and the
+probe that reads it. Hostile documents are refused naming the field; live means every named
+process runs (a reused pid is not the old process); ready means accepted and, where a port
+is named, /health answering 200 on loopback; the probe's whole run has one deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from attest.errors import AttestError
+from attest.status import PROBE_DEADLINE_S, judge, main, start_time, write_status
+from tests.fixtures.openai_server import ScriptedOpenAI
+
+
+def me() -> list[int]:
+    return [os.getpid(), start_time(os.getpid())]
+
+
+def document(**fields) -> dict:
+    base = {
+        "schema_version": "1",
+        "program": "boot",
+        "stage": "accepted",
+        "processes": [me()],
+        "port": None,
+        "reason": "",
+        "written_ns": 1,
+    }
+    return {**base, **fields}
+
+
+def written(tmp_path: Path, value) -> Path:
+    path = tmp_path / "status.json"
+    path.write_bytes(value if isinstance(value, bytes) else json.dumps(value).encode())
+    return path
+
+
+@pytest.mark.parametrize(
+    "value,says",
+    [
+        (b"", "empty"),
+        (b"{", "JSON"),
+        (b"[]", "object"),
+        (b" " * 5000, "4096"),
+        (json.dumps(document(extra=1)).encode(), "expected the fields"),
+        (json.dumps({k: v for k, v in document().items() if k != "port"}).encode(), "expected the fields"),
+        (document(schema_version="2"), "schema_version"),
+        (document(stage="ready"), "stage must be one of"),
+        (document(processes=[]), "processes must list"),
+        (document(processes=[me()] * 9), "processes must list"),
+        (document(processes=[[0, None]]), "processes holds"),
+        (document(processes=[[True, None]]), "processes holds"),
+        (document(processes=[[1 << 23, None]]), "processes holds"),
+        (document(processes=[[1, -1]]), "processes holds"),
+        (document(processes=[1]), "processes holds"),
+        (document(processes=[["1", None]]), "processes holds"),
+        (document(port=0), "port must be"),
+        (document(port=65536), "port must be"),
+        (document(port="8888"), "port must be"),
+        (document(reason=None), "must be strings"),
+        (json.dumps(document()).replace('"stage"', '"stage": "starting", "stage"', 1).encode(), "duplicate"),
+    ],
+)
+def test_a_hostile_document_is_no_verdict(tmp_path: Path, value, says: str) -> None:
+    for want in ("live", "ready"):
+        reason = judge(written(tmp_path, value), want)
+        assert reason.startswith("no verdict:") and says in reason, reason
+
+
+def test_a_missing_file_or_a_directory_is_no_verdict(tmp_path: Path) -> None:
+    assert judge(tmp_path / "absent.json", "live").startswith("no verdict:")
+    assert judge(tmp_path, "live").startswith("no verdict:")
+
+
+def test_stages_decide_live_and_ready(tmp_path: Path) -> None:
+    assert judge(written(tmp_path, document()), "ready") == ""
+    assert judge(written(tmp_path, document(stage="starting")), "live") == ""
+    assert "has not accepted yet (stage starting)" in judge(written(tmp_path, document(stage="starting")), "ready")
+    for stage in ("lost", "refused"):
+        path = written(tmp_path, document(stage=stage, reason="the group is gone"))
+        for want in ("live", "ready"):
+            assert judge(path, want) == f"boot is {stage}: the group is gone"
+
+
+def test_a_process_that_ended_or_was_replaced_is_not_live(tmp_path: Path) -> None:
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    assert "no longer running" in judge(written(tmp_path, document(processes=[me(), [ended.pid, None]])), "live")
+    reused = [os.getpid(), start_time(os.getpid()) + 1]  # same pid, another start: not the process that wrote it
+    assert "no longer running" in judge(written(tmp_path, document(processes=[reused])), "live")
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while start_time(zombie.pid) is not None:  # exited, not yet reaped
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert os.path.exists(f"/proc/{zombie.pid}")
+    assert "no longer running" in judge(written(tmp_path, document(processes=[[zombie.pid, None]])), "live")
+    zombie.wait()
+
+
+def test_ready_asks_the_engines_health_on_loopback(tmp_path: Path) -> None:
+    with ScriptedOpenAI(api_key="k") as server:
+        path = written(tmp_path, document(port=server.port))
+        assert judge(path, "ready") == ""
+        assert server.unauthorized == 0  # /health needs no key, and the probe sends none
+        server.healthy = False
+        assert judge(path, "ready") == f"GET /health on port {server.port} answered 503"
+        assert judge(path, "live") == ""  # liveness is the processes, not the engine's answer
+    assert "failed: ConnectionRefusedError" in judge(path, "ready")
+
+
+def _silent_server() -> tuple[socket.socket, int]:
+    """Accepts, reads, never answers: a /health that hangs."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener, listener.getsockname()[1]
+
+
+def test_the_probe_has_one_deadline_and_exit_codes(tmp_path: Path, monkeypatch, capsys) -> None:
+    listener, port = _silent_server()
+    try:
+        monkeypatch.setenv("OMNI_STATUS_FILE", str(written(tmp_path, document(port=port))))
+        started = time.monotonic()
+        assert main(["ready"]) == 1
+        took = time.monotonic() - started
+    finally:
+        listener.close()
+    assert PROBE_DEADLINE_S - 0.5 <= took <= PROBE_DEADLINE_S + 2
+    assert capsys.readouterr().out.startswith("not ready: ")
+    assert main(["live"]) == 0 and capsys.readouterr().out == "live\n"
+    monkeypatch.delenv("OMNI_STATUS_FILE")
+    assert main(["live"]) == 1 and "OMNI_STATUS_FILE is not set" in capsys.readouterr().out
+    assert main(["sideways"]) == 2 and main([]) == 2
+
+
+def test_write_status_is_atomic_redacted_and_fails_closed(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("API_KEY", "sk-status-never-written-81")
+    path = tmp_path / "run" / "status.json"
+    write_status(path, program="boot", stage="refused", pids=[os.getpid()], reason="bad key sk-status-never-written-81")
+    text = path.read_text()
+    assert "sk-status-never-written-81" not in text
+    assert json.loads(text)["processes"] == [me()]
+    assert judge(path, "live").startswith("boot is refused: bad key ")
+    assert [p.name for p in path.parent.iterdir()] == ["status.json"]  # no temporary left
+    write_status(None, program="boot", stage="accepted", pids=[1])  # no file named: nothing written
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(AttestError) as refused:
+        write_status(blocked / "status.json", program="boot", stage="starting", pids=[os.getpid()])
+    assert refused.value.field == "OMNI_STATUS_FILE"
