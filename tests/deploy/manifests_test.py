@@ -5,10 +5,8 @@ pinned in tests/data/lws, and refused, naming the flag or pin, for every bad inp
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -17,74 +15,26 @@ import pytest
 import yaml
 
 from attest.pins import load_pins
+from tests.fixtures.manifests import (
+    CLUSTER_VERSIONS,
+    SECRETS,
+    TEST_PINS,
+    UNPINNED_RUNNER,
+    digest,
+    generate,
+    generated,
+    lws_schema,
+    pod_spec,
+    refusal,
+    validate_core,
+)
 from tests.fixtures.pins import qwen_pins
 from tools.deploy.contract import read_contract
 from tools.deploy.errors import DeployError
 from tools.deploy.manifests import Options, resources
 from tools.oci.build.image import assemble, load_pins_checked
 from tools.oci.errors import OciError
-from tools.oci.layout import read_layout
 from tools.oci.push_record import record_push
-
-RUNNERS = {"qwen_mi300x": Path(os.environ["QWEN_MANIFESTS"]), "deepseek_spark": Path(os.environ["SPARK_MANIFESTS"])}
-LAYOUTS = {name: Path(f"tests/deploy/{name}_pinned.layout") for name in RUNNERS}
-TEST_PINS = {name: Path(f"tests/deploy/{name}.pins.json") for name in RUNNERS}
-UNPINNED_RUNNER = Path(os.environ["SHIPPED_QWEN_MANIFESTS"])
-CRD = Path("tests/data/lws/leaderworkerset.x-k8s.io_leaderworkersets.yaml")
-CRD_SHA256 = "92382b4a4eac032dbbce7eb9bb1e4e7e99880a30656f90649aeb284ce9dc732a"
-# The cluster versions Omni supports: LeaderWorkerSet needs 1.26+, and these are the releases
-# with upstream support or in the distributions' long-term channels.
-CLUSTER_VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
-SECRETS = {
-    "QWEN_API_KEY": "qwen-key-must-never-appear-1f3a",
-    "API_KEY": "spark-key-must-never-appear-9c2e",
-    "HF_TOKEN": "hf_token_must_never_appear_77b1",
-}
-
-
-def digest(name: str) -> str:
-    return read_layout(LAYOUTS[name])[0]
-
-
-def generate(
-    name: str, *flags: str, runner: Path | None = None, env: dict[str, str] | None = None, state: Path | None = None
-) -> subprocess.CompletedProcess:
-    environment = {**os.environ, **SECRETS, **(env or {})}
-    environment["XDG_STATE_HOME"] = str(state) if state else "/nonexistent-omni-state"
-    return subprocess.run(
-        [str(runner or RUNNERS[name]), *flags], env=environment, capture_output=True, text=True, timeout=120
-    )
-
-
-def generated(name: str, *flags: str, **kwargs) -> tuple[str, list[dict]]:
-    completed = generate(name, *flags, **kwargs)
-    assert completed.returncode == 0, completed.stderr
-    return completed.stdout, list(yaml.safe_load_all(completed.stdout))
-
-
-def refusal(completed: subprocess.CompletedProcess) -> dict:
-    assert completed.returncode == 2, (completed.stdout, completed.stderr)
-    assert completed.stdout == ""
-    return json.loads(completed.stderr.strip().splitlines()[-1])
-
-
-def validate_core(resource: dict) -> None:
-    for version in CLUSTER_VERSIONS:
-        kubernetes_validate.validate(resource, version, strict=True)
-
-
-def lws_schema() -> dict:
-    data = CRD.read_bytes()
-    assert hashlib.sha256(data).hexdigest() == CRD_SHA256, "the LWS CRD is not the pinned one (tests/data/lws)"
-    crd = yaml.safe_load(data)
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return version["schema"]["openAPIV3Schema"]
-
-
-def pod_spec(resource: dict, role: str = "") -> dict:
-    if resource["kind"] == "Deployment":
-        return resource["spec"]["template"]["spec"]
-    return resource["spec"]["leaderWorkerTemplate"][f"{role}Template"]["spec"]
 
 
 def as_pod_template(template: dict) -> dict:
@@ -138,8 +88,9 @@ def test_the_qwen_deployment_is_what_the_image_says(tmp_path: Path) -> None:
     assert mounts["/models"]["readOnly"] is True
     model = next(v for v in spec["volumes"] if v["name"] == mounts["/models"]["name"])
     assert model["persistentVolumeClaim"] == {"claimName": "qwen-models", "readOnly": True}
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/health", "port": 8103}
+    assert container["readinessProbe"]["exec"]["command"][-2:] == ["attest.status", "ready"]
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 3600  # a 27B load from a cold cache
     assert deployment["spec"]["strategy"] == {"type": "Recreate"} and deployment["spec"]["replicas"] == 1
@@ -187,8 +138,9 @@ def test_the_deepseek_group_is_a_leader_worker_set_of_three() -> None:
         assert env["DIST_INIT_ADDR"]["value"] == "$(LWS_LEADER_ADDRESS):20000"
         assert env["API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "deepseek-spark-api-key"
         assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hub-token", "key": "token", "optional": False}
-    assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(leader)
-    assert not {"startupProbe", "readinessProbe", "livenessProbe"} & set(worker)  # readiness on the leader only
+    for container in (leader, worker):  # the probes themselves: tests/deploy/cluster_test.py
+        assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(container)
+    assert "ports" in leader and "ports" not in worker  # workers serve no HTTP
     leader_models = next(m for m in leader["volumeMounts"] if m["mountPath"] == "/models")
     worker_models = next(m for m in worker["volumeMounts"] if m["mountPath"] == "/models")
     assert leader_models["readOnly"] is False and worker_models["readOnly"] is True  # only rank 0 downloads
@@ -426,9 +378,10 @@ def _layout(tmp_path: Path, pins: dict, **spec) -> Path:
         "os": "linux",
         "architecture": "amd64",
         "user": "1000:1000",
-        "volumes": ["/cache", "/models"],
+        "volumes": ["/cache", "/models", "/tmp"],
         "exposed_ports": ["8103/tcp"],
         "env": {"MODEL_PATH": "/models/qwen"},
+        "entrypoint": ["/usr/bin/python3", "-I", "-S", "/opt/omni/bin/omni-run", "launcher"],
     }
     assemble(output, {**base_spec, **spec}, [], None, pins=pins)
     return output
@@ -450,6 +403,9 @@ def _options() -> Options:
         ({"exposed_ports": ["8103/udp"]}, {}, "config.ExposedPorts", "not a TCP port"),
         ({"labels": {"omni.runtime.groups": "video:forty"}}, {}, "omni.runtime.groups", "name:gid"),
         ({}, {"hardware": {"profile": "cpu_x86_64", "gpu_arch": ""}}, "hardware.profile", "no deployment"),
+        ({"volumes": ["/cache", "/models"]}, {}, "config.Volumes", "no /tmp volume"),
+        ({"entrypoint": ["/usr/bin/vllm"]}, {}, "config.Entrypoint", "Omni's shim ending in 'launcher'"),
+        ({"entrypoint": ["/opt/omni/bin/omni-run", "boot"]}, {}, "config.Entrypoint", "ending in 'launcher'"),
     ],
 )
 def test_images_that_cannot_be_deployed_so_are_refused(

@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from attest.lock import REFUSED_MARKER, VERIFIED_MARKER
+from attest.status import judge
 from tests.fixtures.deepseek import SHARDS, tiny_repo
 from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.qwen import make_fake_tool
@@ -88,7 +89,7 @@ def remap(env: dict[str, str], container: dict, volumes: dict[str, Path]) -> dic
 
 
 class Group:
-    def __init__(self, tmp_path: Path, hub: LoopbackHub, *flags: str) -> None:
+    def __init__(self, tmp_path: Path, hub: LoopbackHub, *flags: str, engine_env: dict[str, str] | None = None) -> None:
         self.tmp = tmp_path
         self.markers = tmp_path / "markers"
         self.markers.mkdir()
@@ -138,7 +139,9 @@ class Group:
             "CHECKPOINT_LOCK_SHA256": PINS["model"]["lock_sha256"],
             "PYTHONPATH": self.pythonpath,
             "FAKE_SGLANG_MARKERS": str(self.markers),
+            **(engine_env or {}),
         }
+        self.envs: dict[int, dict[str, str]] = {}
         self.model_volume = tmp_path / "pvc-deepseek-models"
 
     def env(self, index: int) -> dict[str, str]:
@@ -158,9 +161,10 @@ class Group:
 
     def start(self, index: int, command: str = "run") -> subprocess.Popen:
         output = self.tmp / f"pod-{index}-{command}.log"
+        self.envs[index] = self.env(index)
         with output.open("w") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "boot", command], env=self.env(index), stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-m", "boot", command], env=self.envs[index], stdout=log, stderr=subprocess.STDOUT
             )
         self.processes.append(process)
         self.outputs[index] = output
@@ -175,6 +179,18 @@ class Group:
             assert f"Rank {rank}: checkpoint verified by rank 0 against the reviewed lock" in self.log(rank)
         leader.send_signal(signal.SIGTERM)
         return [process.wait(timeout=30) for process in (leader, *workers)]
+
+    def status(self, index: int) -> Path:
+        """The rank's verdict for its probes, where the manifest's OMNI_STATUS_FILE points in its pod."""
+        return Path(self.envs[index]["OMNI_STATUS_FILE"])
+
+    def probe(self, index: int, verb: str) -> subprocess.CompletedProcess:
+        """The manifest's exec probe, run as the kubelet runs it: in the pod's environment."""
+        (container,) = self.lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"]
+        assert container["readinessProbe"]["exec"]["command"][-2:] == ["attest.status", "ready"]
+        return subprocess.run(
+            [sys.executable, "-m", "attest.status", verb], env=self.envs[index], capture_output=True, text=True
+        )
 
     def log(self, index: int) -> str:
         return self.outputs[index].read_text()
@@ -289,3 +305,59 @@ def test_workers_take_no_forged_stale_or_replanted_verdict(tmp_path: Path) -> No
         finally:
             group.close()
     assert codes == [0, 0, 0]
+
+
+# What the rehearsal sets: rank 0 stops the group 2 s into a health loss; boot polls every 5 s.
+HEALTH_LOSS_S = 2
+WATCH_POLL_S = 5
+# The named bound: a rank dies -> rank 0's /health fails at its next poll, the loss lasts
+# HEALTH_LOSS_TIMEOUT_S, rank 0 stops SGLang, the other ranks see rank 0 go (docs/running.md).
+GROUP_DOWN_BOUND_S = WATCH_POLL_S + HEALTH_LOSS_S + WATCH_POLL_S + 3
+
+
+def test_the_leader_turns_ready_only_after_acceptance_and_a_dead_rank_takes_the_group_down(tmp_path: Path) -> None:
+    with LoopbackHub(tiny_repo()) as hub:
+        group = Group(
+            tmp_path,
+            hub,
+            "--env",
+            f"HEALTH_LOSS_TIMEOUT_S={HEALTH_LOSS_S}",
+            engine_env={"FAKE_SGLANG_CHAT_DELAY_S": "0.2"},  # acceptance takes a few seconds
+        )
+        try:
+            workers = [group.start(1), group.start(2)]
+            leader = group.start(0)
+            seen_healthy_unaccepted = False
+            deadline = time.monotonic() + 120
+            while True:
+                assert time.monotonic() < deadline, "rank 0 never turned ready"
+                reason = judge(group.status(0), "ready") if group.status(0).exists() else "no file yet"
+                if reason == "":
+                    break
+                seen_healthy_unaccepted |= "has not accepted yet" in reason and "Fresh inference passed" in group.log(0)
+                time.sleep(0.05)
+            # Ready only once smoke, warm-up and the batch check had passed, never while they ran.
+            assert "Batch output sanity check passed: batch of 2" in group.log(0)
+            assert seen_healthy_unaccepted, "the leader was never seen answering /health before acceptance"
+            probe = group.probe(0, "ready")
+            assert (probe.returncode, probe.stdout) == (0, "ready\n")
+            for rank in (1, 2):
+                wait_until(lambda rank=rank: judge(group.status(rank), "ready") == "", f"rank {rank} ready")
+                assert group.probe(rank, "live").returncode == 0
+            engine = json.loads(group.status(2).read_text())["processes"][1][0]
+            os.kill(engine, signal.SIGKILL)  # rank 2's SGLang dies
+            started = time.monotonic()
+            codes = [process.wait(timeout=GROUP_DOWN_BOUND_S + 30) for process in (leader, *workers)]
+            took = time.monotonic() - started
+        finally:
+            group.close()
+    assert took < GROUP_DOWN_BOUND_S, f"the group took {took:.1f} s to go down"
+    assert codes[0] == 2 and codes[2] != 0, codes  # rank 0 refuses (group lost); rank 2's engine was killed
+    refusal = json.loads(group.log(0).strip().splitlines()[-1])
+    assert refusal["field"] == "HEALTH_LOSS_TIMEOUT_S" and "stopping the group" in refusal["error"]
+    assert (group.markers / "ended-1").read_text() == "rank 0 went away"
+    assert judge(group.status(0), "ready").startswith("boot is lost: /health has failed")
+    probe = group.probe(0, "ready")
+    assert probe.returncode == 1 and probe.stdout.startswith("not ready: boot is lost")
+    for rank in (1, 2):
+        assert "no longer running" in judge(group.status(rank), "live")

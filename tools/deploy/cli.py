@@ -27,7 +27,8 @@ from tools.deploy.contract import ImageContract, read_contract
 from tools.deploy.emit import GENERATED_MARKER, render
 from tools.deploy.errors import DeployError
 from tools.deploy.inputs import DEFAULT_KUBERNETES_VERSION, IMAGE_VOLUMES_DEFAULT_ON, whole_number
-from tools.deploy.manifests import Options, check_pins, resources
+from tools.deploy.kustomize import write_base
+from tools.deploy.manifests import Options, check_pins, provenance, resources
 from tools.deploy.scheduling import Scheduling, label_pair, toleration
 from tools.oci.errors import OciError
 from tools.oci.push_record import last_push
@@ -120,10 +121,38 @@ def _scheduling_flags(parser: argparse.ArgumentParser) -> None:
     policies.add_argument(
         "--pod-disruption-budget", action="store_true", help="a PodDisruptionBudget: no voluntary eviction"
     )
+    policies.add_argument(
+        "--service-monitor",
+        action="store_true",
+        help="a prometheus-operator ServiceMonitor scraping the API port's /metrics",
+    )
+    policies.add_argument(
+        "--service-monitor-label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="repeatable: a label on the ServiceMonitor (what your Prometheus's serviceMonitorSelector asks for)",
+    )
     scheduling.add_argument(
         "--no-gpu-affinity",
         action="store_true",
         help="no node affinity for the GPU model (nodes without the GPU operator's labels)",
+    )
+
+
+def _output_flags(parser: argparse.ArgumentParser) -> None:
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument(
+        "--output",
+        default="",
+        help="write the YAML here (default: standard output); an existing file is replaced only if deploy wrote it",
+    )
+    output.add_argument(
+        "--output-dir",
+        default="",
+        metavar="DIR",
+        help="write a kustomize base here: one file per resource and kustomization.yaml (the image by digest, "
+        "the what-runs annotations as commonAnnotations); only files deploy wrote are replaced",
     )
 
 
@@ -195,11 +224,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="one more setting of the image (never a secret)",
     )
-    parser.add_argument(
-        "--output",
-        default="",
-        help="write the YAML here (default: standard output); an existing file is replaced only if deploy wrote it",
-    )
+    _output_flags(parser)
     return parser
 
 
@@ -266,29 +291,42 @@ def main(argv: list[str] | None = None) -> int:
             network_policy=args.network_policy,
             api_from=dict(label_pair(text, "--api-from-namespace") for text in args.api_from_namespace),
             disruption_budget=args.pod_disruption_budget,
+            service_monitor=args.service_monitor,
+            service_monitor_labels=dict(
+                label_pair(text, "--service-monitor-label") for text in args.service_monitor_label
+            ),
         )
         items = resources(contract, options, known_secrets())
         _image_volume_note(options)
         pins = contract.baked.pins
-        text = render(
-            items,
-            label=args.label,
-            image=options.image,
-            engine=pins.engine.name,
-            model=f"{pins.model.id}@{pins.model.revision}",
-        )
-        if args.output:
+
+        def rendered(documents: list[dict]) -> str:
+            return render(
+                documents,
+                label=args.label,
+                image=options.image,
+                engine=pins.engine.name,
+                model=f"{pins.model.id}@{pins.model.revision}",
+            )
+
+        kinds = ", ".join(f"{item['kind']}/{item['metadata']['name']}" for item in items)
+        if args.output_dir:
+            directory = _output_path(args.output_dir)
+            files = write_base(directory, items, render=rendered, image=options.image, annotations=provenance(contract))
+            print(f"deploy: wrote {kinds} to {directory} ({len(files)} files; kubectl apply -k)", file=sys.stderr)
+        elif args.output:
             path = _output_path(args.output)
             require_generated(path, GENERATED_MARKER.encode(), what="a manifest deploy wrote", field="--output")
-            write_atomic(path, text.encode())
-            kinds = ", ".join(f"{item['kind']}/{item['metadata']['name']}" for item in items)
+            write_atomic(path, rendered(items).encode())
             print(f"deploy: wrote {kinds} to {path} (image {options.image})", file=sys.stderr)
         else:
-            sys.stdout.write(text)
+            sys.stdout.write(rendered(items))
     except (AttestError, OciError) as exc:
         return report_refusal(exc)
     except OSError as exc:
-        return report_refusal(DeployError(f"cannot write {args.output}: {exc}", field="--output"))
+        flag = "--output-dir" if args.output_dir else "--output"
+        target = args.output_dir or args.output
+        return report_refusal(DeployError(f"cannot write {target}: {exc}", field=flag))
     return 0
 
 

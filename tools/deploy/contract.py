@@ -39,6 +39,7 @@ class ImageContract:
     ports: tuple[int, ...]
     labels: dict[str, str]
     baked: BakedImage
+    entrypoint: tuple[str, ...] = ()
 
 
 def _baked_layer(layout: Path, manifest: dict[str, Any]) -> bytes:
@@ -138,4 +139,5 @@ def read_contract(layout: Path) -> ImageContract:
         ports=_ports(runtime.get("ExposedPorts") or {}),
         labels=labels,
         baked=baked,
+        entrypoint=tuple(str(item) for item in runtime.get("Entrypoint") or ()),
     )

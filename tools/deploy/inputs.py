@@ -90,6 +90,8 @@ class Options:
     network_policy: bool = False
     api_from: dict[str, str] = field(default_factory=dict)  # namespace labels admitted to the API port
     disruption_budget: bool = False
+    service_monitor: bool = False  # a prometheus-operator ServiceMonitor for the Service
+    service_monitor_labels: dict[str, str] = field(default_factory=dict)  # what a Prometheus selects
 
     @property
     def kubernetes_minor(self) -> int:
@@ -220,6 +222,8 @@ def check_options(options: Options, *, single_pod: bool, managed: dict[str, str]
         raise DeployError("--network and --rdma-network are for the multi-node group only", field="--network")
     if single_pod and options.rank_key_secret:
         raise DeployError("--rank-key-secret is for the multi-node group only", field="--rank-key-secret")
+    if options.service_monitor_labels and not options.service_monitor:
+        raise DeployError("--service-monitor-label needs --service-monitor", field="--service-monitor-label")
     if not 1024 <= options.dist_port <= 65535:
         raise DeployError(f"--dist-port {options.dist_port} is outside 1024..65535", field="--dist-port")
     if not 0 <= options.startup_timeout_s <= INT32_MAX:

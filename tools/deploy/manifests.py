@@ -9,15 +9,25 @@ from typing import Any
 
 from attest.errors import AttestError
 from attest.pins import release_refusal
+from attest.status import STATUS_FILE_VARIABLE
 from boot import settings as boot_settings
 from launcher import settings as launcher_settings
 from tools.deploy.contract import ImageContract
 from tools.deploy.errors import DeployError
 from tools.deploy.inputs import INT32_MAX, Options, check_options, kubernetes_verbatim
-from tools.deploy.pods import RANK_KEY_DIR, RANK_KEY_SECRET_KEY, Target, k8s_name, pod_spec, probes
-from tools.deploy.policies import disruption_budget, network_policy
+from tools.deploy.pods import (
+    RANK_KEY_DIR,
+    RANK_KEY_SECRET_KEY,
+    Target,
+    k8s_name,
+    pod_spec,
+    probes,
+    rank_probes,
+    status_file,
+)
+from tools.deploy.policies import disruption_budget, network_policy, scrape_annotations, service_monitor
 
-__all__ = ["Options", "check_pins", "resources"]
+__all__ = ["Options", "check_pins", "provenance", "resources"]
 
 PART_OF = "omni"
 API_KEY_SECRET_KEY = "api-key"
@@ -84,6 +94,7 @@ def _managed(target: Target) -> dict[str, str]:
             "QWEN_PORT": "is the image's exposed port",
             "QWEN_BIND_HOST": "is 0.0.0.0 so the Service reaches the pod",
             "QWEN_CONTAINER_INTERNAL_ONLY": "is 1: the pod network is cluster-internal",
+            STATUS_FILE_VARIABLE: "is where the probes read the launcher's verdict",
         }
         settings = launcher_settings.SETTINGS
     else:
@@ -98,6 +109,7 @@ def _managed(target: Target) -> dict[str, str]:
             "HOST": "is 0.0.0.0 so the Service reaches the leader",
             "RANK_KEY_FILE": "is the mounted --rank-key-secret",
             "RANK_GROUP": "is the LeaderWorkerSet group key (downward API)",
+            STATUS_FILE_VARIABLE: "is where the probes read boot's verdict",
         }
         settings = boot_settings.SETTINGS
     for name in names:
@@ -126,8 +138,9 @@ def _labels(name: str, component: str) -> dict[str, str]:
     }
 
 
-def _provenance(contract: ImageContract) -> dict[str, str]:
-    """Pod annotations that say what runs: the digest and every pin."""
+def provenance(contract: ImageContract) -> dict[str, str]:
+    """The annotations that say what runs (the digest and every pin): on every resource and
+    every pod template; kustomize's commonAnnotations under --output-dir."""
     pins = contract.baked.pins
     notes = {
         "omni.image.digest": contract.digest,
@@ -188,12 +201,20 @@ def _launcher_resources(contract: ImageContract, options: Options, target: Targe
     env = [
         {"name": "QWEN_BIND_HOST", "value": "0.0.0.0"},
         {"name": "QWEN_CONTAINER_INTERNAL_ONLY", "value": "1"},
+        {"name": STATUS_FILE_VARIABLE, "value": status_file(contract)},
         _secret_env("QWEN_API_KEY", options.secret or f"{name}-api-key", API_KEY_SECRET_KEY),
         *_operator_env(options),
     ]
     startup_s = options.startup_timeout_s or LAUNCHER_STARTUP_S
     labels = _labels(name, "server")
-    pod = pod_spec(contract, options, target, env=env, probes=probes(port, startup_s), model_writable=False)
+    pod = pod_spec(
+        contract,
+        options,
+        target,
+        env=env,
+        probes=probes(contract, target.program, port, startup_s),
+        model_writable=False,
+    )
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -205,7 +226,10 @@ def _launcher_resources(contract: ImageContract, options: Options, target: Targe
             # The default (600 s) would report a healthy start (checks, load, compile) as failed.
             "progressDeadlineSeconds": min(startup_s + PROGRESS_MARGIN_S, INT32_MAX),
             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
-            "template": {"metadata": {"labels": labels, "annotations": _provenance(contract)}, "spec": pod},
+            "template": {
+                "metadata": {"labels": labels, "annotations": provenance(contract) | scrape_annotations(port)},
+                "spec": pod,
+            },
         },
     }
     selector = {"app.kubernetes.io/name": name}
@@ -229,8 +253,41 @@ def _boot_startup_s(options: Options) -> int:
     return math.ceil(total)
 
 
+def _boot_pods(
+    contract: ImageContract, options: Options, target: Target, env: list[dict[str, Any]], port: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The leader's pod (the API, its probes, the writable model volume when it downloads) and
+    the workers' (no HTTP: probes on the status; they only read what rank 0 verified)."""
+    # RDMA registers (pins) memory: NCCL needs IPC_LOCK for it, and nothing more.
+    capabilities = ("IPC_LOCK",) if options.rdma_network else ()
+    startup_s = options.startup_timeout_s or _boot_startup_s(options)
+    leader = pod_spec(
+        contract,
+        options,
+        target,
+        env=env,
+        probes=probes(contract, target.program, port, startup_s),
+        model_writable=not options.model_image,
+        capabilities=capabilities,
+    )
+    worker = pod_spec(
+        contract,
+        options,
+        target,
+        env=env,
+        probes=rank_probes(contract, target.program, startup_s),
+        model_writable=False,
+        capabilities=capabilities,
+        serves_api=False,
+    )
+    return leader, worker
+
+
 def _boot_resources(contract: ImageContract, options: Options, target: Target) -> list[dict[str, Any]]:
     name, port = k8s_name(contract.name), _port(contract)
+    annotations = provenance(contract)
+    if options.rdma_network:
+        annotations["k8s.v1.cni.cncf.io/networks"] = options.rdma_network
     default_port = int(_setting(boot_settings.SETTINGS, "SERVER_PORT").default)
     if port != default_port:
         raise DeployError(f"the image exposes {port} but boot listens on {default_port}", field="config.ExposedPorts")
@@ -239,6 +296,7 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
         {"name": "NODE_RANK", "value": f"$({LWS_WORKER_INDEX})"},
         {"name": "DIST_INIT_ADDR", "value": f"$({LWS_LEADER_ADDRESS}):{options.dist_port}"},
         {"name": "HOST", "value": "0.0.0.0"},
+        {"name": STATUS_FILE_VARIABLE, "value": status_file(contract)},
         _secret_env("API_KEY", options.secret or f"{name}-api-key", API_KEY_SECRET_KEY),
     ]
     if options.hf_token_secret:
@@ -250,22 +308,7 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
         {"name": "RANK_GROUP", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_GROUP_KEY_LABEL}']"}}},
     ]
     env = group + _operator_env(options)
-    # RDMA registers (pins) memory: NCCL needs IPC_LOCK for it, and nothing more.
-    capabilities = ("IPC_LOCK",) if options.rdma_network else ()
-    annotations = _provenance(contract)
-    if options.rdma_network:
-        annotations["k8s.v1.cni.cncf.io/networks"] = options.rdma_network
-    leader = pod_spec(
-        contract,
-        options,
-        target,
-        env=env,
-        probes=probes(port, options.startup_timeout_s or _boot_startup_s(options)),
-        model_writable=not options.model_image,
-        capabilities=capabilities,
-    )
-    # Workers serve no HTTP: no probes; they only read the checkpoint rank 0 verified.
-    worker = pod_spec(contract, options, target, env=env, probes={}, model_writable=False, capabilities=capabilities)
+    leader, worker = _boot_pods(contract, options, target, env, port)
     labels = _labels(name, "server")
     lws = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
@@ -280,7 +323,10 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
                 # One lost rank breaks the whole NCCL group: restart the group, not the pod.
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": {
-                    "metadata": {"labels": _labels(name, "leader"), "annotations": annotations},
+                    "metadata": {
+                        "labels": _labels(name, "leader"),
+                        "annotations": annotations | scrape_annotations(port),
+                    },
                     "spec": leader,
                 },
                 "workerTemplate": {
@@ -302,12 +348,14 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
 def _policies(
     name: str, options: Options, port: int, selector: dict[str, str], labels: dict[str, str]
 ) -> list[dict[str, Any]]:
-    """The opt-in NetworkPolicy and PodDisruptionBudget."""
+    """The opt-in NetworkPolicy, PodDisruptionBudget and ServiceMonitor."""
     made = []
     if options.network_policy:
         made.append(network_policy(name, options.namespace, selector, port, options.api_from, labels))
     if options.disruption_budget:
         made.append(disruption_budget(name, options.namespace, selector, labels))
+    if options.service_monitor:
+        made.append(service_monitor(name, options.namespace, labels, options.service_monitor_labels, labels))
     return made
 
 
@@ -324,6 +372,7 @@ def resources(contract: ImageContract, options: Options, secrets: tuple[str, ...
     """Every resource of the image's deployment; refused (DeployError) before anything is made."""
     check_pins(contract)
     target = _check_options(contract, options, secrets)
-    if target.program == "launcher":
-        return _launcher_resources(contract, options, target)
-    return _boot_resources(contract, options, target)
+    made = (_launcher_resources if target.program == "launcher" else _boot_resources)(contract, options, target)
+    for item in made:  # what runs, on every resource (kustomize's commonAnnotations do the same)
+        item["metadata"]["annotations"] = provenance(contract)
+    return made

@@ -7,15 +7,19 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from attest.status import HEALTH_PATH
 from tools.deploy.contract import ImageContract
 from tools.deploy.errors import DeployError
 from tools.deploy.inputs import DNS_LABEL_RE, Options, model_host_path
 from tools.deploy.scheduling import container_resources, pod_fields
 
-HEALTH_PATH = "/health"  # vLLM and SGLang both serve it without the API key
 # Grace for the engines to drain: both programs forward SIGTERM to the engine's process group.
 TERMINATION_GRACE_S = 120
 PROBE_PERIOD_S = 10
+# attest.status bounds its own run to 4 s; the kubelet kills it after this.
+STATUS_PROBE_TIMEOUT_S = 5
+STATUS_VOLUME = "/tmp"
+STATUS_FILE = STATUS_VOLUME + "/omni-status.json"
 RANK_KEY_SECRET_KEY = "key"
 # Where every rank of the group reads the key that authenticates rank 0's verdict (boot.ranks):
 # a Secret's volume, outside the model volume whose verdicts it authenticates.
@@ -54,14 +58,58 @@ def _http_probe(port: int, period_s: int, timeout_s: int, failures: int) -> dict
     }
 
 
-def probes(port: int, startup_s: int) -> dict[str, Any]:
+def status_command(contract: ImageContract, program: str, verb: str) -> list[str]:
+    """The image's own entry shim running the status probe (attest.status): the entrypoint is
+    `<shim...> <program>`, so the probe is `<shim...> attest.status <verb>`."""
+    if len(contract.entrypoint) < 2 or contract.entrypoint[-1] != program:
+        raise DeployError(
+            f"the image's entrypoint is {list(contract.entrypoint)}; expected Omni's shim ending in {program!r}, "
+            "which also runs the probes",
+            field="config.Entrypoint",
+        )
+    return [*contract.entrypoint[:-1], "attest.status", verb]
+
+
+def _exec_probe(command: list[str], period_s: int, failures: int) -> dict[str, Any]:
+    return {
+        "exec": {"command": command},
+        "periodSeconds": period_s,
+        "timeoutSeconds": STATUS_PROBE_TIMEOUT_S,
+        "failureThreshold": failures,
+    }
+
+
+def probes(contract: ImageContract, program: str, port: int, startup_s: int) -> dict[str, Any]:
+    """The pod that serves the API (the launcher's, rank 0's)."""
     return {
         # Until the engine first answers: checkpoint checks, downloads and the model load.
         "startupProbe": _http_probe(port, PROBE_PERIOD_S, 5, math.ceil(startup_s / PROBE_PERIOD_S)),
-        "readinessProbe": _http_probe(port, PROBE_PERIOD_S, 5, 3),
+        # Traffic only once the program's own verdict is in (attest.status) and /health answers.
+        "readinessProbe": _exec_probe(status_command(contract, program, "ready"), PROBE_PERIOD_S, 3),
         # A loaded engine under a long prefill answers slowly: 2.5 minutes of silence, not one.
         "livenessProbe": _http_probe(port, 30, 10, 5),
     }
+
+
+def rank_probes(contract: ImageContract, program: str, startup_s: int) -> dict[str, Any]:
+    """A rank > 0 serves no HTTP: its probes watch that boot and its engine still run."""
+    live = status_command(contract, program, "live")
+    return {
+        "startupProbe": _exec_probe(live, PROBE_PERIOD_S, math.ceil(startup_s / PROBE_PERIOD_S)),
+        "readinessProbe": _exec_probe(status_command(contract, program, "ready"), PROBE_PERIOD_S, 3),
+        "livenessProbe": _exec_probe(live, PROBE_PERIOD_S, 3),
+    }
+
+
+def status_file(contract: ImageContract) -> str:
+    """Where the program reports its verdict: in the image's /tmp volume (an emptyDir per pod)."""
+    if STATUS_VOLUME not in contract.volumes:
+        raise DeployError(
+            f"the image declares no {STATUS_VOLUME} volume, where the probes read the program's verdict "
+            f"(volumes: {', '.join(contract.volumes)})",
+            field="config.Volumes",
+        )
+    return STATUS_FILE
 
 
 def _volumes(
@@ -125,6 +173,7 @@ def pod_spec(
     probes: dict[str, Any],
     model_writable: bool,
     capabilities: tuple[str, ...] = (),
+    serves_api: bool = True,
 ) -> dict[str, Any]:
     volumes, mounts = _volumes(contract, options, target, model_writable=model_writable)
     security: dict[str, Any] = {
@@ -157,7 +206,7 @@ def pod_spec(
         "volumeMounts": mounts,
         **(
             {"ports": [{"name": "http", "containerPort": port, "protocol": "TCP"} for port in contract.ports]}
-            if probes
+            if serves_api
             else {}
         ),
         **probes,
