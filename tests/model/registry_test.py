@@ -119,7 +119,12 @@ def test_verify_accepts_both_manifests_and_refuses_another_key_lock_or_no_signat
     with world.client() as client:
         unsigned = push_artifact(world.artifact, world.root, f"{world.host}/models/unsigned", client=client)
     rows = [
-        (f"models/verify@{report.image_digest}", other_public, expected, "signature"),
+        (
+            f"models/verify@{report.image_digest}",
+            other_public,
+            expected,
+            "bundle.verificationMaterial",
+        ),  # the bundle names its key
         (f"models/verify@{report.image_digest}", world.public, other_lock, "provenance.lock_sha256"),
         (
             f"models/unsigned@{unsigned.image_digest}",

@@ -15,6 +15,7 @@ import tarfile
 from pathlib import Path
 from typing import Any, Callable
 
+import jsonschema
 import pytest
 
 from tests.fixtures.oci import make_image, make_layer
@@ -22,9 +23,19 @@ from tests.fixtures.pins import key_pair, qwen_pins
 from tests.fixtures.qwen import VLLM_COMMIT
 from tools.oci import verify as verify_module
 from tools.oci.build.image import BAKED_DEST, TITLE
-from tools.oci.build.provenance import build_statement
+from tools.oci.build.provenance import PREDICATE_TYPE, build_statement
+from tools.oci.bundles import (
+    BUNDLE_TYPE,
+    CONTENT_ANNOTATION,
+    PREDICATE_ANNOTATION,
+    SIGN_PREDICATE,
+    SPDX_PREDICATE,
+    bundle,
+    statement,
+)
 from tools.oci.errors import OciError
 from tools.oci.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, read_blob, read_layout, sha256_digest
+from tools.oci.remote.referrers import push_referrer
 from tools.oci.sign import (
     DSSE_TYPE,
     SIGNATURE_ANNOTATION,
@@ -39,8 +50,18 @@ from tools.oci.sign import (
 )
 from tools.oci.verify import verify_image
 
+SIGSTORE_SCHEMA = Path("tests/data/sigstore/Bundle.schema.json")
+SIGSTORE_SCHEMA_SHA256 = "6f94437aaf57685129ce60d26ea27beb3d2540764637958374d205563f14d46d"
 REGISTRY = "registry.test"
 REPO = "omni/qwen"
+
+
+class _Answer:
+    def __init__(self, status_code: int, content: bytes) -> None:
+        self.status_code, self.content, self.headers = status_code, content, {"Content-Type": "application/json"}
+
+    def json(self) -> Any:
+        return json.loads(self.content)
 
 
 class MemoryRegistry:
@@ -73,9 +94,18 @@ class MemoryRegistry:
         self.requested.append((digest, size, max_bytes))
         if size is not None and size > max_bytes:
             raise OciError(f"blob {digest} declares {size} bytes; at most {max_bytes}", field=digest)
+        if digest not in self.blobs:  # as the registry client reports a 404
+            raise OciError(f"{REGISTRY}/{repository}: blob {digest} is not there (HTTP 404)", field=digest)
         return self.blobs[digest]
 
     requested: list = []
+
+    def request(self, method: str, path: str, *, repository: str, headers: dict | None = None) -> "_Answer":
+        """The referrers API (none here) and the fallback tag, as tools/oci/remote/referrers.py asks."""
+        reference = path.rsplit("/", 1)[1]
+        if "/referrers/" in path or reference not in self.manifests:
+            return _Answer(404, b"{}")
+        return _Answer(200, self.manifests[reference])
 
     def close(self) -> None:
         self.closed = True
@@ -642,3 +672,206 @@ def test_a_config_that_is_not_json_is_refused(genuine, keys) -> None:
     with pytest.raises(OciError) as refused:
         verify_image(reference, keys["public"], client=registry)
     assert refused.value.field == "config"
+
+
+# --- Sigstore bundles as referrers (tools/oci/bundles.py) ---------------------------------
+
+
+def _subject(genuine: dict[str, Any]) -> dict[str, Any]:
+    return descriptor(OCI_MANIFEST, read_layout(genuine["layout"])[2])
+
+
+def _bundled(genuine, keys, *, legacy: bool = False, sbom: bool = True, **bundles) -> MemoryRegistry:
+    """The genuine image with its bundles (and the legacy tags with `legacy`); `bundles` maps a
+    predicate type to replacement (payload bytes, announced predicate type) or None to leave it out."""
+    registry = _world(genuine, keys) if legacy else MemoryRegistry()
+    registry.requested = []
+    if not legacy:
+        for path in (genuine["layout"] / "blobs" / "sha256").iterdir():
+            registry.blobs["sha256:" + path.name] = path.read_bytes()
+        registry.put_manifest(REPO, genuine["digest"], read_layout(genuine["layout"])[2], OCI_MANIFEST)
+    subject = _subject(genuine)
+    made = {
+        SIGN_PREDICATE: (bundle(keys["key"], statement(genuine["digest"], SIGN_PREDICATE, {})), SIGN_PREDICATE),
+        PREDICATE_TYPE: (bundle(keys["key"], genuine["statement"]), PREDICATE_TYPE),
+    }
+    if sbom:
+        spdx = statement(genuine["digest"], SPDX_PREDICATE, {"spdxVersion": "SPDX-2.3"})
+        made[SPDX_PREDICATE] = (bundle(keys["key"], spdx), SPDX_PREDICATE)
+    made.update(bundles)
+    for payload, announced in filter(None, made.values()):
+        annotations = {CONTENT_ANNOTATION: "dsse-envelope", PREDICATE_ANNOTATION: announced}
+        push_referrer(registry, REPO, subject, BUNDLE_TYPE, payload, BUNDLE_TYPE, annotations)
+    return registry
+
+
+def test_bundles_verify_and_are_preferred_to_the_legacy_tags(genuine, keys) -> None:
+    summary = verify_image(_reference(genuine), keys["public"], client=_bundled(genuine, keys))
+    assert (summary["signatures"], summary["sbom_signed"]) == ("sigstore bundles", True)
+    both = _bundled(genuine, keys, legacy=True)
+    assert verify_image(_reference(genuine), keys["public"], client=both)["signatures"] == "sigstore bundles"
+    assert verify_image(_reference(genuine), keys["public"], client=both, layout="legacy")["signatures"] == (
+        "legacy tags"
+    )
+    legacy_only = _world(genuine, keys)
+    assert verify_image(_reference(genuine), keys["public"], client=legacy_only)["signatures"] == "legacy tags"
+    with pytest.raises(OciError) as refused:
+        verify_image(_reference(genuine), keys["public"], client=legacy_only, layout="bundles")
+    assert refused.value.field == "bundle" and "no Sigstore bundle refers to" in str(refused.value)
+    bundle_only = _bundled(genuine, keys, sbom=False)
+    assert verify_image(_reference(genuine), keys["public"], client=bundle_only)["sbom_signed"] is False
+
+
+def _tampered_payload(genuine, keys) -> bytes:
+    document = json.loads(bundle(keys["key"], statement(genuine["digest"], SIGN_PREDICATE, {})))
+    body = json.loads(base64.b64decode(document["dsseEnvelope"]["payload"]))
+    body["predicate"] = {"added": "after signing"}
+    document["dsseEnvelope"]["payload"] = base64.b64encode(json.dumps(body).encode()).decode()
+    return json.dumps(document).encode()
+
+
+def _without_hint(data: bytes) -> bytes:
+    document = json.loads(data)
+    del document["verificationMaterial"]["publicKey"]["hint"]
+    return json.dumps(document).encode()
+
+
+@pytest.mark.parametrize(
+    "replace, field, message",
+    [
+        (
+            lambda g, k: {
+                SIGN_PREDICATE: (bundle(k["key"], statement("sha256:" + "0" * 64, SIGN_PREDICATE, {})), SIGN_PREDICATE)
+            },
+            "bundle.subject",
+            "is about",
+        ),
+        (
+            lambda g, k: {
+                PREDICATE_TYPE: (bundle(k["key"], statement(g["digest"], SIGN_PREDICATE, {})), PREDICATE_TYPE)
+            },
+            "bundle.predicateType",
+            "announces 'https://slsa.dev/provenance/v1' but signs 'https://sigstore.dev/cosign/sign/v1'",
+        ),
+        (
+            lambda g, k: {SIGN_PREDICATE: (_tampered_payload(g, k), SIGN_PREDICATE)},
+            "bundle.signature",
+            "does not verify",
+        ),
+        (
+            lambda g, k: {
+                SIGN_PREDICATE: (bundle(k["other"], statement(g["digest"], SIGN_PREDICATE, {})), SIGN_PREDICATE)
+            },
+            "bundle.verificationMaterial",
+            "not the given public key",
+        ),
+        (
+            lambda g, k: {
+                SIGN_PREDICATE: (
+                    _without_hint(bundle(k["other"], statement(g["digest"], SIGN_PREDICATE, {}))),
+                    SIGN_PREDICATE,
+                )
+            },
+            "bundle.signature",
+            "does not verify",
+        ),
+        (lambda g, k: {SIGN_PREDICATE: (b'{"mediaType": "x"}', SIGN_PREDICATE)}, "bundle.mediaType", "is not a"),
+        (lambda g, k: {SIGN_PREDICATE: (b"[]", SIGN_PREDICATE)}, "bundle", "object"),
+        (lambda g, k: {SIGN_PREDICATE: None}, "bundle.predicateType", "no bundle signs"),
+        (lambda g, k: {PREDICATE_TYPE: None}, "provenance", "no bundle attests the provenance"),
+    ],
+)
+def test_a_bad_bundle_is_refused_naming_what_does_not_match(genuine, keys, replace, field, message) -> None:
+    registry = _bundled(genuine, keys, **{k: v for k, v in replace(genuine, keys).items()})
+    with pytest.raises(OciError) as refused:
+        verify_image(_reference(genuine), keys["public"], client=registry)
+    assert refused.value.field == field and message in str(refused.value), refused.value
+
+
+def _referrer_manifests(registry: MemoryRegistry, genuine) -> list[dict[str, Any]]:
+    index = json.loads(registry.manifests[genuine["digest"].replace(":", "-")])
+    return [json.loads(registry.manifests[item["digest"]]) for item in index["manifests"]]
+
+
+def test_a_referrer_with_a_missing_blob_or_another_subject_is_refused(genuine, keys) -> None:
+    registry = _bundled(genuine, keys)
+    (provenance,) = [
+        m for m in _referrer_manifests(registry, genuine) if m["annotations"][PREDICATE_ANNOTATION] == PREDICATE_TYPE
+    ]
+    del registry.blobs[provenance["layers"][0]["digest"]]
+    with pytest.raises(OciError) as refused:
+        verify_image(_reference(genuine), keys["public"], client=registry)
+    assert refused.value.field == "bundle" and "its bundle blob cannot be read" in str(refused.value)
+    registry = _bundled(genuine, keys)
+    index_tag = genuine["digest"].replace(":", "-")
+    index = json.loads(registry.manifests[index_tag])
+    moved = json.loads(registry.manifests[index["manifests"][0]["digest"]])
+    moved["subject"]["digest"] = "sha256:" + "1" * 64
+    data = canonical(moved)
+    registry.put_manifest(REPO, sha256_digest(data), data, OCI_MANIFEST)
+    index["manifests"][0] = descriptor(OCI_MANIFEST, data, artifactType=BUNDLE_TYPE)
+    registry.put_manifest(REPO, index_tag, canonical(index), "application/vnd.oci.image.index.v1+json")
+    with pytest.raises(OciError) as refused:
+        verify_image(_reference(genuine), keys["public"], client=registry)
+    assert refused.value.field == "bundle.subject" and "names the subject sha256:111" in str(refused.value)
+
+
+def test_bundles_fit_the_pinned_sigstore_schema(genuine, keys) -> None:
+    schema = sigstore_bundle_schema()
+    for payload, _ in (
+        (bundle(keys["key"], statement(genuine["digest"], SIGN_PREDICATE, {})), None),
+        (bundle(keys["key"], genuine["statement"]), None),
+    ):
+        jsonschema.Draft4Validator(schema).validate(json.loads(payload))
+    with pytest.raises(jsonschema.ValidationError):  # the check can fail
+        jsonschema.Draft4Validator(schema).validate({"mediaType": BUNDLE_TYPE, "verificationMaterial": {}})
+
+
+def sigstore_bundle_schema() -> dict[str, Any]:
+    """The pinned Bundle schema (tests/data/sigstore/SOURCE.md). Its generator wrote the names in
+    `required` as proto field names (public_key) while the properties are proto3 JSON names
+    (publicKey), so no JSON bundle could pass a oneOf; they are mapped as proto3's JSON mapping
+    maps them, and nothing else is changed."""
+    data = SIGSTORE_SCHEMA.read_bytes()
+    assert sha256_digest(data) == "sha256:" + SIGSTORE_SCHEMA_SHA256, "the bundle schema is not the pinned one"
+
+    def json_name(name: str) -> str:
+        head, *rest = name.split("_")
+        return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+    def mapped(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                key: [json_name(n) for n in value] if key == "required" else mapped(value)
+                for key, value in node.items()
+            }
+        return [mapped(item) for item in node] if isinstance(node, list) else node
+
+    return mapped(json.loads(data))
+
+
+class _ReferrersApiRegistry(MemoryRegistry):
+    """A registry with the referrers API: the index comes from /v2/.../referrers/<digest>, and no
+    fallback tag exists."""
+
+    def __init__(self, source: MemoryRegistry, subject_digest: str) -> None:
+        super().__init__()
+        self.blobs, self.manifests = dict(source.blobs), dict(source.manifests)
+        self.index = self.manifests.pop(subject_digest.replace(":", "-"))
+        self.asked: list[str] = []
+
+    def request(self, method: str, path: str, *, repository: str, headers: dict | None = None) -> _Answer:
+        self.asked.append(path)
+        if "/referrers/" in path:
+            answer = _Answer(200, self.index)
+            answer.headers = {"Content-Type": "application/vnd.oci.image.index.v1+json"}
+            return answer
+        return super().request(method, path, repository=repository, headers=headers)
+
+
+def test_bundles_are_found_through_the_referrers_api_too(genuine, keys) -> None:
+    registry = _ReferrersApiRegistry(_bundled(genuine, keys), genuine["digest"])
+    registry.requested = []
+    summary = verify_image(_reference(genuine), keys["public"], client=registry)
+    assert summary["signatures"] == "sigstore bundles"
+    assert registry.asked == [f"/v2/{REPO}/referrers/{genuine['digest']}"]  # no fallback tag asked for

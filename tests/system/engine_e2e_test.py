@@ -168,7 +168,15 @@ def test_the_release_is_built_shallow_pushed_signed_and_verified(lane: ReleaseLa
     # Shallow: the base's layers were mounted from the vendor's repository, never uploaded.
     pushed = [line for line in released["push_log"].splitlines() if line.startswith("pushed:")]
     assert pushed and " 0 mounted" not in pushed[-1], released["push_log"][-2000:]
-    assert "signature:" in released["push_log"] and "(signed)" in released["push_log"]
+    log = released["push_log"]
+    assert summary["signatures"] == "sigstore bundles"  # preferred; the legacy tags are pushed beside them
+    for predicate in (
+        "https://sigstore.dev/cosign/sign/v1",
+        "https://slsa.dev/provenance/v1",
+        "https://spdx.dev/Document",
+    ):
+        assert f"({predicate}, refers to" in log, log[-2000:]
+    assert "signature:" in log and "(legacy)" in log
 
 
 def test_the_image_names_its_engine_patch_and_carries_its_note(image: Image) -> None:

@@ -23,9 +23,10 @@ from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.wheels import write_record
 from tools.oci.build.image import checked_lock, load_pins_checked
 from tools.oci.build.provenance import build_statement, resolved
+from tools.oci.bundles import BUNDLE_TYPE
 from tools.oci.errors import OciError
 from tools.oci.remote.registry import RegistryClient
-from tools.oci.sign import dsse_envelope, load_private_key, push_attestation
+from tools.oci.sign import dsse_envelope, load_private_key, push_attestation, tag_for
 from tools.oci.verify import verify_image
 
 OTHER = "fe" * 20
@@ -228,10 +229,16 @@ def test_the_deepseek_pin_is_the_revision_boot_downloads() -> None:
 
 
 # --- signed push, our verify, cosign ----------------------------------------------------
-def _cosign(*args: str) -> subprocess.CompletedProcess:
+def _cosign(*args: str, legacy: bool = False) -> subprocess.CompletedProcess:
+    """cosign 3 offline: the Sigstore bundles (its default), or the legacy .sig/.att tags."""
     if not Path(COSIGN).exists():
         pytest.fail(f"{COSIGN} is missing: run tools/setup (it installs cosign)")
-    return run([COSIGN, *args, "--allow-http-registry", "--insecure-ignore-tlog=true"])
+    layout = ["--new-bundle-format=false"] if legacy else []
+    return run([COSIGN, *args, *layout, "--allow-http-registry", "--insecure-ignore-tlog=true"])
+
+
+def _cosign_provenance(public: Path, reference: str, legacy: bool = False) -> subprocess.CompletedProcess:
+    return _cosign("verify-attestation", "--key", str(public), "--type", "slsaprovenance1", reference, legacy=legacy)
 
 
 @pytest.fixture(scope="module")
@@ -270,26 +277,64 @@ def test_signed_push_verifies_with_ours_and_cosign(pushed) -> None:
     assert summary["runtime"]["user"] == "1000:1000"
     assert summary["runtime"]["groups"] == ["video:44", "render:110"]
     assert summary["runtime"]["volumes"] == ["/cache", "/models", "/tmp"]
-    signature = _cosign("verify", "--key", str(pushed["public"]), pushed["reference"])
-    assert signature.returncode == 0, signature.stderr
-    attestation = _cosign(
-        "verify-attestation", "--key", str(pushed["public"]), "--type", "slsaprovenance1", pushed["reference"]
+    assert (summary["signatures"], summary["sbom_signed"]) == ("sigstore bundles", True)
+    assert verify_image(pushed["reference"], pushed["public"], layout="legacy")["signatures"] == "legacy tags"
+    for legacy in (False, True):  # the bundles, and the legacy tags the push still writes by default
+        signature = _cosign("verify", "--key", str(pushed["public"]), pushed["reference"], legacy=legacy)
+        assert signature.returncode == 0, signature.stderr
+        attestation = _cosign_provenance(pushed["public"], pushed["reference"], legacy=legacy)
+        assert attestation.returncode == 0, attestation.stderr
+        payload = json.loads(base64.b64decode(json.loads(attestation.stdout.splitlines()[0])["payload"]))
+        assert payload["subject"][0]["digest"]["sha256"] == pushed["reference"].split("sha256:")[1]
+        assert payload["predicateType"] == "https://slsa.dev/provenance/v1"
+    sbom = _cosign("verify-attestation", "--key", str(pushed["public"]), "--type", "spdxjson", pushed["reference"])
+    assert sbom.returncode == 0, sbom.stderr
+    payload = json.loads(base64.b64decode(json.loads(sbom.stdout.splitlines()[0])["payload"]))
+    assert payload["predicateType"] == "https://spdx.dev/Document" and payload["predicate"]["spdxVersion"]
+
+
+def test_without_legacy_signatures_only_the_bundles_are_pushed(pushed) -> None:
+    """docker-registry 2.8 has no referrers API: the bundles are listed in the fallback tag index."""
+    registry = pushed["registry"]
+    completed = subprocess.run(
+        [
+            str(Path("images/qwen_mi300x.run.sh").resolve()),
+            "--push",
+            f"{registry.host}/omni/bundled",
+            "--signing-key",
+            str(pushed["key"]),
+            "--no-legacy-signatures",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "BUILD_WORKING_DIRECTORY": str(pushed["tmp"])},
     )
-    assert attestation.returncode == 0, attestation.stderr
-    payload = json.loads(base64.b64decode(json.loads(attestation.stdout.splitlines()[0])["payload"]))
-    assert payload["subject"][0]["digest"]["sha256"] == pushed["reference"].split("sha256:")[1]
+    assert completed.returncode == 0, completed.stderr
+    reference = completed.stdout.splitlines()[-1]
+    digest = reference.split("@")[1]
+    with RegistryClient(registry.host) as client:
+        tags = client.request("GET", "/v2/omni/bundled/tags/list", repository="omni/bundled").json()["tags"]
+        assert tag_for(digest, "sig") not in tags and tag_for(digest, "att") not in tags
+        index, _ = client.manifest("omni/bundled", digest.replace(":", "-"))
+    listed = [item for item in json.loads(index)["manifests"] if item.get("artifactType") == BUNDLE_TYPE]
+    assert len(listed) == 3  # signature, provenance, SBOM
+    assert verify_image(reference, pushed["public"])["signatures"] == "sigstore bundles"
+    with pytest.raises(OciError) as refused:
+        verify_image(reference, pushed["public"], layout="legacy")
+    assert refused.value.field == tag_for(digest, "sig")
+    assert _cosign("verify", "--key", str(pushed["public"]), reference).returncode == 0
+    assert _cosign("verify", "--key", str(pushed["public"]), reference, legacy=True).returncode != 0
 
 
 def test_the_wrong_key_is_refused_by_both(pushed) -> None:
-    with pytest.raises(OciError, match="image signature does not verify"):
+    with pytest.raises(OciError, match="not the given public key"):
         verify_image(pushed["reference"], pushed["other_public"])
-    assert _cosign("verify", "--key", str(pushed["other_public"]), pushed["reference"]).returncode != 0
-    assert (
-        _cosign(
-            "verify-attestation", "--key", str(pushed["other_public"]), "--type", "slsaprovenance1", pushed["reference"]
-        ).returncode
-        != 0
-    )
+    with pytest.raises(OciError, match="image signature does not verify"):
+        verify_image(pushed["reference"], pushed["other_public"], layout="legacy")
+    for legacy in (False, True):
+        assert _cosign("verify", "--key", str(pushed["other_public"]), pushed["reference"], legacy=legacy).returncode
+        assert _cosign_provenance(pushed["other_public"], pushed["reference"], legacy=legacy).returncode
 
 
 def _repush_attestation(pushed, statement_change, key_path: Path, keep_signature_from: Path | None = None) -> None:
@@ -314,13 +359,8 @@ def test_tampered_provenance_is_refused_by_both(pushed) -> None:
     _repush_attestation(pushed, tamper, pushed["key"], keep_signature_from=pushed["key"])
     try:
         with pytest.raises(OciError, match="provenance signature does not verify"):
-            verify_image(pushed["reference"], pushed["public"])
-        assert (
-            _cosign(
-                "verify-attestation", "--key", str(pushed["public"]), "--type", "slsaprovenance1", pushed["reference"]
-            ).returncode
-            != 0
-        )
+            verify_image(pushed["reference"], pushed["public"], layout="legacy")
+        assert _cosign_provenance(pushed["public"], pushed["reference"], legacy=True).returncode
     finally:
         _repush_attestation(pushed, lambda s: None, pushed["key"])
 
@@ -332,16 +372,11 @@ def test_provenance_about_another_digest_is_refused_by_both(pushed) -> None:
     _repush_attestation(pushed, retarget, pushed["key"])
     try:
         with pytest.raises(OciError, match="the provenance is about"):
-            verify_image(pushed["reference"], pushed["public"])
-        assert (
-            _cosign(
-                "verify-attestation", "--key", str(pushed["public"]), "--type", "slsaprovenance1", pushed["reference"]
-            ).returncode
-            != 0
-        )
+            verify_image(pushed["reference"], pushed["public"], layout="legacy")
+        assert _cosign_provenance(pushed["public"], pushed["reference"], legacy=True).returncode
     finally:
         _repush_attestation(pushed, lambda s: None, pushed["key"])
-    assert verify_image(pushed["reference"], pushed["public"])["ok"]
+    assert verify_image(pushed["reference"], pushed["public"], layout="legacy")["ok"]
 
 
 def test_verify_cli_refuses_a_tag_and_prints_json(pushed, capsys) -> None:

@@ -78,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     pushing.add_argument("--tag", action="append", default=[], help="another tag (repeatable)")
     pushing.add_argument("--signing-key", type=Path, help="PEM ECDSA P-256 key (else OMNI_SIGNING_KEY_FILE)")
     pushing.add_argument("--unsigned", action="store_true", help="push without signature or provenance")
+    pushing.add_argument(
+        "--legacy-signatures",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also push cosign's legacy .sig/.att tags beside the Sigstore bundles (default on for this release)",
+    )
     pushing.add_argument("--jobs", type=int, default=PUSH_JOBS, help=f"blobs in flight (default {PUSH_JOBS})")
     pulling = commands.add_parser("pull", help="pull an artifact by digest into a directory, verified")
     pulling.add_argument("reference", help="REGISTRY/REPO@sha256:...")
@@ -96,7 +102,13 @@ def _push(args: argparse.Namespace) -> dict:
     if len(args.places) != (1 if one_pass else 2) or (one_pass and (args.model is None or args.lock is None)):
         raise ModelError("push takes PACK TARGET, or --model DIR --lock LOCK TARGET (one pass, no pack)", field="push")
     key = None if args.unsigned else load_private_key(args.signing_key)
-    options = {"key": key, "tags": args.tag, "jobs": args.jobs, "progress": _progress("push")}
+    options = {
+        "key": key,
+        "tags": args.tag,
+        "jobs": args.jobs,
+        "progress": _progress("push"),
+        "legacy_signatures": args.legacy_signatures,
+    }
     if one_pass:
         lock, lock_bytes = load_lock_bytes(args.lock)
         report = push_checkpoint(args.model, lock, lock_bytes, args.places[0], platform=args.platform, **options)

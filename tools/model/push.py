@@ -23,7 +23,8 @@ from tools.model.errors import ModelError
 from tools.model.layers import FileLayer, FileLayerStream, layer_size, stream_file_layer
 from tools.oci.build.image import TOOLKIT_VERSION
 from tools.oci.build.provenance import BUILDER_ID, PREDICATE_TYPE, STATEMENT_TYPE
-from tools.oci.layout import OCI_MANIFEST
+from tools.oci.bundles import push_signature_bundles
+from tools.oci.layout import OCI_MANIFEST, descriptor
 from tools.oci.push import TAG_RE
 from tools.oci.reference import Reference
 from tools.oci.remote.referrers import put_referrer
@@ -136,9 +137,16 @@ def _send(client: RegistryClient, repository: str, digest: str, size: int, conte
 
 
 def _publish(
-    client: RegistryClient, ref: Reference, artifact: Artifact, tags: list[str], key, report: PushReport
+    client: RegistryClient,
+    ref: Reference,
+    artifact: Artifact,
+    tags: list[str],
+    key,
+    report: PushReport,
+    legacy_signatures: bool = True,
 ) -> PushReport:
-    """The small blobs, both manifests, the tags, then the signatures and provenance."""
+    """The small blobs, both manifests, the tags, then the signatures and provenance: Sigstore
+    bundles referring to each manifest, and cosign's legacy tags unless told not to."""
     for digest, data in artifact.small_blobs().items():
         (report.present if _send(client, ref.repository, digest, len(data), data) else report.uploaded).append(digest)
     client.put_manifest(ref.repository, artifact.image_digest, artifact.image_manifest, OCI_MANIFEST)
@@ -148,10 +156,14 @@ def _publish(
     report.image_digest, report.model_digest, report.tags = artifact.image_digest, artifact.model_digest, tags
     report.uploaded_bytes = client.uploaded_bytes  # the artifact's own blobs, not the signatures'
     if key is not None:
-        envelope = dsse_envelope(key, provenance(artifact, report.repository))
-        for digest in (artifact.image_digest, artifact.model_digest):
-            push_image_signature(client, ref.repository, digest, key)
-            push_attestation(client, ref.repository, digest, envelope)
+        statement = provenance(artifact, report.repository)
+        envelope = dsse_envelope(key, statement)
+        for manifest in (artifact.image_manifest, artifact.model_manifest):
+            subject = descriptor(OCI_MANIFEST, manifest)
+            push_signature_bundles(client, ref.repository, subject, key, provenance=statement)
+            if legacy_signatures:  # cosign's tags, beside the bundles for this release
+                push_image_signature(client, ref.repository, subject["digest"], key)
+                push_attestation(client, ref.repository, subject["digest"], envelope)
         report.signed = True
     return report
 
@@ -166,6 +178,7 @@ def push_artifact(
     tags: list[str] = (),
     jobs: int = PUSH_JOBS,
     progress: Callable[[str], None] | None = None,
+    legacy_signatures: bool = True,
 ) -> PushReport:
     """A pack: each file layer skipped after a HEAD when the registry has it, else streamed from
     the checkpoint."""
@@ -182,7 +195,7 @@ def push_artifact(
 
     try:
         _parallel(jobs, send, list(artifact.files))
-        return _publish(client, ref, artifact, tags, key, report)
+        return _publish(client, ref, artifact, tags, key, report, legacy_signatures)
     finally:
         if owned:
             client.close()
@@ -200,6 +213,7 @@ def push_checkpoint(
     tags: list[str] = (),
     jobs: int = PUSH_JOBS,
     progress: Callable[[str], None] | None = None,
+    legacy_signatures: bool = True,
 ) -> PushReport:
     """pack and push in one pass over the files: each file's layer goes up as it is read,
     checked against the lock and hashed, its digest learned as it goes (no HEAD first: use a
@@ -219,7 +233,7 @@ def push_checkpoint(
 
     try:
         files = _parallel(jobs, send, list(lock.files))
-        return _publish(client, ref, build(lock, lock_bytes, files, platform), tags, key, report)
+        return _publish(client, ref, build(lock, lock_bytes, files, platform), tags, key, report, legacy_signatures)
     finally:
         if owned:
             client.close()

@@ -18,7 +18,7 @@ from tools.oci.errors import OciError
 from tools.oci.reference import Reference
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.sign import load_public_key
-from tools.oci.verify import check_signature, checked_provenance
+from tools.oci.verify import signed_provenance
 
 MAX_CONFIG_BYTES = 4 << 20
 
@@ -27,8 +27,7 @@ def signed(client: RegistryClient, ref: Reference, public_key: Path) -> dict[str
     """The signature of `ref.digest`, then its provenance statement (both verified)."""
     key = load_public_key(public_key)
     try:
-        check_signature(client, ref, key)
-        return checked_provenance(client, ref, key)
+        return signed_provenance(client, ref, key)
     except OciError as exc:
         raise ModelError(str(exc), field=exc.field) from None
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from attest.errors import refusing_main
 from attest.redact import redacting_output
 from tools.oci.build.index import platform_name, read_index
+from tools.oci.bundles import push_signature_bundles
 from tools.oci.errors import OciError
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
 from tools.oci.push import expand_tags, push, read_status, read_tags
@@ -169,7 +170,8 @@ def _write_archive(layout: Path, archive: Path, *, force: bool = False) -> None:
 
 
 def _push_evidence(layout: Path, args: argparse.Namespace, digest: str, key) -> None:
-    """SBOM and provenance as artifacts referring to the image; cosign signatures."""
+    """SBOM and provenance as artifacts referring to the image; the signature, provenance and
+    SBOM as Sigstore bundles referring to it; cosign's legacy tags unless --no-legacy-signatures."""
     ref = Reference.parse(args.push)
     _, _, manifest_bytes = read_layout(layout)
     subject = descriptor(OCI_MANIFEST, manifest_bytes)
@@ -178,20 +180,25 @@ def _push_evidence(layout: Path, args: argparse.Namespace, digest: str, key) -> 
         if args.sbom:
             sbom = push_referrer(client, ref.repository, subject, SPDX_TYPE, args.sbom.read_bytes(), SPDX_TYPE)
             print(f"sbom: {where}@{sbom} (refers to {digest})", file=sys.stderr)
-        if args.provenance:
-            statement = json.loads(args.provenance.read_text())
+        statement = json.loads(args.provenance.read_text()) if args.provenance else None
+        if statement is not None:
+            payload, payload_type = args.provenance.read_bytes(), INTOTO_PAYLOAD_TYPE
             if key is not None:
-                envelope = dsse_envelope(key, statement)
-                attestation = push_attestation(client, ref.repository, digest, envelope)
-                print(f"provenance: {where}:{tag_for(digest, 'att')} = {attestation} (signed)", file=sys.stderr)
-                payload, payload_type = envelope, DSSE_TYPE
-            else:
-                payload, payload_type = args.provenance.read_bytes(), INTOTO_PAYLOAD_TYPE
+                payload, payload_type = dsse_envelope(key, statement), DSSE_TYPE
+                if args.legacy_signatures:
+                    attestation = push_attestation(client, ref.repository, digest, payload)
+                    print(f"provenance: {where}:{tag_for(digest, 'att')} = {attestation} (legacy)", file=sys.stderr)
             provenance = push_referrer(client, ref.repository, subject, INTOTO_PAYLOAD_TYPE, payload, payload_type)
             print(f"provenance: {where}@{provenance} (refers to {digest})", file=sys.stderr)
         if key is not None:
-            signature = push_image_signature(client, ref.repository, digest, key)
-            print(f"signature: {where}:{tag_for(digest, 'sig')} = {signature}", file=sys.stderr)
+            sbom = json.loads(args.sbom.read_text()) if args.sbom else None
+            for predicate, bundle in push_signature_bundles(
+                client, ref.repository, subject, key, provenance=statement, sbom=sbom
+            ).items():
+                print(f"bundle: {where}@{bundle} ({predicate}, refers to {digest})", file=sys.stderr)
+            if args.legacy_signatures:
+                signature = push_image_signature(client, ref.repository, digest, key)
+                print(f"signature: {where}:{tag_for(digest, 'sig')} = {signature} (legacy)", file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -236,6 +243,13 @@ def _parser() -> argparse.ArgumentParser:
         "(default: $OMNI_SIGNING_KEY_FILE, else $OMNI_SIGNING_KEY)",
     )
     parser.add_argument("--unsigned", action="store_true", help="push without signatures (explicitly)")
+    parser.add_argument(
+        "--legacy-signatures",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also push cosign's legacy sha256-<hex>.sig and .att tags beside the Sigstore bundles "
+        "(default on for this release; docs/release.md)",
+    )
     return parser
 
 

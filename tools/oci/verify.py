@@ -3,8 +3,9 @@
     bazel run //tools/oci:verify -- REGISTRY/REPO@sha256:... --key cosign.pub
 
 It fetches the manifest and config, the small layer holding /etc/omni/image.json (the
-baked pins), the cosign signature (`sha256-<hex>.sig`) and the signed provenance
-(`sha256-<hex>.att`), checks both signatures with the public key, and checks that all of
+baked pins), the signature and the signed provenance: as Sigstore bundles referring to the
+image (tools/oci/bundles.py) where there are any, else cosign's legacy `sha256-<hex>.sig`
+and `sha256-<hex>.att` tags; checks every signature with the public key, and checks that all of
 them agree: the provenance's subject is this digest, its pins and resolved dependencies
 are the baked pins, the labels are the baked pins, the baked layer list is the
 manifest's. Exit 0 with a summary, or 2 with {"ok": false, "error", "field"}.
@@ -25,10 +26,10 @@ from typing import Any
 from attest.documents import parse_document
 from attest.errors import AttestError, refusing_main
 from attest.pins import ImagePins
-from attest.reader import loads_object
 from attest.redact import redacting_output
 from tools.oci.build.image import BAKED_DEST, TITLE, pin_labels
 from tools.oci.build.provenance import PREDICATE_TYPE, STATEMENT_TYPE, resolved
+from tools.oci.bundles import SIGN_PREDICATE, SPDX_PREDICATE, refusing_object, signed_statements
 from tools.oci.errors import OciError
 from tools.oci.reference import Reference
 from tools.oci.remote.registry import RegistryClient
@@ -47,10 +48,7 @@ def _refuse(message: str, field: str) -> OciError:
 
 
 def _json(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        return loads_object(data, label=what)
-    except AttestError as exc:
-        raise _refuse(str(exc), field=what) from None
+    return refusing_object(data, what, field=what)
 
 
 def _descriptor(value: Any, what: str) -> dict[str, Any]:
@@ -161,7 +159,40 @@ def checked_provenance(client: RegistryClient, ref: Reference, key: Any) -> dict
     return statement
 
 
-def verify_image(reference: str, public_key: Path, client: RegistryClient | None = None) -> dict[str, Any]:
+LAYOUTS = ("auto", "bundles", "legacy")
+
+
+def signatures(client: RegistryClient, ref: Reference, key: Any, layout: str = "auto") -> dict[str, dict] | None:
+    """The image signature: from the Sigstore bundles referring to the digest (every bundle's
+    statement, by predicate type), or cosign's legacy `.sig` tag (None). `auto` prefers bundles
+    where there are any; `bundles` and `legacy` read only that layout."""
+    statements = None if layout == "legacy" else signed_statements(client, ref.repository, ref.digest, key)
+    if statements is None and layout == "bundles":
+        raise _refuse(f"no Sigstore bundle refers to {ref.digest} (--layout bundles)", field="bundle")
+    if statements is None:
+        check_signature(client, ref, key)
+    elif SIGN_PREDICATE not in statements:
+        raise _refuse(f"no bundle signs {ref.digest} with {SIGN_PREDICATE}", field="bundle.predicateType")
+    return statements
+
+
+def provenance_of(client: RegistryClient, ref: Reference, key: Any, statements: dict | None) -> dict[str, Any]:
+    """The provenance statement from the same layout as the signature."""
+    if statements is None:
+        return checked_provenance(client, ref, key)
+    if PREDICATE_TYPE not in statements:
+        raise _refuse(f"no bundle attests the provenance of {ref.digest} ({PREDICATE_TYPE})", field="provenance")
+    return statements[PREDICATE_TYPE]
+
+
+def signed_provenance(client: RegistryClient, ref: Reference, key: Any, layout: str = "auto") -> dict[str, Any]:
+    """The signature, then the provenance statement about this digest (both verified)."""
+    return provenance_of(client, ref, key, signatures(client, ref, key, layout))
+
+
+def verify_image(
+    reference: str, public_key: Path, client: RegistryClient | None = None, layout: str = "auto"
+) -> dict[str, Any]:
     ref = Reference.parse(reference)
     if not ref.digest:
         raise _refuse(f"{reference}: verify a digest (REGISTRY/REPO@sha256:...), not a tag", field="reference")
@@ -171,7 +202,7 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
     try:
         # The signature first: nothing the image holds is parsed or decompressed before the
         # signed payload names this manifest digest (which in turn names every blob's digest).
-        check_signature(client, ref, key)
+        statements = signatures(client, ref, key, layout)
 
         manifest_bytes, _ = client.manifest(ref.repository, ref.digest)
         manifest = _json(manifest_bytes, "manifest")
@@ -184,7 +215,7 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
         )
         baked, baked_size = baked_pins(client, ref.repository, manifest)
 
-        statement = checked_provenance(client, ref, key)
+        statement = provenance_of(client, ref, key, statements)
 
         pins = baked["pins"]
         try:
@@ -227,6 +258,8 @@ def verify_image(reference: str, public_key: Path, client: RegistryClient | None
         "pinned": not empty,
         "unpinned": empty,
         "runtime": baked.get("runtime"),
+        "signatures": "legacy tags" if statements is None else "sigstore bundles",
+        "sbom_signed": statements is not None and SPDX_PREDICATE in statements,
     }
 
 
@@ -238,9 +271,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("reference", help="REGISTRY/REPO@sha256:...")
     parser.add_argument("--key", type=Path, required=True, help="the signer's PEM public key")
+    parser.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default="auto",
+        help="where the signatures are: Sigstore bundles where any refer to the image, else cosign's legacy "
+        "tags (auto, the default); or only one of them",
+    )
     args = parser.parse_args(argv)
     key = Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / args.key  # where the user typed it
-    summary = verify_image(args.reference, key)
+    summary = verify_image(args.reference, key, layout=args.layout)
     print(json.dumps(summary, indent=2, sort_keys=True))
     return 0
 

@@ -1,0 +1,183 @@
+"""Signatures as Sigstore bundles (v0.3) attached as OCI referrers, the layout cosign 3 writes
+and prefers, and that policy-controller and Kyverno read.
+
+Each bundle holds a DSSE envelope of an in-toto v1 statement about one manifest digest, signed
+with the release key (ECDSA P-256), and verification material naming that key by its hint
+(base64 of the SHA-256 of its DER public key); no transparency-log entry (offline: verifiers
+pass `--insecure-ignore-tlog`, docs/release.md). Three predicates: the image signature
+(cosign's `https://sigstore.dev/cosign/sign/v1`), the SLSA v1 provenance and the SPDX SBOM.
+A bundle is pushed as an artifact manifest whose subject is the image, listed by the
+referrers API or its fallback tag (tools/oci/remote/referrers.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from attest.errors import AttestError
+from attest.reader import loads_object
+from tools.oci.build.provenance import PREDICATE_TYPE as SLSA_PREDICATE
+from tools.oci.build.provenance import STATEMENT_TYPE
+from tools.oci.errors import OciError
+from tools.oci.remote.referrers import push_referrer, referrers
+from tools.oci.remote.registry import RegistryClient
+from tools.oci.sign import INTOTO_PAYLOAD_TYPE, pae, sign, verify
+
+BUNDLE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"  # what `cosign verify` looks for
+SPDX_PREDICATE = "https://spdx.dev/Document"  # `cosign verify-attestation --type spdxjson`
+PREDICATE_ANNOTATION = "dev.sigstore.bundle.predicateType"
+CONTENT_ANNOTATION = "dev.sigstore.bundle.content"
+MAX_BUNDLE_BYTES = 8 << 20  # an SBOM's statement is the largest
+MAX_BUNDLES = 64  # referrers read at most: a registry cannot make verify fetch without end
+
+
+def key_hint(key: ec.EllipticCurvePublicKey) -> str:
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+
+def statement(digest: str, predicate_type: str, predicate: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"digest": {"sha256": digest.split(":", 1)[1]}}],
+        "predicateType": predicate_type,
+        "predicate": predicate,
+    }
+
+
+def bundle(key: ec.EllipticCurvePrivateKey, about: dict[str, Any]) -> bytes:
+    """The bundle of `about` (an in-toto statement), DSSE-signed with `key`."""
+    body = json.dumps(about, separators=(",", ":"), sort_keys=True).encode()
+    hint = key_hint(key.public_key())
+    return json.dumps(
+        {
+            "mediaType": BUNDLE_TYPE,
+            "verificationMaterial": {"publicKey": {"hint": hint}},
+            "dsseEnvelope": {
+                "payload": base64.b64encode(body).decode(),
+                "payloadType": INTOTO_PAYLOAD_TYPE,
+                # No keyid, as cosign writes it: cosign 3's DSSE verifier skips a signature whose
+                # keyid is not its own empty one ("accepted signatures do not match threshold").
+                "signatures": [{"sig": sign(key, pae(INTOTO_PAYLOAD_TYPE, body))}],
+            },
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    ).encode()
+
+
+def push_bundle(
+    client: RegistryClient, repository: str, subject: dict[str, Any], key: ec.EllipticCurvePrivateKey, about: dict
+) -> str:
+    """The bundle of `about` as a referrer of `subject`; returns the referrer's digest."""
+    annotations = {CONTENT_ANNOTATION: "dsse-envelope", PREDICATE_ANNOTATION: about["predicateType"]}
+    return push_referrer(client, repository, subject, BUNDLE_TYPE, bundle(key, about), BUNDLE_TYPE, annotations)
+
+
+def push_signature_bundles(
+    client: RegistryClient,
+    repository: str,
+    subject: dict[str, Any],
+    key: ec.EllipticCurvePrivateKey,
+    provenance: dict[str, Any] | None = None,
+    sbom: dict[str, Any] | None = None,
+) -> dict[str, str]:
+    """The image signature, and the provenance and SBOM statements where given: predicate -> referrer."""
+    digest = subject["digest"]
+    made = {SIGN_PREDICATE: push_bundle(client, repository, subject, key, statement(digest, SIGN_PREDICATE, {}))}
+    if provenance is not None:
+        made[SLSA_PREDICATE] = push_bundle(client, repository, subject, key, provenance)
+    if sbom is not None:
+        made[SPDX_PREDICATE] = push_bundle(client, repository, subject, key, statement(digest, SPDX_PREDICATE, sbom))
+    return made
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def _refuse(message: str, field: str) -> OciError:
+    return OciError(message, field=field)
+
+
+def refusing_object(data: bytes, what: str, field: str = "bundle") -> dict[str, Any]:
+    """A JSON object from untrusted bytes (attest.reader), else an OciError naming `field`."""
+    try:
+        return loads_object(data, label=what)
+    except AttestError as exc:
+        raise _refuse(str(exc), field=field) from None
+
+
+def _bundle_blob(client: RegistryClient, repository: str, digest: str, subject_digest: str) -> tuple[bytes, str]:
+    """The referrer's one bundle layer and the predicate type its manifest announces."""
+    what = f"bundle referrer {digest}"
+    manifest = refusing_object(client.manifest(repository, digest)[0], what)
+    named = (manifest.get("subject") or {}).get("digest") if isinstance(manifest.get("subject"), dict) else None
+    if named != subject_digest:
+        raise _refuse(f"{what} names the subject {named}, not {subject_digest}", field="bundle.subject")
+    layers = [item for item in manifest.get("layers") or [] if isinstance(item, dict)]
+    if len(layers) != 1 or layers[0].get("mediaType") != BUNDLE_TYPE:
+        raise _refuse(f"{what} must hold exactly one {BUNDLE_TYPE} layer", field="bundle")
+    try:
+        data = client.blob(
+            repository, str(layers[0].get("digest")), size=layers[0].get("size"), max_bytes=MAX_BUNDLE_BYTES
+        )
+    except OciError as exc:
+        raise _refuse(f"{what}: its bundle blob cannot be read: {exc}", field="bundle") from None
+    annotations = manifest.get("annotations") if isinstance(manifest.get("annotations"), dict) else {}
+    return data, str(annotations.get(PREDICATE_ANNOTATION, ""))
+
+
+def open_bundle(data: bytes, key: ec.EllipticCurvePublicKey, subject_digest: str, what: str) -> dict[str, Any]:
+    """The statement of a bundle signed by `key` about `subject_digest`; refused naming the field."""
+    document = refusing_object(data, what)
+    if document.get("mediaType") != BUNDLE_TYPE:
+        raise _refuse(f"{what} is not a {BUNDLE_TYPE} document", field="bundle.mediaType")
+    hint = ((document.get("verificationMaterial") or {}).get("publicKey") or {}).get("hint")
+    if hint is not None and hint != key_hint(key):
+        raise _refuse(f"{what} names the key {hint}, not the given public key", field="bundle.verificationMaterial")
+    envelope = document.get("dsseEnvelope")
+    try:
+        body = base64.b64decode(str(envelope["payload"]), validate=True)
+        signatures = [str(item["sig"]) for item in envelope["signatures"]]
+        payload_type = str(envelope["payloadType"])
+    except (TypeError, KeyError, ValueError):
+        raise _refuse(f"{what} holds no well-formed DSSE envelope", field="bundle.dsseEnvelope") from None
+    if payload_type != INTOTO_PAYLOAD_TYPE or not any(verify(key, pae(payload_type, body), s) for s in signatures):
+        raise _refuse(f"{what}: the signature does not verify with the given public key", field="bundle.signature")
+    about = refusing_object(body, f"{what} statement")
+    subjects = [s.get("digest", {}).get("sha256") for s in about.get("subject") or [] if isinstance(s, dict)]
+    if about.get("_type") != STATEMENT_TYPE or subject_digest.split(":", 1)[1] not in subjects:
+        raise _refuse(f"{what} is about {subjects}, not {subject_digest}", field="bundle.subject")
+    return about
+
+
+def signed_statements(
+    client: RegistryClient, repository: str, subject_digest: str, key: ec.EllipticCurvePublicKey
+) -> dict[str, dict[str, Any]] | None:
+    """predicate type -> verified statement, from every bundle referring to the digest; None
+    where there is none (the legacy layout). A bad bundle refuses the whole image."""
+    listed, _ = referrers(client, repository, subject_digest)
+    found = [item for item in listed if isinstance(item, dict) and item.get("artifactType") == BUNDLE_TYPE]
+    if not found:
+        return None
+    if len(found) > MAX_BUNDLES:
+        raise _refuse(f"{len(found)} bundles refer to {subject_digest}; at most {MAX_BUNDLES}", field="bundle")
+    statements: dict[str, dict[str, Any]] = {}
+    for item in found:
+        digest = str(item.get("digest"))
+        data, announced = _bundle_blob(client, repository, digest, subject_digest)
+        about = open_bundle(data, key, subject_digest, f"bundle {digest}")
+        if about.get("predicateType") != announced:
+            raise _refuse(
+                f"bundle {digest} announces {announced!r} but signs {about.get('predicateType')!r}",
+                field="bundle.predicateType",
+            )
+        statements.setdefault(announced, about)
+    return statements
