@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from attest.lock import ARTIFACT_LOCK
+from tests.fixtures.cosign import verifiers
 from tests.fixtures.model import REVISION, checkpoint_files, write_checkpoint
 from tests.fixtures.oci import SKOPEO, UMOCI, run
 from tests.fixtures.pins import key_pair
@@ -105,6 +106,29 @@ def test_pushed_signed_pulled_by_skopeo_and_umoci_and_by_pull_to_the_same_tree(w
         and again.uploaded_bytes == 0
         and len(again.present) == len(report.present) + len(report.uploaded)
     )
+
+
+def test_both_manifests_verify_with_cosign_2_and_3_from_every_layout_each_reads(world) -> None:
+    """A default signed push: cosign 2 (legacy tags only) and cosign 3 (bundles, and the tags
+    when told) verify the signature and the SLSA provenance of the image and of the ModelPack
+    manifest; another key is refused by each."""
+    report = _push(world, "models/cosign")
+    _, other_public = key_pair(world.tmp, "other")
+    credentials = ("--registry-username", USER, "--registry-password", PASSWORD)
+    for cosign in verifiers():
+        for digest in (report.image_digest, report.model_digest):
+            reference = f"{world.host}/models/cosign@{digest}"
+            for legacy in (False, True) if cosign.reads_bundles else (True,):
+                where = f"{cosign}, {'legacy tags' if legacy else 'bundles'}, {digest}"
+                signature = cosign.run("verify", "--key", str(world.public), *credentials, reference, legacy=legacy)
+                assert signature.returncode == 0, f"{where}: {signature.stderr}"
+                attestation = cosign.run(
+                    "verify-attestation", "--key", str(world.public), "--type", "slsaprovenance1", *credentials,
+                    reference, legacy=legacy,
+                )  # fmt: skip
+                assert attestation.returncode == 0, f"{where}: {attestation.stderr}"
+                other = cosign.run("verify", "--key", str(other_public), *credentials, reference, legacy=legacy)
+                assert other.returncode != 0, where
 
 
 def test_verify_accepts_both_manifests_and_refuses_another_key_lock_or_no_signature(world, capsys) -> None:

@@ -48,6 +48,7 @@ from tools.oci.sign import (
     simple_signing_payload,
     tag_for,
 )
+from tools.oci.sign import PREDICATE_ANNOTATION as LEGACY_PREDICATE
 from tools.oci.verify import verify_image
 
 SIGSTORE_SCHEMA = Path("tests/data/sigstore/Bundle.schema.json")
@@ -338,6 +339,74 @@ def test_a_malformed_or_tampered_envelope_is_refused(genuine, keys, change, mess
     with pytest.raises(OciError, match=message) as refused:
         verify_image(_reference(genuine), keys["public"], client=_envelope(genuine, keys, change))
     assert refused.value.field == "provenance"
+
+
+def _attestation_image(registry: MemoryRegistry, digest: str, layers: list[tuple[bytes, str]]) -> None:
+    """A legacy `.att` image of DSSE layers, each (envelope, its predicateType annotation)."""
+    config = canonical({"architecture": "", "os": "", "rootfs": {"type": "layers", "diff_ids": []}})
+    for blob in (config, *(envelope for envelope, _ in layers)):
+        registry.upload(REPO, sha256_digest(blob), blob, len(blob))
+    annotated = [
+        descriptor(DSSE_TYPE, envelope, annotations={SIGNATURE_ANNOTATION: "", LEGACY_PREDICATE: predicate})
+        for envelope, predicate in layers
+    ]
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descriptor(OCI_CONFIG, config)}
+    registry.put_manifest(REPO, tag_for(digest, "att"), canonical({**manifest, "layers": annotated}), OCI_MANIFEST)
+
+
+def _legacy_sbom(genuine, keys, *, signer="key", about=None, predicate=SPDX_PREDICATE) -> tuple[bytes, str]:
+    sbom = statement(about or genuine["digest"], predicate, {"spdxVersion": "SPDX-2.3"})
+    return dsse_envelope(keys[signer], sbom), SPDX_PREDICATE
+
+
+def test_the_legacy_attestations_carry_the_sbom_and_say_so(genuine, keys) -> None:
+    registry = _world(genuine, keys)
+    assert verify_image(_reference(genuine), keys["public"], client=registry)["sbom_signed"] is False
+    provenance = (dsse_envelope(keys["key"], genuine["statement"]), PREDICATE_TYPE)
+    _attestation_image(registry, genuine["digest"], [provenance, _legacy_sbom(genuine, keys)])
+    summary = verify_image(_reference(genuine), keys["public"], client=registry)
+    assert (summary["signatures"], summary["sbom_signed"]) == ("legacy tags", True)
+
+
+@pytest.mark.parametrize(
+    "layers, field, message",
+    [
+        (lambda g, k, p: [p, _legacy_sbom(g, k, signer="other")], "sbom", "the SBOM signature does not verify"),
+        (lambda g, k, p: [p, _legacy_sbom(g, k, about="sha256:" + "0" * 64)], "sbom.subject", "the SBOM is about"),
+        (
+            lambda g, k, p: [p, _legacy_sbom(g, k, predicate=PREDICATE_TYPE)],
+            "sbom",
+            f"not an in-toto v1 statement of {SPDX_PREDICATE}",
+        ),
+        (lambda g, k, p: [_legacy_sbom(g, k)], "att", "must hold exactly one"),
+        (lambda g, k, p: [p, p], "att", "must hold exactly one"),
+        (lambda g, k, p: [p, _legacy_sbom(g, k), _legacy_sbom(g, k)], "att", "one per predicate type"),
+        (
+            lambda g, k, p: [p, *((dsse_envelope(k["key"], g["statement"]), f"https://x.test/{n}") for n in range(8))],
+            "att",
+            "at most 8",
+        ),
+        (lambda g, k, p: [(p[0], "")], "att", "annotated predicateType=https://slsa.dev/provenance/v1"),
+    ],
+    ids=[
+        "sbom by another key",
+        "sbom of another digest",
+        "sbom signs another type",
+        "no provenance",
+        "two provenances",
+        "two sboms",
+        "nine layers",
+        "unannotated provenance",
+    ],  # fmt: skip
+)
+def test_a_bad_legacy_attestation_layer_refuses_the_image(genuine, keys, layers, field, message) -> None:
+    registry = _world(genuine, keys)
+    provenance = (dsse_envelope(keys["key"], genuine["statement"]), PREDICATE_TYPE)
+    _attestation_image(registry, genuine["digest"], layers(genuine, keys, provenance))
+    with pytest.raises(OciError, match=re.escape(message)) as refused:
+        verify_image(_reference(genuine), keys["public"], client=registry, layout="legacy")
+    expected = tag_for(genuine["digest"], "att") if field == "att" else field
+    assert refused.value.field == expected
 
 
 def test_a_signature_image_of_two_layers_is_refused(genuine, keys) -> None:

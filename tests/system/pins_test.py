@@ -1,9 +1,10 @@
 """Pins bound into images and verified at start; provenance and cosign signatures through
-a real loopback registry, checked by our verify and by Debian's cosign."""
+a real loopback registry, checked by our verify and by Debian's cosign 2 and 3."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
@@ -15,8 +16,9 @@ import pytest
 from attest.errors import AttestError
 from boot.cli import main as boot_main
 from boot.settings import REVISION
+from tests.fixtures.cosign import Cosign, verifiers
 from tests.fixtures.deepseek import boot_env, tiny_repo, write_lock
-from tests.fixtures.oci import blobs_of, make_image, make_layer, run
+from tests.fixtures.oci import blobs_of, make_image, make_layer
 from tests.fixtures.pins import key_pair, qwen_pins, write_baked
 from tests.fixtures.qwen import SPECULATOR_REVISION, TARGET_REVISION, VLLM_COMMIT, LauncherWorld, make_fake_vllm
 from tests.fixtures.registry import LoopbackRegistry
@@ -30,7 +32,6 @@ from tools.oci.sign import dsse_envelope, load_private_key, push_attestation, ta
 from tools.oci.verify import verify_image
 
 OTHER = "fe" * 20
-COSIGN = "/usr/bin/cosign"
 
 
 def _world(tmp_path: Path, **pin_overrides) -> LauncherWorld:
@@ -229,16 +230,14 @@ def test_the_deepseek_pin_is_the_revision_boot_downloads() -> None:
 
 
 # --- signed push, our verify, cosign ----------------------------------------------------
-def _cosign(*args: str, legacy: bool = False) -> subprocess.CompletedProcess:
-    """cosign 3 offline: the Sigstore bundles (its default), or the legacy .sig/.att tags."""
-    if not Path(COSIGN).exists():
-        pytest.fail(f"{COSIGN} is missing: run tools/setup (it installs cosign)")
-    layout = ["--new-bundle-format=false"] if legacy else []
-    return run([COSIGN, *args, *layout, "--allow-http-registry", "--insecure-ignore-tlog=true"])
+@pytest.fixture(scope="module")
+def cosigns() -> list[Cosign]:
+    """The host's cosign and the other major set-up keeps (2.5 and 3.1 here)."""
+    return verifiers()
 
 
-def _cosign_provenance(public: Path, reference: str, legacy: bool = False) -> subprocess.CompletedProcess:
-    return _cosign("verify-attestation", "--key", str(public), "--type", "slsaprovenance1", reference, legacy=legacy)
+def _payload(completed: subprocess.CompletedProcess) -> dict:
+    return json.loads(base64.b64decode(json.loads(completed.stdout.splitlines()[0])["payload"]))
 
 
 @pytest.fixture(scope="module")
@@ -279,22 +278,35 @@ def test_signed_push_verifies_with_ours_and_cosign(pushed) -> None:
     assert summary["runtime"]["volumes"] == ["/cache", "/models", "/tmp"]
     assert (summary["signatures"], summary["sbom_signed"]) == ("sigstore bundles", True)
     assert verify_image(pushed["reference"], pushed["public"], layout="legacy")["signatures"] == "legacy tags"
-    for legacy in (False, True):  # the bundles, and the legacy tags the push still writes by default
-        signature = _cosign("verify", "--key", str(pushed["public"]), pushed["reference"], legacy=legacy)
-        assert signature.returncode == 0, signature.stderr
-        attestation = _cosign_provenance(pushed["public"], pushed["reference"], legacy=legacy)
-        assert attestation.returncode == 0, attestation.stderr
-        payload = json.loads(base64.b64decode(json.loads(attestation.stdout.splitlines()[0])["payload"]))
-        assert payload["subject"][0]["digest"]["sha256"] == pushed["reference"].split("sha256:")[1]
-        assert payload["predicateType"] == "https://slsa.dev/provenance/v1"
-    sbom = _cosign("verify-attestation", "--key", str(pushed["public"]), "--type", "spdxjson", pushed["reference"])
-    assert sbom.returncode == 0, sbom.stderr
-    payload = json.loads(base64.b64decode(json.loads(sbom.stdout.splitlines()[0])["payload"]))
-    assert payload["predicateType"] == "https://spdx.dev/Document" and payload["predicate"]["spdxVersion"]
+    assert verify_image(pushed["reference"], pushed["public"], layout="legacy")["sbom_signed"] is True
 
 
-def test_without_legacy_signatures_only_the_bundles_are_pushed(pushed) -> None:
-    """docker-registry 2.8 has no referrers API: the bundles are listed in the fallback tag index."""
+# What each cosign must accept on a default signed push (bundles and legacy tags): every
+# attestation, from every layout it reads (docs/release.md#what-each-cosign-verifies).
+ATTESTATIONS = [("slsaprovenance1", "https://slsa.dev/provenance/v1"), ("spdxjson", "https://spdx.dev/Document")]
+
+
+def test_a_default_signed_push_verifies_with_cosign_2_and_3(pushed, cosigns) -> None:
+    reference, public = pushed["reference"], pushed["public"]
+    for cosign in cosigns:
+        for legacy in (False, True) if cosign.reads_bundles else (True,):
+            where = f"{cosign}, {'legacy tags' if legacy else 'bundles'}"
+            signature = cosign.verify(public, reference, legacy=legacy)
+            assert signature.returncode == 0, f"{where}: {signature.stderr}"
+            for kind, predicate in ATTESTATIONS:
+                attestation = cosign.attestation(public, reference, kind, legacy=legacy)
+                assert attestation.returncode == 0, f"{where} --type {kind}: {attestation.stderr}"
+                payload = _payload(attestation)
+                assert payload["subject"][0]["digest"]["sha256"] == reference.split("sha256:")[1], where
+                assert payload["predicateType"] == predicate, where
+            assert _payload(cosign.attestation(public, reference, "spdxjson", legacy=legacy))["predicate"][
+                "spdxVersion"
+            ], where
+
+
+def test_without_legacy_signatures_only_the_bundles_are_pushed(pushed, cosigns) -> None:
+    """docker-registry 2.8 has no referrers API: the bundles are listed in the fallback tag index.
+    cosign 3 verifies them; cosign 2 finds nothing, as the push warns."""
     registry = pushed["registry"]
     completed = subprocess.run(
         [
@@ -311,6 +323,7 @@ def test_without_legacy_signatures_only_the_bundles_are_pushed(pushed) -> None:
         env={**os.environ, "BUILD_WORKING_DIRECTORY": str(pushed["tmp"])},
     )
     assert completed.returncode == 0, completed.stderr
+    assert "warning: --no-legacy-signatures: cosign < 3" in completed.stderr
     reference = completed.stdout.splitlines()[-1]
     digest = reference.split("@")[1]
     with RegistryClient(registry.host) as client:
@@ -323,60 +336,75 @@ def test_without_legacy_signatures_only_the_bundles_are_pushed(pushed) -> None:
     with pytest.raises(OciError) as refused:
         verify_image(reference, pushed["public"], layout="legacy")
     assert refused.value.field == tag_for(digest, "sig")
-    assert _cosign("verify", "--key", str(pushed["public"]), reference).returncode == 0
-    assert _cosign("verify", "--key", str(pushed["public"]), reference, legacy=True).returncode != 0
+    for cosign in cosigns:
+        bundles, tags = (cosign.verify(pushed["public"], reference, legacy=legacy) for legacy in (False, True))
+        assert tags.returncode != 0 and "no signatures found" in tags.stderr, f"{cosign}: {tags.stderr}"
+        if cosign.reads_bundles:
+            assert bundles.returncode == 0, f"{cosign}: {bundles.stderr}"
+        else:
+            assert bundles.returncode != 0 and "no signatures found" in bundles.stderr, f"{cosign}: {bundles.stderr}"
 
 
-def test_the_wrong_key_is_refused_by_both(pushed) -> None:
+def test_the_wrong_key_is_refused_by_ours_and_every_cosign(pushed, cosigns) -> None:
     with pytest.raises(OciError, match="not the given public key"):
         verify_image(pushed["reference"], pushed["other_public"])
     with pytest.raises(OciError, match="image signature does not verify"):
         verify_image(pushed["reference"], pushed["other_public"], layout="legacy")
-    for legacy in (False, True):
-        assert _cosign("verify", "--key", str(pushed["other_public"]), pushed["reference"], legacy=legacy).returncode
-        assert _cosign_provenance(pushed["other_public"], pushed["reference"], legacy=legacy).returncode
+    for cosign in cosigns:
+        for legacy in (False, True):
+            assert cosign.verify(pushed["other_public"], pushed["reference"], legacy=legacy).returncode, str(cosign)
+            for kind, _ in ATTESTATIONS:
+                refused = cosign.attestation(pushed["other_public"], pushed["reference"], kind, legacy=legacy)
+                assert refused.returncode, f"{cosign} --type {kind}"
 
 
-def _repush_attestation(pushed, statement_change, key_path: Path, keep_signature_from: Path | None = None) -> None:
-    registry, reference = pushed["registry"], pushed["reference"]
-    repository, digest = reference.split("/", 1)[1].split("@")
+@contextlib.contextmanager
+def _attestation_replaced(pushed, statement_change, keep_signature: bool = False):
+    """The legacy `.att` replaced by one provenance layer, its statement changed (under the
+    original signature with `keep_signature`); the pushed `.att` put back afterwards."""
+    repository, digest = pushed["reference"].split("/", 1)[1].split("@")
     statement = json.loads(Path("images/qwen_mi300x.provenance.json").read_text())
-    original = dsse_envelope(load_private_key(key_path), statement)
+    original = dsse_envelope(load_private_key(pushed["key"]), statement)
     statement_change(statement)
-    envelope = dsse_envelope(load_private_key(key_path), statement)
-    if keep_signature_from is not None:  # tampered payload under the original signature
+    envelope = dsse_envelope(load_private_key(pushed["key"]), statement)
+    if keep_signature:  # tampered payload under the original signature
         tampered = json.loads(envelope)
         tampered["signatures"] = json.loads(original)["signatures"]
         envelope = json.dumps(tampered, separators=(",", ":")).encode()
-    with RegistryClient(registry.host) as client:
+    with RegistryClient(pushed["registry"].host) as client:
+        pushed_att, media_type = client.manifest(repository, tag_for(digest, "att"))
         push_attestation(client, repository, digest, envelope)
+        try:
+            yield
+        finally:
+            client.put_manifest(repository, tag_for(digest, "att"), pushed_att, media_type)
 
 
-def test_tampered_provenance_is_refused_by_both(pushed) -> None:
+def _refused_by_every_cosign(pushed, cosigns) -> None:
+    for cosign in cosigns:
+        refused = cosign.attestation(pushed["public"], pushed["reference"], "slsaprovenance1", legacy=True)
+        assert refused.returncode, f"{cosign} accepted it"
+
+
+def test_tampered_provenance_is_refused_by_ours_and_every_cosign(pushed, cosigns) -> None:
     def tamper(statement):
         statement["predicate"]["buildDefinition"]["externalParameters"]["pins"]["model"]["revision"] = OTHER
 
-    _repush_attestation(pushed, tamper, pushed["key"], keep_signature_from=pushed["key"])
-    try:
+    with _attestation_replaced(pushed, tamper, keep_signature=True):
         with pytest.raises(OciError, match="provenance signature does not verify"):
             verify_image(pushed["reference"], pushed["public"], layout="legacy")
-        assert _cosign_provenance(pushed["public"], pushed["reference"], legacy=True).returncode
-    finally:
-        _repush_attestation(pushed, lambda s: None, pushed["key"])
+        _refused_by_every_cosign(pushed, cosigns)
 
 
-def test_provenance_about_another_digest_is_refused_by_both(pushed) -> None:
+def test_provenance_about_another_digest_is_refused_by_ours_and_every_cosign(pushed, cosigns) -> None:
     def retarget(statement):
         statement["subject"][0]["digest"]["sha256"] = "0" * 64
 
-    _repush_attestation(pushed, retarget, pushed["key"])
-    try:
+    with _attestation_replaced(pushed, retarget):
         with pytest.raises(OciError, match="the provenance is about"):
             verify_image(pushed["reference"], pushed["public"], layout="legacy")
-        assert _cosign_provenance(pushed["public"], pushed["reference"], legacy=True).returncode
-    finally:
-        _repush_attestation(pushed, lambda s: None, pushed["key"])
-    assert verify_image(pushed["reference"], pushed["public"], layout="legacy")["ok"]
+        _refused_by_every_cosign(pushed, cosigns)
+    assert verify_image(pushed["reference"], pushed["public"], layout="legacy")["sbom_signed"] is True
 
 
 def test_verify_cli_refuses_a_tag_and_prints_json(pushed, capsys) -> None:

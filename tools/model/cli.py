@@ -30,6 +30,7 @@ from tools.model.pack import load_lock_bytes, pack, read_pack, summary, write_pa
 from tools.model.pull import expected_lock, pull
 from tools.model.push import PUSH_JOBS, push_artifact, push_checkpoint
 from tools.model.verify import signed, verify_artifact
+from tools.oci.bundles import BUNDLES_ONLY_WARNING
 from tools.oci.sign import load_private_key
 
 
@@ -115,6 +116,8 @@ def _push(args: argparse.Namespace) -> dict:
     else:
         artifact, model = read_pack(_path(args.places[0]))
         report = push_artifact(artifact, model, args.places[1], **options)
+    if report.signed and not args.legacy_signatures:
+        print(f"push: {BUNDLES_ONLY_WARNING}", file=sys.stderr)
     return report.summary()
 
 

@@ -23,13 +23,12 @@ from tools.model.errors import ModelError
 from tools.model.layers import FileLayer, FileLayerStream, layer_size, stream_file_layer
 from tools.oci.build.image import TOOLKIT_VERSION
 from tools.oci.build.provenance import BUILDER_ID, PREDICATE_TYPE, STATEMENT_TYPE
-from tools.oci.bundles import push_signature_bundles
+from tools.oci.bundles import push_signatures
 from tools.oci.layout import OCI_MANIFEST, descriptor
 from tools.oci.push import TAG_RE
 from tools.oci.reference import Reference
 from tools.oci.remote.referrers import put_referrer
 from tools.oci.remote.registry import RegistryClient
-from tools.oci.sign import dsse_envelope, push_attestation, push_image_signature
 
 PUSH_JOBS = 4
 BUILD_TYPE = "https://omni.invalid/build-types/model-artifact/v1"
@@ -157,13 +156,9 @@ def _publish(
     report.uploaded_bytes = client.uploaded_bytes  # the artifact's own blobs, not the signatures'
     if key is not None:
         statement = provenance(artifact, report.repository)
-        envelope = dsse_envelope(key, statement)
         for manifest in (artifact.image_manifest, artifact.model_manifest):
             subject = descriptor(OCI_MANIFEST, manifest)
-            push_signature_bundles(client, ref.repository, subject, key, provenance=statement)
-            if legacy_signatures:  # cosign's tags, beside the bundles for this release
-                push_image_signature(client, ref.repository, subject["digest"], key)
-                push_attestation(client, ref.repository, subject["digest"], envelope)
+            push_signatures(client, ref.repository, subject, key, provenance=statement, legacy=legacy_signatures)
         report.signed = True
     return report
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -27,7 +28,15 @@ from tools.oci.build.provenance import STATEMENT_TYPE
 from tools.oci.errors import OciError
 from tools.oci.remote.referrers import push_referrer, referrers
 from tools.oci.remote.registry import RegistryClient
-from tools.oci.sign import INTOTO_PAYLOAD_TYPE, pae, sign, verify
+from tools.oci.sign import (
+    INTOTO_PAYLOAD_TYPE,
+    dsse_envelope,
+    pae,
+    push_attestations,
+    push_image_signature,
+    sign,
+    verify,
+)
 
 BUNDLE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"  # what `cosign verify` looks for
@@ -35,6 +44,11 @@ SPDX_PREDICATE = "https://spdx.dev/Document"  # `cosign verify-attestation --typ
 PREDICATE_ANNOTATION = "dev.sigstore.bundle.predicateType"
 CONTENT_ANNOTATION = "dev.sigstore.bundle.content"
 MAX_BUNDLE_BYTES = 8 << 20  # an SBOM's statement is the largest
+# What a push without the legacy tags costs (docs/release.md#what-each-cosign-verifies, measured).
+BUNDLES_ONLY_WARNING = (
+    "warning: --no-legacy-signatures: cosign < 3 (Debian 13's 2.5, most admission controllers today) "
+    "finds no signature in Sigstore bundles alone; docs/release.md#what-each-cosign-verifies"
+)
 MAX_BUNDLES = 64  # referrers read at most: a registry cannot make verify fetch without end
 
 
@@ -81,22 +95,47 @@ def push_bundle(
     return push_referrer(client, repository, subject, BUNDLE_TYPE, bundle(key, about), BUNDLE_TYPE, annotations)
 
 
-def push_signature_bundles(
+def attestations(digest: str, provenance: dict | None, sbom: dict | None) -> dict[str, dict[str, Any]]:
+    """predicate type -> in-toto statement about `digest`, for each piece of evidence given."""
+    made: dict[str, dict[str, Any]] = {}
+    if provenance is not None:
+        made[SLSA_PREDICATE] = provenance
+    if sbom is not None:
+        made[SPDX_PREDICATE] = statement(digest, SPDX_PREDICATE, sbom)
+    return made
+
+
+@dataclass
+class Signed:
+    """What one signing pushed: bundle referrers by predicate, and the legacy tags' digests."""
+
+    bundles: dict[str, str]
+    signature_tag: str = ""
+    attestations_tag: str = ""
+
+
+def push_signatures(
     client: RegistryClient,
     repository: str,
     subject: dict[str, Any],
     key: ec.EllipticCurvePrivateKey,
     provenance: dict[str, Any] | None = None,
     sbom: dict[str, Any] | None = None,
-) -> dict[str, str]:
-    """The image signature, and the provenance and SBOM statements where given: predicate -> referrer."""
+    legacy: bool = True,
+) -> Signed:
+    """The image signature, and the provenance and SBOM statements where given, as bundles; with
+    `legacy` also cosign's `.sig` and an `.att` holding every attestation a bundle holds: cosign 2
+    reads only those tags, so what it can verify is the whole release."""
     digest = subject["digest"]
-    made = {SIGN_PREDICATE: push_bundle(client, repository, subject, key, statement(digest, SIGN_PREDICATE, {}))}
-    if provenance is not None:
-        made[SLSA_PREDICATE] = push_bundle(client, repository, subject, key, provenance)
-    if sbom is not None:
-        made[SPDX_PREDICATE] = push_bundle(client, repository, subject, key, statement(digest, SPDX_PREDICATE, sbom))
-    return made
+    evidence = attestations(digest, provenance, sbom)
+    bundles = {SIGN_PREDICATE: statement(digest, SIGN_PREDICATE, {}), **evidence}
+    signed = Signed({p: push_bundle(client, repository, subject, key, about) for p, about in bundles.items()})
+    if legacy:
+        signed.signature_tag = push_image_signature(client, repository, digest, key)
+        envelopes = {p: dsse_envelope(key, about) for p, about in evidence.items()}
+        if envelopes:
+            signed.attestations_tag = push_attestations(client, repository, digest, envelopes)
+    return signed
 
 
 # --- reading ------------------------------------------------------------------------------

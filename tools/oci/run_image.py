@@ -21,7 +21,7 @@ from pathlib import Path
 from attest.errors import refusing_main
 from attest.redact import redacting_output
 from tools.oci.build.index import platform_name, read_index
-from tools.oci.bundles import push_signature_bundles
+from tools.oci.bundles import BUNDLES_ONLY_WARNING, SIGN_PREDICATE, push_signatures
 from tools.oci.errors import OciError
 from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
 from tools.oci.push import expand_tags, push, read_status, read_tags
@@ -29,15 +29,7 @@ from tools.oci.push_record import record_push
 from tools.oci.reference import Reference
 from tools.oci.remote.referrers import push_referrer
 from tools.oci.remote.registry import RegistryClient
-from tools.oci.sign import (
-    DSSE_TYPE,
-    INTOTO_PAYLOAD_TYPE,
-    dsse_envelope,
-    load_private_key,
-    push_attestation,
-    push_image_signature,
-    tag_for,
-)
+from tools.oci.sign import DSSE_TYPE, INTOTO_PAYLOAD_TYPE, dsse_envelope, load_private_key, tag_for
 from tools.settings import SIGNING, tools_help
 
 SPDX_TYPE = "application/spdx+json"
@@ -185,20 +177,25 @@ def _push_evidence(layout: Path, args: argparse.Namespace, digest: str, key) -> 
             payload, payload_type = args.provenance.read_bytes(), INTOTO_PAYLOAD_TYPE
             if key is not None:
                 payload, payload_type = dsse_envelope(key, statement), DSSE_TYPE
-                if args.legacy_signatures:
-                    attestation = push_attestation(client, ref.repository, digest, payload)
-                    print(f"provenance: {where}:{tag_for(digest, 'att')} = {attestation} (legacy)", file=sys.stderr)
             provenance = push_referrer(client, ref.repository, subject, INTOTO_PAYLOAD_TYPE, payload, payload_type)
             print(f"provenance: {where}@{provenance} (refers to {digest})", file=sys.stderr)
         if key is not None:
             sbom = json.loads(args.sbom.read_text()) if args.sbom else None
-            for predicate, bundle in push_signature_bundles(
-                client, ref.repository, subject, key, provenance=statement, sbom=sbom
-            ).items():
+            signed = push_signatures(
+                client, ref.repository, subject, key, provenance=statement, sbom=sbom, legacy=args.legacy_signatures
+            )
+            for predicate, bundle in signed.bundles.items():
                 print(f"bundle: {where}@{bundle} ({predicate}, refers to {digest})", file=sys.stderr)
-            if args.legacy_signatures:
-                signature = push_image_signature(client, ref.repository, digest, key)
-                print(f"signature: {where}:{tag_for(digest, 'sig')} = {signature} (legacy)", file=sys.stderr)
+            if signed.signature_tag:
+                print(f"signature: {where}:{tag_for(digest, 'sig')} = {signed.signature_tag} (legacy)", file=sys.stderr)
+            if signed.attestations_tag:
+                print(
+                    f"attestations: {where}:{tag_for(digest, 'att')} = {signed.attestations_tag} (legacy: "
+                    f"{', '.join(p for p in signed.bundles if p != SIGN_PREDICATE)})",
+                    file=sys.stderr,
+                )
+            if not args.legacy_signatures:
+                print(f"push: {BUNDLES_ONLY_WARNING}", file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -4,7 +4,8 @@
 - Image: a "simple signing" payload naming the manifest digest, signed ECDSA P-256 /
   SHA-256, stored as an image at tag `sha256-<hex>.sig` (the signature in the layer's
   `dev.cosignproject.cosign/signature` annotation).
-- Provenance: a DSSE envelope of the in-toto Statement, stored at tag `sha256-<hex>.att`.
+- Attestations: DSSE envelopes of in-toto statements (the SLSA provenance, the SPDX SBOM), one
+  layer each, stored at tag `sha256-<hex>.att`.
 
 The private key (PEM, from OMNI_SIGNING_KEY_FILE, OMNI_SIGNING_KEY or a file) is never
 printed. Written on `cryptography`: hand-rolled ECDSA would be wrong.
@@ -32,6 +33,7 @@ DSSE_TYPE = "application/vnd.dsse.envelope.v1+json"
 INTOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 SLSA_PREDICATE = "https://slsa.dev/provenance/v1"
+PREDICATE_ANNOTATION = "predicateType"  # on each layer of a legacy `.att` image
 
 
 def load_private_key(path: Path | None = None) -> ec.EllipticCurvePrivateKey:
@@ -139,11 +141,12 @@ def tag_for(digest: str, suffix: str) -> str:
     return digest.replace(":", "-") + "." + suffix
 
 
-def _push_single_layer_image(
-    client: RegistryClient, repository: str, tag: str, payload: bytes, media_type: str, annotations: dict[str, str]
+def _push_layers_image(
+    client: RegistryClient, repository: str, tag: str, layers: list[tuple[bytes, str, dict[str, str]]]
 ) -> str:
-    """Cosign's signature/attestation image: one annotated layer, a minimal config."""
-    layer_digest = sha256_digest(payload)
+    """Cosign's signature/attestation image: one annotated layer per (payload, media type,
+    annotations), a minimal config."""
+    diff_ids = [sha256_digest(payload) for payload, _, _ in layers]
     config = canonical(
         {
             "architecture": "",
@@ -151,10 +154,10 @@ def _push_single_layer_image(
             "created": "0001-01-01T00:00:00Z",
             "history": [{"created": "0001-01-01T00:00:00Z"}],
             "os": "",
-            "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+            "rootfs": {"type": "layers", "diff_ids": diff_ids},
         }
     )
-    for blob in (payload, config):
+    for blob in (*(payload for payload, _, _ in layers), config):
         if not client.has_blob(repository, sha256_digest(blob)):
             client.upload(repository, sha256_digest(blob), blob, len(blob))
     manifest = canonical(
@@ -162,7 +165,9 @@ def _push_single_layer_image(
             "schemaVersion": 2,
             "mediaType": OCI_MANIFEST,
             "config": descriptor(OCI_CONFIG, config),
-            "layers": [descriptor(media_type, payload, annotations=annotations)],
+            "layers": [
+                descriptor(media_type, payload, annotations=annotations) for payload, media_type, annotations in layers
+            ],
         }
     )
     return client.put_manifest(repository, tag, manifest, OCI_MANIFEST)
@@ -170,22 +175,25 @@ def _push_single_layer_image(
 
 def push_image_signature(client: RegistryClient, repository: str, digest: str, key: ec.EllipticCurvePrivateKey) -> str:
     payload = simple_signing_payload(f"{client.registry}/{repository}", digest)
-    return _push_single_layer_image(
+    return _push_layers_image(
         client,
         repository,
         tag_for(digest, "sig"),
-        payload,
-        SIMPLESIGNING_TYPE,
-        {SIGNATURE_ANNOTATION: sign(key, payload)},
+        [(payload, SIMPLESIGNING_TYPE, {SIGNATURE_ANNOTATION: sign(key, payload)})],
     )
+
+
+def push_attestations(client: RegistryClient, repository: str, digest: str, envelopes: dict[str, bytes]) -> str:
+    """Cosign's legacy `.att` image: one DSSE envelope layer per predicate type (its
+    `predicateType` annotation), as `cosign attest` adds them, so cosign 2, which reads only
+    this layout, finds every attestation a bundle also carries (`--type spdxjson` included)."""
+    layers = [
+        (envelope, DSSE_TYPE, {SIGNATURE_ANNOTATION: "", PREDICATE_ANNOTATION: predicate})
+        for predicate, envelope in envelopes.items()
+    ]
+    return _push_layers_image(client, repository, tag_for(digest, "att"), layers)
 
 
 def push_attestation(client: RegistryClient, repository: str, digest: str, envelope: bytes) -> str:
-    return _push_single_layer_image(
-        client,
-        repository,
-        tag_for(digest, "att"),
-        envelope,
-        DSSE_TYPE,
-        {SIGNATURE_ANNOTATION: "", "predicateType": SLSA_PREDICATE},
-    )
+    """The legacy `.att` image holding only the SLSA provenance."""
+    return push_attestations(client, repository, digest, {SLSA_PREDICATE: envelope})

@@ -29,11 +29,20 @@ from attest.pins import ImagePins
 from attest.redact import redacting_output
 from tools.oci.build.image import BAKED_DEST, TITLE, pin_labels
 from tools.oci.build.provenance import PREDICATE_TYPE, STATEMENT_TYPE, resolved
-from tools.oci.bundles import SIGN_PREDICATE, SPDX_PREDICATE, refusing_object, signed_statements
+from tools.oci.bundles import MAX_BUNDLE_BYTES, SIGN_PREDICATE, SPDX_PREDICATE, refusing_object, signed_statements
 from tools.oci.errors import OciError
 from tools.oci.reference import Reference
 from tools.oci.remote.registry import RegistryClient
-from tools.oci.sign import DSSE_TYPE, SIGNATURE_ANNOTATION, SIMPLESIGNING_TYPE, load_public_key, pae, tag_for, verify
+from tools.oci.sign import (
+    DSSE_TYPE,
+    PREDICATE_ANNOTATION,
+    SIGNATURE_ANNOTATION,
+    SIMPLESIGNING_TYPE,
+    load_public_key,
+    pae,
+    tag_for,
+    verify,
+)
 
 # What verify reads, each bounded: signature payloads, the config, the (compressed) pins
 # layer and what it may decompress to.
@@ -41,6 +50,7 @@ MAX_SIGNED_BYTES = 1 << 20
 MAX_CONFIG_BYTES = 8 << 20
 MAX_PINS_LAYER_BYTES = 1 << 20
 MAX_PINS_UNCOMPRESSED = 8 << 20
+MAX_ATTESTATION_LAYERS = 8  # DSSE layers of a legacy `.att` image read at most
 
 
 def _refuse(message: str, field: str) -> OciError:
@@ -71,19 +81,28 @@ def _layers(manifest: dict[str, Any], what: str) -> list[dict[str, Any]]:
     return [_descriptor(layer, f"{what} layer {index}") for index, layer in enumerate(layers)]
 
 
-def _single_layer(client: RegistryClient, repository: str, tag: str, media_type: str) -> tuple[bytes, dict]:
+def _tag_manifest(client: RegistryClient, repository: str, tag: str) -> dict[str, Any]:
     try:
         data, _ = client.manifest(repository, tag)
     except OciError:
         raise _refuse(
             f"no {tag} in {client.registry}/{repository}: the image is not signed/attested there", field=tag
         ) from None
-    layers = [layer for layer in _layers(_json(data, tag), tag) if layer.get("mediaType") == media_type]
+    return _json(data, tag)
+
+
+def _annotations(layer: dict[str, Any]) -> dict[str, Any]:
+    annotations = layer.get("annotations")
+    return annotations if isinstance(annotations, dict) else {}
+
+
+def _single_layer(client: RegistryClient, repository: str, tag: str, media_type: str) -> tuple[bytes, dict]:
+    manifest = _tag_manifest(client, repository, tag)
+    layers = [layer for layer in _layers(manifest, tag) if layer.get("mediaType") == media_type]
     if len(layers) != 1:
         raise _refuse(f"{tag} must hold exactly one {media_type} layer", field=tag)
     blob = client.blob(repository, layers[0]["digest"], size=layers[0]["size"], max_bytes=MAX_SIGNED_BYTES)
-    annotations = layers[0].get("annotations")
-    return blob, annotations if isinstance(annotations, dict) else {}
+    return blob, _annotations(layers[0])
 
 
 def _gunzip_bounded(blob: bytes, limit: int, what: str) -> bytes:
@@ -138,25 +157,63 @@ def check_signature(client: RegistryClient, ref: Reference, key: Any) -> None:
         raise _refuse(f"the signature is for {signed}, not {ref.digest}", field="signature")
 
 
-def checked_provenance(client: RegistryClient, ref: Reference, key: Any) -> dict[str, Any]:
-    """The DSSE provenance, verified with `key`: an in-toto SLSA v1 statement about this digest."""
-    envelope_bytes, _ = _single_layer(client, ref.repository, tag_for(ref.digest, "att"), DSSE_TYPE)
-    envelope = _json(envelope_bytes, "provenance envelope")
+def _legacy_name(predicate: str) -> tuple[str, str, int]:
+    """How a legacy attestation is named in refusals (its text, its field) and its read bound."""
+    if predicate == PREDICATE_TYPE:
+        return "provenance", "provenance", MAX_SIGNED_BYTES
+    if predicate == SPDX_PREDICATE:
+        return "SBOM", "sbom", MAX_BUNDLE_BYTES
+    return f"{predicate!r} attestation", "attestation", MAX_SIGNED_BYTES
+
+
+def _envelope_statement(envelope_bytes: bytes, key: Any, what: str, field: str) -> dict[str, Any]:
+    """The in-toto statement of a DSSE envelope whose signature verifies with `key`."""
+    envelope = _json(envelope_bytes, f"{what} envelope")
     try:
         body = base64.b64decode(str(envelope.get("payload", "")), validate=True)
         signatures = [item for item in envelope.get("signatures") or [] if isinstance(item, dict)]
     except (ValueError, TypeError):
-        raise _refuse("the provenance envelope is malformed", field="provenance") from None
+        raise _refuse(f"the {what} envelope is malformed", field=field) from None
     payload_type = str(envelope.get("payloadType", ""))
     if not any(verify(key, pae(payload_type, body), str(item.get("sig", ""))) for item in signatures):
-        raise _refuse("the provenance signature does not verify with the given public key", field="provenance")
-    statement = _json(body, "provenance statement")
-    if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != PREDICATE_TYPE:
-        raise _refuse("the attestation is not an in-toto v1 SLSA provenance v1 statement", field="provenance")
-    subjects = [s["digest"].get("sha256") for s in statement.get("subject", [])]
-    if ref.digest.split(":", 1)[1] not in subjects:
-        raise _refuse(f"the provenance is about {subjects}, not {ref.digest}", field="provenance.subject")
-    return statement
+        raise _refuse(f"the {what} signature does not verify with the given public key", field=field)
+    return _json(body, f"{what} statement")
+
+
+def legacy_attestations(client: RegistryClient, ref: Reference, key: Any) -> dict[str, dict[str, Any]]:
+    """predicate type -> verified statement about this digest, one per DSSE layer of cosign's
+    legacy `.att` image (its `predicateType` annotation). The SLSA v1 provenance must be there;
+    a layer that fails any check, or a second layer of one predicate type, refuses the image."""
+    tag = tag_for(ref.digest, "att")
+    layers = [
+        layer
+        for layer in _layers(_tag_manifest(client, ref.repository, tag), tag)
+        if layer.get("mediaType") == DSSE_TYPE
+    ]
+    predicates = [str(_annotations(layer).get(PREDICATE_ANNOTATION, "")) for layer in layers]
+    if predicates.count(PREDICATE_TYPE) != 1:
+        raise _refuse(
+            f"{tag} must hold exactly one {DSSE_TYPE} layer annotated {PREDICATE_ANNOTATION}={PREDICATE_TYPE}",
+            field=tag,
+        )
+    if len(layers) > MAX_ATTESTATION_LAYERS or len(set(predicates)) != len(predicates):
+        raise _refuse(
+            f"{tag} must hold at most {MAX_ATTESTATION_LAYERS} {DSSE_TYPE} layers, one per predicate type", field=tag
+        )
+    statements: dict[str, dict[str, Any]] = {}
+    for layer, predicate in zip(layers, predicates):
+        what, field, bound = _legacy_name(predicate)
+        blob = client.blob(ref.repository, layer["digest"], size=layer["size"], max_bytes=bound)
+        statement = _envelope_statement(blob, key, what, field)
+        if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != predicate:
+            if predicate == PREDICATE_TYPE:
+                raise _refuse("the attestation is not an in-toto v1 SLSA provenance v1 statement", field=field)
+            raise _refuse(f"the {what} is not an in-toto v1 statement of {predicate}", field=field)
+        subjects = [s.get("digest", {}).get("sha256") for s in statement.get("subject") or [] if isinstance(s, dict)]
+        if ref.digest.split(":", 1)[1] not in subjects:
+            raise _refuse(f"the {what} is about {subjects}, not {ref.digest}", field=f"{field}.subject")
+        statements[predicate] = statement
+    return statements
 
 
 LAYOUTS = ("auto", "bundles", "legacy")
@@ -176,18 +233,19 @@ def signatures(client: RegistryClient, ref: Reference, key: Any, layout: str = "
     return statements
 
 
-def provenance_of(client: RegistryClient, ref: Reference, key: Any, statements: dict | None) -> dict[str, Any]:
-    """The provenance statement from the same layout as the signature."""
+def attested(client: RegistryClient, ref: Reference, key: Any, statements: dict | None) -> dict[str, dict]:
+    """Every verified statement from the same layout as the signature (the bundles', else the
+    legacy `.att`'s), the provenance among them."""
     if statements is None:
-        return checked_provenance(client, ref, key)
+        return legacy_attestations(client, ref, key)
     if PREDICATE_TYPE not in statements:
         raise _refuse(f"no bundle attests the provenance of {ref.digest} ({PREDICATE_TYPE})", field="provenance")
-    return statements[PREDICATE_TYPE]
+    return statements
 
 
 def signed_provenance(client: RegistryClient, ref: Reference, key: Any, layout: str = "auto") -> dict[str, Any]:
     """The signature, then the provenance statement about this digest (both verified)."""
-    return provenance_of(client, ref, key, signatures(client, ref, key, layout))
+    return attested(client, ref, key, signatures(client, ref, key, layout))[PREDICATE_TYPE]
 
 
 def verify_image(
@@ -215,7 +273,8 @@ def verify_image(
         )
         baked, baked_size = baked_pins(client, ref.repository, manifest)
 
-        statement = provenance_of(client, ref, key, statements)
+        evidence = attested(client, ref, key, statements)
+        statement = evidence[PREDICATE_TYPE]
 
         pins = baked["pins"]
         try:
@@ -259,7 +318,7 @@ def verify_image(
         "unpinned": empty,
         "runtime": baked.get("runtime"),
         "signatures": "legacy tags" if statements is None else "sigstore bundles",
-        "sbom_signed": statements is not None and SPDX_PREDICATE in statements,
+        "sbom_signed": SPDX_PREDICATE in evidence,
     }
 
 
