@@ -1,6 +1,6 @@
 """Benchmark: checkpoint verification throughput, side by side with the machine's limit.
 
-    bazel run //tools/dev/bench:boot_verify -- [--gb 3] [--files 12] [--small 1000]
+    bazel run //tools/dev/bench:boot_verify -- [--gb 3] [--files 12] [--small 1000] [--speed-seconds 3]
 
 On the same synthetic files (in the page cache): our parallel verify with no receipt,
 our warm re-verify (receipt), `sha256sum` run in parallel on all cores, and the limit
@@ -14,7 +14,6 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +25,8 @@ from boot.locks import resolve_lock
 from boot.prepare import verify_rank0
 from boot.settings import REPO, REVISION, BootSettings
 from boot.verify import VerifyReport
+from tools.dev.bench.peers import cores as core_count
+from tools.dev.bench.peers import openssl_sha256_per_core_mb_s, require
 
 
 def _make(root: Path, count: int, size: int) -> list[dict]:
@@ -68,19 +69,6 @@ def _verify(settings: BootSettings) -> VerifyReport:
     return verify_rank0(settings, resolve_lock(settings, None, derive=False), download=False, quiet=True)
 
 
-def _openssl_limit_mb_s() -> tuple[float, int]:
-    out = subprocess.run(
-        ["openssl", "speed", "-seconds", "3", "-bytes", "16384", "-evp", "sha256"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    # last line: "sha256   <MB/s in kB>k": openssl prints thousands of bytes per second
-    value = re.findall(r"([\d.]+)k\s*$", out.strip().splitlines()[-1])[0]
-    per_core = float(value) * 1000 / 1e6
-    return per_core, os.cpu_count() or 1
-
-
 def _say(message: str) -> None:
     print(f"boot_verify: {message}", file=sys.stderr, flush=True)
 
@@ -90,8 +78,10 @@ def main() -> int:
     parser.add_argument("--gb", type=float, default=3.0)
     parser.add_argument("--files", type=int, default=12)
     parser.add_argument("--small", type=int, default=1000)
+    parser.add_argument("--speed-seconds", type=int, default=3, help="how long openssl speed measures the limit")
     args = parser.parse_args()
-    cores = os.cpu_count() or 1
+    peers = require("boot_verify", "openssl", "sha256sum")
+    cores = core_count()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         base = Path(tmp)
         size = int(args.gb * 1e9 / args.files)
@@ -110,12 +100,14 @@ def main() -> int:
         warm = time.perf_counter() - started
         assert report.hashed == args.files and warm_report.hashed == 0
 
-        _say(f"sha256sum with {cores} processes, openssl speed (3 s) ...")
+        _say(f"sha256sum with {cores} processes, openssl speed ({args.speed_seconds} s) ...")
         files = " ".join(str(base / "model" / e["path"]) for e in entries)
         started = time.perf_counter()
-        subprocess.run(f"printf '%s\\n' {files} | xargs -P {cores} -n 1 sha256sum > /dev/null", shell=True, check=True)
+        subprocess.run(
+            f"printf '%s\\n' {files} | xargs -P {cores} -n 1 {peers['sha256sum']} > /dev/null", shell=True, check=True
+        )
         sha256sum = time.perf_counter() - started
-        per_core, _ = _openssl_limit_mb_s()
+        per_core = openssl_sha256_per_core_mb_s(peers["openssl"], args.speed_seconds)
         limit = per_core * cores
 
         _say(f"{args.small} small files ...")

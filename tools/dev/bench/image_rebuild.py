@@ -1,6 +1,6 @@
 """Benchmark: image rebuild after a one-line launcher change, against base size.
 
-    bazel run //tools/dev/bench:image_rebuild -- [--sizes 0.5,2,4]
+    bazel run //tools/dev/bench:image_rebuild -- [--sizes 0.5,2,4] [--rebuilds 3]
 
 For each synthetic base (held in a loopback docker-registry) it times:
   ours  - the app layer action + image assembly on the shallow base (manifest and config
@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.fixtures.oci import CRANE
 from tests.fixtures.registry import LoopbackRegistry
+from tools.dev.bench.peers import require
 from tools.oci.build.image import assemble
 from tools.oci.build.layer import write_layer
 from tools.oci.layout import canonical, descriptor, read_layout, sha256_digest
@@ -45,12 +45,10 @@ def _synthetic_base(registry: LoopbackRegistry, work: Path, size: int, repo: str
         while remaining > 0:
             part = min(CHUNK_LAYER, remaining)
             blob = work / "base-layer"
-            with blob.open("wb") as handle:
-                handle.write(os.urandom(part))
-            data_digest = (
-                "sha256:"
-                + subprocess.run(["sha256sum", str(blob)], capture_output=True, text=True, check=True).stdout.split()[0]
-            )
+            data = os.urandom(part)
+            blob.write_bytes(data)
+            data_digest = sha256_digest(data)
+            del data
             client.upload(repo, data_digest, blob, part)
             layers.append(
                 {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": data_digest, "size": part}
@@ -129,7 +127,7 @@ class Workers:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         self.processes = {
             tool: subprocess.Popen(
-                [sys.executable, "-m", f"tools.oci.{tool}", "--persistent_worker"],
+                [sys.executable, "-m", f"tools.oci.build.{tool}", "--persistent_worker"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -182,11 +180,11 @@ def _ours_with_workers(work: Path, shallow: Path, source: Path, workers: Workers
     return time.perf_counter() - started
 
 
-def _crane_append(registry: LoopbackRegistry, work: Path, base_ref: str) -> float:
+def _crane_append(crane: str, registry: LoopbackRegistry, work: Path, base_ref: str) -> float:
     started = time.perf_counter()
     subprocess.run(
         [
-            CRANE,
+            crane,
             "--insecure",
             "append",
             "-f",
@@ -203,11 +201,11 @@ def _crane_append(registry: LoopbackRegistry, work: Path, base_ref: str) -> floa
     return time.perf_counter() - started
 
 
-def _copy_based(work: Path, base_ref: str) -> float:
+def _copy_based(crane: str, work: Path, base_ref: str) -> float:
     started = time.perf_counter()
     pulled = work / "pulled"
     subprocess.run(
-        [CRANE, "--insecure", "pull", "--format", "oci", base_ref, str(pulled)],
+        [crane, "--insecure", "pull", "--format", "oci", base_ref, str(pulled)],
         check=True,
         capture_output=True,
         timeout=1200,
@@ -228,7 +226,7 @@ def _copy_based(work: Path, base_ref: str) -> float:
     return time.perf_counter() - started
 
 
-def measure(size_gb: float, work: Path, launcher_src: Path) -> tuple:
+def measure(size_gb: float, work: Path, launcher_src: Path, crane: str, rebuilds: int = 3) -> tuple:
     # A fresh registry per size: one base's storage never slows the next measurement.
     print(
         f"image_rebuild: {size_gb:g} GB base: building, pushing, rebuilding 3 times, crane and copy-based ...",
@@ -247,12 +245,12 @@ def measure(size_gb: float, work: Path, launcher_src: Path) -> tuple:
         with (work / "src/launcher/cli.py").open("a") as handle:
             handle.write("# one-line change\n")
         timings, warm = [], []
-        for _ in range(3):
+        for _ in range(rebuilds):
             shutil.rmtree(work / "ours")
             timings.append(ours(work, work / "shallow", work / "src"))
         workers = Workers()
         try:
-            for _ in range(4):  # the first request warms the imports, as Bazel's first action does
+            for _ in range(rebuilds + 1):  # the first request warms the imports, as Bazel's first action does
                 shutil.rmtree(work / "ours")
                 warm.append(_ours_with_workers(work, work / "shallow", work / "src", workers))
         finally:
@@ -264,8 +262,8 @@ def measure(size_gb: float, work: Path, launcher_src: Path) -> tuple:
             if (work / "ours/blobs/sha256" / layer["digest"].split(":")[1]).exists()
         )
         report = push(work / "ours", f"{registry.host}/bench/app")
-        crane_s = _crane_append(registry, work, base_ref)
-        copy_s = _copy_based(work, base_ref)
+        crane_s = _crane_append(crane, registry, work, base_ref)
+        copy_s = _copy_based(crane, work, base_ref)
     shutil.rmtree(work)
     return size_gb, min(timings), min(warm[1:]), crane_s, copy_s, base_bytes_out, report
 
@@ -273,9 +271,14 @@ def measure(size_gb: float, work: Path, launcher_src: Path) -> tuple:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="0.5,2,4", help="base sizes in GB")
+    parser.add_argument("--rebuilds", type=int, default=3, help="timed rebuilds per way (the best is shown)")
     args = parser.parse_args()
+    crane = require("image_rebuild", "crane", "docker-registry")["crane"]
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
-        rows = [measure(float(size), Path(tmp) / f"base-{size}", Path("launcher")) for size in args.sizes.split(",")]
+        rows = [
+            measure(float(size), Path(tmp) / f"base-{size}", Path("launcher"), crane, args.rebuilds)
+            for size in args.sizes.split(",")
+        ]
     print(
         f"{'base':>6} {'ours':>8} {'(d) workers':>12} {'(a) crane append':>17} {'(b) copy-based':>15} "
         f"{'(d)/(a)':>8} {'(b)/ours':>9} {'base bytes in output':>21}  push after the change"

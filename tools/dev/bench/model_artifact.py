@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from tests.fixtures.model import synthetic_checkpoint
-from tests.fixtures.oci import CRANE
 from tests.fixtures.registry import LoopbackRegistry
+from tools.dev.bench.peers import cores, openssl_sha256_per_core_mb_s, require
 from tools.model.layers import stream_file_layer
 from tools.model.pack import load_lock_bytes, pack
 from tools.oci.build.image import assemble
@@ -91,24 +91,11 @@ def _crane_layout(work: Path, root: Path, lock_path: Path) -> Path:
     return work / "crane-layout"
 
 
-def _openssl_sha256_mb_s() -> float:
-    """openssl's sha256 throughput on all cores, 16 KiB blocks (MB/s)."""
-    cores = os.cpu_count() or 1
-    done = subprocess.run(
-        ["openssl", "speed", "-seconds", "3", "-bytes", "16384", "-multi", str(cores), "sha256"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    line = next(line for line in done.stdout.splitlines() if line.startswith("sha256"))
-    return float(re.findall(r"([0-9.]+)k", line)[-1]) * 1000 / 1e6
-
-
-def _pull_in_memory(work: Path) -> tuple[float, int, str]:
-    """A 1 GB artifact (small enough to stay in the page cache here) pulled into tmpfs: the
-    hashing path without the disk."""
+def _pull_in_memory(work: Path, size: int) -> tuple[float, int, str]:
+    """An artifact of `size` bytes (1 GB: small enough to stay in the page cache here) pulled into
+    tmpfs: the hashing path without the disk."""
     root, lock = work / "memory", work / "memory.lock.json"
-    synthetic_checkpoint(root, lock, files=2, total_bytes=1_000_000_000)
+    synthetic_checkpoint(root, lock, files=2, total_bytes=size)
     place = Path("/dev/shm") / f"omni-bench-{os.getpid()}"
     with LoopbackRegistry() as registry:
         _timed_child(_model("pack", "--model", str(root), "--lock", str(lock), "--output", str(work / "memory-pack")))
@@ -122,9 +109,9 @@ def _pull_in_memory(work: Path) -> tuple[float, int, str]:
             shutil.rmtree(place, ignore_errors=True)
 
 
-def _disk_write_mb_s(work: Path) -> str:
+def _disk_write_mb_s(dd: str, work: Path, megabytes: int) -> str:
     done = subprocess.run(
-        ["dd", "if=/dev/zero", f"of={work / 'dd'}", "bs=8M", "count=128", "conv=fdatasync"],
+        [dd, "if=/dev/zero", f"of={work / 'dd'}", "bs=1M", f"count={megabytes}", "conv=fdatasync"],
         capture_output=True,
         text=True,
     )
@@ -132,12 +119,34 @@ def _disk_write_mb_s(work: Path) -> str:
     return done.stderr.strip().splitlines()[-1].split(",")[-1].strip()
 
 
+def _small_files(work: Path, count: int) -> list[tuple[str, str]]:
+    """A push of `count` 1 MB files, then the same push again (every blob present)."""
+    small, small_lock = work / "small", work / "small.lock.json"
+    synthetic_checkpoint(small, small_lock, files=count, total_bytes=count << 20)
+    with LoopbackRegistry() as registry:
+        _timed_child(
+            _model("pack", "--model", str(small), "--lock", str(small_lock), "--output", str(work / "small-pack"))
+        )
+        target = f"{registry.host}/bench/small:1"
+        first_s, _, _ = _timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
+        again_s, _, out = _timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
+    uploaded = json.loads(out)["uploaded"]
+    return [
+        (f"push of {count} files (1 MB each), first", f"{first_s:.2f} s"),
+        (f"re-push, every blob present ({uploaded} uploaded)", f"{again_s:.2f} s"),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-gb", type=float, default=4.0)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--small-files", type=int, default=100)
+    parser.add_argument("--memory-gb", type=float, default=1.0, help="the artifact pulled into tmpfs")
+    parser.add_argument("--speed-seconds", type=int, default=3, help="how long openssl speed measures the limit")
+    parser.add_argument("--dd-mb", type=int, default=1024, help="what dd writes to measure the disk")
     args = parser.parse_args()
+    peers = require("model_artifact", "crane", "docker-registry", "openssl", "dd")
     rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         work = Path(tmp)
@@ -148,7 +157,7 @@ def main() -> int:
         layout = _crane_layout(work, root, lock)
         with LoopbackRegistry() as theirs:
             crane_s, crane_rss, _ = _timed_child(
-                [CRANE, "push", "--insecure", str(layout), f"{theirs.host}/bench/crane:1"]
+                [peers["crane"], "push", "--insecure", str(layout), f"{theirs.host}/bench/crane:1"]
             )
         shutil.rmtree(layout)
         with LoopbackRegistry() as ours:
@@ -168,7 +177,8 @@ def main() -> int:
             pulls = {}
             pulls["disk", total] = _timed_child(_model("pull", image, str(work / "pulled"), "--lock", str(lock)))
             shutil.rmtree(work / "pulled")
-        pulls["tmpfs, page cache warm", 1_000_000_000] = _pull_in_memory(work)
+        memory = int(args.memory_gb * 1e9)
+        pulls["tmpfs, page cache warm", memory] = _pull_in_memory(work, memory)
         rows += [
             ("crane push (layout already written)", f"{crane_s:.2f} s, {crane_rss} MB RSS"),
             ("tools/model push --model --lock (one pass)", f"{one_s:.2f} s, {one_rss} MB RSS"),
@@ -179,31 +189,18 @@ def main() -> int:
             ),
             ("pack + push / crane push", f"{(pack_s + push_s) / crane_s:.2f}x"),
         ]
-        ceiling = _openssl_sha256_mb_s()
+        ceiling = openssl_sha256_per_core_mb_s(peers["openssl"], args.speed_seconds) * cores()
         for (where, size), (pull_s, pull_rss, _) in pulls.items():
             rate = size / pull_s / 1e6
             rows.append(
                 (
-                    f"tools/model pull + verify of {size / 1e9:.0f} GB, to {where}",
+                    f"tools/model pull + verify of {size / 1e9:.2g} GB, to {where}",
                     f"{pull_s:.2f} s, {rate:.0f} MB/s ({rate / ceiling * 100:.0f}% of openssl), {pull_rss} MB RSS",
                 )
             )
-        rows.append((f"openssl speed sha256 ({os.cpu_count()} cores)", f"{ceiling:.0f} MB/s"))
-        rows.append(("disk write (dd, fdatasync)", _disk_write_mb_s(work)))
-        small, small_lock = work / "small", work / "small.lock.json"
-        synthetic_checkpoint(small, small_lock, files=args.small_files, total_bytes=args.small_files << 20)
-        with LoopbackRegistry() as registry:
-            _timed_child(
-                _model("pack", "--model", str(small), "--lock", str(small_lock), "--output", str(work / "small-pack"))
-            )
-            target = f"{registry.host}/bench/small:1"
-            first_s, _, _ = _timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
-            again_s, _, out = _timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
-        uploaded = json.loads(out)["uploaded"]
-        rows += [
-            (f"push of {args.small_files} files (1 MB each), first", f"{first_s:.2f} s"),
-            (f"re-push, every blob present ({uploaded} uploaded)", f"{again_s:.2f} s"),
-        ]
+        rows.append((f"openssl speed sha256 ({cores()} cores)", f"{ceiling:.0f} MB/s"))
+        rows.append(("disk write (dd, fdatasync)", _disk_write_mb_s(peers["dd"], work, args.dd_mb)))
+        rows += _small_files(work, args.small_files)
     width = max(len(name) for name, _ in rows)
     print(f"{total / 1e9:.2f} GB in {args.files} files, loopback docker-registry, {os.cpu_count()} cores")
     for name, value in rows:

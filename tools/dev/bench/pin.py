@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 from attest.hashing import sha256_file
-from tests.fixtures.oci import CRANE
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import installed_engine, put_image
+from tools.dev.bench.peers import require
 from tools.oci.layout import OCI_LAYER_GZIP
 from tools.oci.remote.registry import RegistryClient
 
@@ -135,6 +135,7 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    crane_path = require("pin", "crane", "docker-registry")["crane"]
     if args.layers < 2:
         parser.error("--layers must be at least 2 (the engine and the whiteout sit in the last two)")
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp, LoopbackRegistry() as registry:
@@ -162,7 +163,7 @@ def main() -> int:
             seconds_text, peak_text = out.split()[:2]
             peak_kb = int(peak_text)
             ours.append((float(seconds_text), wall, peak_kb))
-            seconds = _crane(registry.host)
+            seconds = _crane(crane_path, registry.host)
             crane.append(seconds)
             print(
                 f"pin bench: run {run + 1}: ours {ours[-1][0]:.2f} s (process {wall:.2f} s, peak "
@@ -182,12 +183,12 @@ def main() -> int:
     return 0
 
 
-def _crane(host: str) -> float:
+def _crane(crane: str, host: str) -> float:
     """Seconds of `crane export IMAGE - > /dev/null`."""
     started = time.perf_counter()
     with open(os.devnull, "wb") as sink:
         subprocess.run(
-            [CRANE, "--insecure", "export", f"{host}/bench/base:bench", "-"],
+            [crane, "--insecure", "export", f"{host}/bench/base:bench", "-"],
             stdout=sink,
             stderr=subprocess.DEVNULL,
             check=True,

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.fixtures.oci import CRANE
 from tests.fixtures.registry import LoopbackRegistry
+from tools.dev.bench.peers import require
 from tools.oci.build.image import assemble
 from tools.oci.build.layer import write_layer
 from tools.oci.push import PUSH_JOBS, push
@@ -52,6 +52,7 @@ def main() -> int:
     parser.add_argument("--size-gb", type=float, default=1.0)
     parser.add_argument("--layers", type=int, default=8)
     args = parser.parse_args()
+    crane = require("push", "crane", "docker-registry")["crane"]
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         print(f"push: making a {args.size_gb:g} GB image of {args.layers} layers ...", file=sys.stderr, flush=True)
         layout = make_image(Path(tmp), int(args.size_gb * 1e9), args.layers)
@@ -62,7 +63,7 @@ def main() -> int:
             (
                 "crane push",
                 lambda host: subprocess.run(
-                    [CRANE, "--insecure", "push", str(layout), f"{host}/bench/crane:1"],
+                    [crane, "--insecure", "push", str(layout), f"{host}/bench/crane:1"],
                     check=True,
                     capture_output=True,
                     timeout=1800,
