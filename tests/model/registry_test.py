@@ -29,7 +29,7 @@ from tools.model.pack import load_lock_bytes, pack
 from tools.model.pull import expected_lock, pull
 from tools.model.push import push_artifact
 from tools.model.verify import verify_artifact
-from tools.oci.layout import OCI_MANIFEST, canonical, sha256_digest
+from tools.oci.layout import OCI_INDEX, OCI_MANIFEST, canonical, sha256_digest
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.sign import load_private_key
 
@@ -129,6 +129,24 @@ def test_both_manifests_verify_with_cosign_2_and_3_from_every_layout_each_reads(
                 assert attestation.returncode == 0, f"{where}: {attestation.stderr}"
                 other = cosign.run("verify", "--key", str(other_public), *credentials, reference, legacy=legacy)
                 assert other.returncode != 0, where
+
+
+def test_verify_names_the_layout_it_accepted_and_bundles_only_refuses_tags_alone(world, capsys) -> None:
+    report = _push(world, "models/layouts")
+    reference = f"{world.host}/models/layouts@{report.image_digest}"
+    verify = ["verify", reference, "--key", str(world.public), "--lock", str(world.lock_path), "--layout"]
+    for layout, accepted in (("auto", "sigstore bundles"), ("bundles", "sigstore bundles"), ("legacy", "legacy tags")):
+        assert main([*verify, layout]) == 0
+        assert json.loads(capsys.readouterr().out)["signatures"] == accepted
+    # The registry lost the bundles (the referrers fallback tag now lists none) and kept the tags.
+    empty = canonical({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []})
+    with world.client() as client:
+        client.put_manifest("models/layouts", report.image_digest.replace(":", "-"), empty, OCI_INDEX)
+    assert main([*verify, "bundles"]) == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == "bundle" and "no Sigstore bundle refers to" in refusal["error"]
+    assert main([*verify, "auto"]) == 0
+    assert json.loads(capsys.readouterr().out)["signatures"] == "legacy tags"
 
 
 def test_verify_accepts_both_manifests_and_refuses_another_key_lock_or_no_signature(world, capsys) -> None:

@@ -32,6 +32,7 @@ from tools.model.push import PUSH_JOBS, push_artifact, push_checkpoint
 from tools.model.verify import signed, verify_artifact
 from tools.oci.bundles import BUNDLES_ONLY_WARNING
 from tools.oci.sign import load_private_key
+from tools.oci.verify import LAYOUTS
 
 
 def _path(value: str) -> Path:
@@ -94,6 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     verifying = commands.add_parser("verify", help="check a pushed artifact without pulling its files")
     verifying.add_argument("reference", help="REGISTRY/REPO@sha256:...")
     verifying.add_argument("--key", type=_path, required=True, help="the signer's PEM public key")
+    verifying.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default="auto",
+        help="where the signatures are: Sigstore bundles where any refer to the artifact, else cosign's "
+        "legacy tags (auto, the default); or only one of them",
+    )
     _lock_options(verifying)
     return parser
 
@@ -136,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         check = (lambda client, ref: signed(client, ref, args.key)) if args.key is not None else None
         result = pull(args.reference, args.directory, _expected(args), progress=_progress("pull"), before_files=check)
     else:
-        result = verify_artifact(args.reference, args.key, _expected(args, required=False))
+        result = verify_artifact(args.reference, args.key, _expected(args, required=False), layout=args.layout)
     print(json.dumps(result, indent=2, sort_keys=True))
     return 0
 

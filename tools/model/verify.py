@@ -23,11 +23,12 @@ from tools.oci.verify import signed_provenance
 MAX_CONFIG_BYTES = 4 << 20
 
 
-def signed(client: RegistryClient, ref: Reference, public_key: Path) -> dict[str, Any]:
-    """The signature of `ref.digest`, then its provenance statement (both verified)."""
+def signed(client: RegistryClient, ref: Reference, public_key: Path, layout: str = "auto") -> tuple[dict, str]:
+    """The signature of `ref.digest`, then its provenance statement (both verified), from the
+    Sigstore bundles or cosign's legacy tags (`layout`: auto, bundles, legacy), and which."""
     key = load_public_key(public_key)
     try:
-        return signed_provenance(client, ref, key)
+        return signed_provenance(client, ref, key, layout)
     except OciError as exc:
         raise ModelError(str(exc), field=exc.field) from None
 
@@ -47,7 +48,12 @@ def _diff_ids(client: RegistryClient, ref: Reference, manifest: dict[str, Any], 
 
 
 def verify_artifact(
-    reference: str, public_key: Path, expected: ExpectedLock | None, *, client: RegistryClient | None = None
+    reference: str,
+    public_key: Path,
+    expected: ExpectedLock | None,
+    *,
+    client: RegistryClient | None = None,
+    layout: str = "auto",
 ) -> dict[str, Any]:
     ref = Reference.parse(reference)
     if not ref.digest:
@@ -56,7 +62,7 @@ def verify_artifact(
     client = client or RegistryClient(ref.registry)
     try:
         # Signature first: nothing the artifact holds is read before the signed payload names it.
-        statement = signed(client, ref, public_key)
+        statement, accepted = signed(client, ref, public_key, layout)
         definition = statement["predicate"]["buildDefinition"]
         model = (definition.get("externalParameters") or {}).get("model") or {}
         if definition.get("buildType") != BUILD_TYPE or not isinstance(model.get("lock_sha256"), str):
@@ -88,4 +94,5 @@ def verify_artifact(
         "files": len(layers),
         "bytes": sum(item.size for item in lock.files),
         "lock_bytes": len(lock_bytes),
+        "signatures": accepted,
     }

@@ -243,9 +243,18 @@ def attested(client: RegistryClient, ref: Reference, key: Any, statements: dict 
     return statements
 
 
-def signed_provenance(client: RegistryClient, ref: Reference, key: Any, layout: str = "auto") -> dict[str, Any]:
-    """The signature, then the provenance statement about this digest (both verified)."""
-    return attested(client, ref, key, signatures(client, ref, key, layout))[PREDICATE_TYPE]
+def accepted_layout(statements: dict | None) -> str:
+    """How a verify names the layout it accepted (what `signatures` returned)."""
+    return "legacy tags" if statements is None else "sigstore bundles"
+
+
+def signed_provenance(
+    client: RegistryClient, ref: Reference, key: Any, layout: str = "auto"
+) -> tuple[dict[str, Any], str]:
+    """The signature, then the provenance statement about this digest (both verified), and the
+    layout they were read from."""
+    statements = signatures(client, ref, key, layout)
+    return attested(client, ref, key, statements)[PREDICATE_TYPE], accepted_layout(statements)
 
 
 def verify_image(
@@ -317,7 +326,7 @@ def verify_image(
         "pinned": not empty,
         "unpinned": empty,
         "runtime": baked.get("runtime"),
-        "signatures": "legacy tags" if statements is None else "sigstore bundles",
+        "signatures": accepted_layout(statements),
         "sbom_signed": SPDX_PREDICATE in evidence,
     }
 
