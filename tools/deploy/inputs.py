@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from attest.primitives import UNPRINTABLE_CATEGORIES
 from tools.deploy.errors import DeployError
+from tools.deploy.names import dns_label, dns_subdomain
 from tools.deploy.scheduling import Scheduling, check_scheduling, label_pair
 from tools.oci.errors import OciError
 from tools.oci.reference import Reference
@@ -18,8 +19,6 @@ from tools.oci.reference import Reference
 # Variable names are what the shell and Kubernetes accept; secrets never go in plain `value`s.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_NAME_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-MAX_SUBDOMAIN = 253
 INT32_MAX = 2**31 - 1
 # Variables that make the dynamic loader, Python or a shell run other code than the image's.
 LOADER_VARIABLES = frozenset(
@@ -124,25 +123,6 @@ def check_model_image(options: Options) -> None:
             f"--kubernetes-version {options.kubernetes_version}: image volumes (the model artifact) need Kubernetes "
             "1.31 or later; use --model-pvc or --model-host-path on this cluster",
             field="--kubernetes-version",
-        )
-
-
-def dns_label(flag: str, value: str) -> None:
-    if not DNS_LABEL_RE.fullmatch(value):
-        raise DeployError(
-            f"{flag} {value!r} is not a DNS label (1-63 lower-case letters, digits or '-', "
-            "starting and ending with a letter or digit)",
-            field=flag,
-        )
-
-
-def dns_subdomain(flag: str, value: str) -> None:
-    """A Kubernetes object name: at most 253 characters, each dot-separated label a DNS label."""
-    if len(value) > MAX_SUBDOMAIN or not all(DNS_LABEL_RE.fullmatch(label) for label in value.split(".")):
-        raise DeployError(
-            f"{flag} {value!r} is not a Kubernetes object name (DNS labels joined by '.', at most "
-            f"{MAX_SUBDOMAIN} characters)",
-            field=flag,
         )
 
 

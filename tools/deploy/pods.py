@@ -10,7 +10,8 @@ from typing import Any
 from attest.status import HEALTH_PATH
 from tools.deploy.contract import ImageContract
 from tools.deploy.errors import DeployError
-from tools.deploy.inputs import DNS_LABEL_RE, Options, model_host_path
+from tools.deploy.inputs import Options, model_host_path
+from tools.deploy.names import DNS_LABEL_RE
 from tools.deploy.scheduling import container_resources, pod_fields
 
 # Grace for the engines to drain: both programs forward SIGTERM to the engine's process group.

@@ -10,17 +10,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tools.deploy.errors import DeployError
+from tools.deploy.names import dns_subdomain, is_label_value, qualified_name
 
 if TYPE_CHECKING:
     from tools.deploy.pods import Target
 
 # A resource quantity as the API reads one: a decimal with a binary or decimal suffix.
 QUANTITY_RE = re.compile(r"^(?P<number>[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-# A label key: an optional DNS subdomain prefix and a name of at most 63 characters.
-LABEL_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-LABEL_PREFIX_RE = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)*$")
-LABEL_VALUE_RE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)*$")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
@@ -36,29 +32,18 @@ class Scheduling:
     gpu_affinity: bool = True  # False: --no-gpu-affinity (nodes without the GPU operator's labels)
 
 
-def label_key(flag: str, key: str) -> str:
-    prefix, _, name = key.rpartition("/")
-    if (prefix and (len(prefix) > 253 or not LABEL_PREFIX_RE.fullmatch(prefix))) or not LABEL_NAME_RE.fullmatch(name):
-        raise DeployError(
-            f"{flag} {key!r}: not a label key ([DNS-subdomain/]name, the name at most 63 letters, digits, "
-            "'-', '_' or '.', starting and ending with a letter or digit)",
-            field=flag,
-        )
-    return key
-
-
 def label_pair(text: str, flag: str = "--node-selector") -> tuple[str, str]:
     """KEY=VALUE of a label (--node-selector, --api-from-namespace)."""
     key, equals, value = text.partition("=")
     if not equals:
         raise DeployError(f"{flag} {text!r}: expected KEY=VALUE", field=flag)
-    if not LABEL_VALUE_RE.fullmatch(value):
+    if not is_label_value(value):
         raise DeployError(
             f"{flag} {text!r}: the value is not a label value (at most 63 letters, digits, '-', '_' "
             "or '.', starting and ending with a letter or digit)",
             field=flag,
         )
-    return label_key(flag, key), value
+    return qualified_name(flag, key), value
 
 
 def toleration(text: str) -> dict[str, str]:
@@ -70,8 +55,8 @@ def toleration(text: str) -> dict[str, str]:
             field="--toleration",
         )
     key, equals, value = taint.partition("=")
-    label_key("--toleration", key)
-    if equals and not LABEL_VALUE_RE.fullmatch(value):
+    qualified_name("--toleration", key)
+    if equals and not is_label_value(value):
         raise DeployError(f"--toleration {text!r}: the value is not a label value", field="--toleration")
     if equals:
         return {"key": key, "operator": "Equal", "value": value, "effect": effect}
@@ -97,8 +82,7 @@ def check_scheduling(scheduling: Scheduling) -> None:
         ("--priority-class", (scheduling.priority_class,) if scheduling.priority_class else ()),
     ):
         for name in names:
-            if len(name) > 253 or not DNS_SUBDOMAIN_RE.fullmatch(name):
-                raise DeployError(f"{flag} {name!r}: not a Kubernetes object name (DNS subdomain)", field=flag)
+            dns_subdomain(flag, name)
     for key, value in scheduling.node_selector.items():
         label_pair(f"{key}={value}")
 
