@@ -159,7 +159,7 @@ def verify_rank0(
 
 
 def prepare(settings: BootSettings) -> VerifyReport | None:
-    if settings.model_source == IMAGE and not settings.skip_prepare:
+    if settings.model_source == IMAGE:  # SKIP_PREPARE included: refused there, naming it
         return verify_image_volume(settings, full=False)
     if settings.skip_prepare:
         if not (settings.model / "config.json").is_file():

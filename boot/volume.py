@@ -6,12 +6,14 @@ image volume), and boot then requires MODEL_PATH to be mounted read-only; it nev
 from what it finds. Every rank verifies its own copy against the pinned lock (a receipt in
 STATE_PATH spares re-hashing an unchanged copy), refuses a missing, changed or extra file
 naming it, and writes nothing to MODEL_PATH: no download, no verdict for other ranks to
-trust, none read from them.
+trust, none read from them. SKIP_PREPARE and SKIP_VERIFY are refused, and so is any file or
+directory under MODEL_PATH on another mount than the volume's own.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -44,6 +46,46 @@ def _require_read_only(settings: BootSettings) -> None:
         )
 
 
+MOUNTINFO = "/proc/self/mountinfo"
+MAX_MOUNTINFO_BYTES = 4 << 20  # thousands of mounts; read once, bounded
+
+
+def _mount_points() -> list[tuple[str, bool]]:
+    """(mount point, writable) of every mount this process sees (proc(5): mountinfo's fifth field
+    is the mount point with octal escapes, the sixth its per-mount options)."""
+    try:
+        with open(MOUNTINFO, "rb") as handle:
+            data = handle.read(MAX_MOUNTINFO_BYTES + 1)
+    except OSError as exc:
+        raise BootError(f"{MOUNTINFO} cannot be read ({exc.strerror}): the mounts under MODEL_PATH are unknown",
+                        field="MODEL_PATH") from None  # fmt: skip
+    if len(data) > MAX_MOUNTINFO_BYTES:
+        raise BootError(f"{MOUNTINFO} is over {MAX_MOUNTINFO_BYTES} bytes", field="MODEL_PATH")
+    found = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        fields = line.split(" ")
+        if len(fields) > 5:
+            point = re.sub(r"\\([0-7]{3})", lambda match: chr(int(match[1], 8)), fields[4])
+            found.append((point, "rw" in fields[5].split(",")))
+    return found
+
+
+def _require_one_mount(settings: BootSettings) -> None:
+    """Nothing under MODEL_PATH is mounted over the volume: a file or directory bind-mounted
+    there (a writable one above all) could change after it was verified, so it is refused,
+    naming it. Bind mounts from the same filesystem share its device number, so the kernel's
+    mount table is read, not st_dev."""
+    model = os.path.realpath(settings.model)
+    for point, writable in _mount_points():
+        if point.startswith(model + "/"):
+            raise BootError(
+                f"MODEL_SOURCE=image but {os.path.relpath(point, model)} under MODEL_PATH {settings.model} is a "
+                f"mount of its own{' (writable)' if writable else ''}; every file of an image volume is on its one "
+                "read-only mount",
+                field="MODEL_PATH",
+            )
+
+
 def _artifact_lock_matches(settings: BootSettings, data: bytes) -> None:
     """The lock the artifact carries, where it is, must be the lock boot verifies against."""
     try:
@@ -61,14 +103,21 @@ def _artifact_lock_matches(settings: BootSettings, data: bytes) -> None:
         )
 
 
+def _refuse_skips(settings: BootSettings) -> None:
+    """No variable weakens an image volume's start: each rank verifies its own copy."""
+    for variable, skipped in (("SKIP_PREPARE", settings.skip_prepare), ("SKIP_VERIFY", settings.skip_verify)):
+        if skipped:
+            raise BootError(
+                f"{variable}=1 cannot be used with MODEL_SOURCE=image: each rank verifies its own copy (a "
+                "receipt in STATE_PATH already spares re-hashing an unchanged one)",
+                field=variable,
+            )
+
+
 def verify_image_volume(settings: BootSettings, *, full: bool) -> VerifyReport:
-    if settings.skip_verify:
-        raise BootError(
-            "SKIP_VERIFY=1 cannot be used with MODEL_SOURCE=image: each rank verifies its own copy (a receipt "
-            "in STATE_PATH already spares re-hashing an unchanged one)",
-            field="SKIP_VERIFY",
-        )
+    _refuse_skips(settings)
     _require_read_only(settings)
+    _require_one_mount(settings)
     started = time.monotonic()
     in_use = resolve_lock(settings, load_baked(), derive=False)
     if in_use is None:

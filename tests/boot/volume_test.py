@@ -32,7 +32,7 @@ def _volume(base: Path) -> dict[str, str]:
     return {"CHECKPOINT_LOCK": str(lock), "CHECKPOINT_LOCK_SHA256": sha, "MODEL_SOURCE": "image"}
 
 
-def _boot(base: Path, settings: dict[str, str], *, read_only: bool = True, command: str = "prepare"):
+def _boot(base: Path, settings: dict[str, str], *, read_only: bool = True, command: str = "prepare", then: str = ""):
     if os.geteuid() != 0:
         pytest.fail(f"a read-only bind mount needs root (in a namespace of its own); this runs as uid {os.geteuid()}")
     model = base / "model"
@@ -41,6 +41,8 @@ def _boot(base: Path, settings: dict[str, str], *, read_only: bool = True, comma
     mount = f"mount --bind {shlex.quote(str(base / 'volume'))} {shlex.quote(str(model))}"
     if read_only:
         mount += f" && mount -o remount,ro,bind {shlex.quote(str(model))}"
+    if then:
+        mount += f" && {then}"
     script = f"{mount} && exec {shlex.quote(sys.executable)} -m boot {command}"
     return subprocess.run(["unshare", "-m", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=120)
 
@@ -100,11 +102,40 @@ def test_a_volume_that_is_not_the_lock_is_refused_naming_the_file(tmp_path: Path
     assert refusal["field"] == field and says in refusal["error"], refusal
 
 
-def test_a_writable_root_or_skip_verify_is_refused_with_an_image_source(tmp_path: Path) -> None:
+def test_a_writable_root_or_a_skip_is_refused_with_an_image_source(tmp_path: Path) -> None:
     settings = _volume(tmp_path)
     refusal = _refusal(_boot(tmp_path, settings, read_only=False))
     assert refusal["field"] == "MODEL_SOURCE" and "mounted writable" in refusal["error"]
-    refusal = _refusal(_boot(tmp_path, {**settings, "SKIP_VERIFY": "1"}))
-    assert refusal["field"] == "SKIP_VERIFY"
+    for variable in ("SKIP_VERIFY", "SKIP_PREPARE"):
+        for command in ("prepare", "verify"):
+            refusal = _refusal(_boot(tmp_path, {**settings, variable: "1"}, command=command))
+            assert refusal["field"] == variable and "cannot be used with MODEL_SOURCE=image" in refusal["error"]
     refusal = _refusal(_boot(tmp_path, {**settings, "MODEL_SOURCE": "volume"}))
     assert refusal["field"] == "MODEL_SOURCE" and "hub or image" in refusal["error"]
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_a_file_mounted_over_part_of_the_volume_is_refused_naming_it(tmp_path: Path, read_only: bool) -> None:
+    """The same bytes, but on a mount of its own: writable, it could change after verification."""
+    settings = _volume(tmp_path)
+    planted = tmp_path / "planted.safetensors"
+    planted.write_bytes((tmp_path / "volume" / SHARDS[0]).read_bytes())
+    target = shlex.quote(str(tmp_path / "model" / SHARDS[0]))
+    then = f"mount --bind {shlex.quote(str(planted))} {target}"
+    if read_only:
+        then += f" && mount -o remount,ro,bind {target}"
+    refusal = _refusal(_boot(tmp_path, settings, then=then))
+    assert refusal["field"] == "MODEL_PATH" and f"{SHARDS[0]} under MODEL_PATH" in refusal["error"], refusal
+    assert ("(writable)" in refusal["error"]) is not read_only
+
+
+def test_a_mount_point_whose_name_mountinfo_escapes_is_named_as_it_is(tmp_path: Path) -> None:
+    """proc(5) writes a space in a mount point as \\040: the refusal names the file itself."""
+    settings = _volume(tmp_path)
+    (tmp_path / "volume" / "notes v2.txt").write_text("planted over")
+    (tmp_path / "planted").write_text("writable")
+    then = (
+        f"mount --bind {shlex.quote(str(tmp_path / 'planted'))} {shlex.quote(str(tmp_path / 'model' / 'notes v2.txt'))}"
+    )
+    refusal = _refusal(_boot(tmp_path, settings, then=then))
+    assert refusal["field"] == "MODEL_PATH" and "notes v2.txt under MODEL_PATH" in refusal["error"], refusal

@@ -503,11 +503,26 @@ QWEN_IMAGE = ("--repository", "r.example/qwen")
         (("--model-pvc", "m", "--kubernetes-version", "2.0"), "--kubernetes-version", "1.MINOR"),
         (("--model-image", MODEL_IMAGE, "--hf-token-secret", "t"), "--hf-token-secret", "nothing is downloaded"),
         (("--model-image", MODEL_IMAGE, "--env", "MODEL_SOURCE=hub"), "MODEL_SOURCE", "manifest sets it"),
+        *(
+            (("--model-image", MODEL_IMAGE, "--env", f"{name}={value}"), name, "beside an image volume")
+            for name, value in (
+                ("SKIP_PREPARE", "1"),
+                ("SKIP_VERIFY", "1"),
+                ("CHECKPOINT_LOCK", "/tmp/other.lock.json"),
+                ("CHECKPOINT_LOCK_SHA256", "0" * 64),
+            )
+        ),
     ],
 )
 def test_bad_model_image_flags_are_refused_naming_them(flags: tuple[str, ...], field: str, says: str) -> None:
     refused = refusal(generate("deepseek_spark", "--repository", "r.example/ds", *flags))
     assert refused["field"] == field and says in refused["error"], refused
+
+
+def test_the_skips_stay_the_operators_beside_a_model_volume_of_their_own() -> None:
+    """Only an image volume fixes them: with a PVC an operator may still skip re-hashing."""
+    completed = generate("deepseek_spark", "--repository", "r.example/ds", "--model-pvc", "m", "--env", "SKIP_VERIFY=1")
+    assert completed.returncode == 0, completed.stderr
 
 
 def test_the_pinned_artifact_is_the_default_model_volume_and_another_digest_is_refused(tmp_path: Path) -> None:

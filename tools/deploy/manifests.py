@@ -86,8 +86,18 @@ def _setting(settings: tuple, name: str) -> Any:
     raise DeployError(f"{name} is no longer a setting of this program; the deploy generator is out of step", field=name)
 
 
-def _managed(target: Target) -> dict[str, str]:
-    """Variables the manifest sets itself, and why an operator may not."""
+# Beside an image volume, boot verifies every rank's copy against the image's pinned lock: no
+# variable may skip that or name another lock (boot refuses the skips too, boot/volume.py).
+IMAGE_VOLUME_FIXED = {
+    "SKIP_PREPARE": "is refused beside an image volume: every rank verifies its own copy",
+    "SKIP_VERIFY": "is refused beside an image volume: every rank verifies its own copy",
+    "CHECKPOINT_LOCK": "is the image's pinned lock beside an image volume",
+    "CHECKPOINT_LOCK_SHA256": "is the image's pinned lock beside an image volume",
+}
+
+
+def _managed(target: Target, options: Options) -> dict[str, str]:
+    """Variables the manifest sets itself or fixes, and why an operator may not."""
     if target.program == "launcher":
         names = {
             "QWEN_API_KEY": "comes from the Secret (--secret)",
@@ -112,6 +122,8 @@ def _managed(target: Target) -> dict[str, str]:
             STATUS_FILE_VARIABLE: "is where the probes read boot's verdict",
         }
         settings = boot_settings.SETTINGS
+        if options.model_image:
+            names.update(IMAGE_VOLUME_FIXED)
     for name in names:
         if name != "HF_TOKEN":
             _setting(settings, name)
@@ -126,7 +138,7 @@ def _check_options(contract: ImageContract, options: Options, secrets: tuple[str
             f"(known: {', '.join(sorted(TARGETS))})",
             field="hardware.profile",
         )
-    check_options(options, single_pod=target.group_size == 1, managed=_managed(target), secrets=secrets)
+    check_options(options, single_pod=target.group_size == 1, managed=_managed(target, options), secrets=secrets)
     return target
 
 
