@@ -1,12 +1,17 @@
-"""Atomic file writes: a reader sees the old file or the new one, never a torn one."""
+"""Atomic file writes (a reader sees the old file or the new one, never a torn one), and one
+run at a time in a working directory."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+RUN_LOCK = ".omni-run.lock"  # in a working directory: the pid of the run holding it
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, field: str | None = None) -> None:
@@ -83,3 +88,52 @@ def require_generated(path: Path, marker: bytes, *, what: str, field: str) -> No
 def canonical_json(value: Any) -> bytes:
     """Sorted keys, two-space indent, trailing newline: stable bytes for stable digests."""
     return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+@contextlib.contextmanager
+def exclusive_run(directory: Path, *, what: str, field: str) -> Iterator[None]:
+    """Hold `directory`'s run lock (created 0700 with its lock file 0600, neither followed if a
+    link) for the block: a second run on the same directory is refused at once, naming the
+    holder's pid, instead of racing it for the same partial files. The kernel releases the lock
+    when its holder dies, so a killed run never blocks the next. When the block ends the holder
+    removes the lock file (and the directory, where nothing else is left in it) before it lets
+    go: a run that locked the file as it was being removed sees that it is gone and tries again."""
+    from attest.errors import AttestError
+
+    try:
+        directory.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise AttestError(f"{directory} cannot be created: {exc.strerror}", field=field) from None
+    if directory.is_symlink() or not directory.is_dir():
+        raise AttestError(f"{directory} is not a directory of this run's own (a link or a file)", field=field)
+    path = directory / RUN_LOCK
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise AttestError(f"{path} cannot be opened: {exc.strerror} (a link is refused)", field=field) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 16, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise AttestError(
+                f"{what} is in use by another run (pid {holder}, holding {path}): wait for it to end or stop it, "
+                "then run again",
+                field=field,
+            ) from None
+        here, there = os.fstat(fd), os.stat(path, follow_symlinks=False) if os.path.lexists(path) else None
+        if there is not None and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+            break
+        os.close(fd)  # the file was replaced between open and lock: lock the one there now
+    else:
+        raise AttestError(f"{path} keeps changing under this run", field=field)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            directory.rmdir()  # only where empty: resumable partial files stay
+        os.close(fd)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from attest.baked import load_baked
 from attest.errors import AttestError
+from attest.files import RUN_LOCK, exclusive_run
 from attest.lock import LOCK_FILE, PARTIAL_DIR
 from attest.pins import BakedImage
 from attest.primitives import writable_dir
@@ -40,7 +41,7 @@ def _limits(settings: BootSettings) -> Limits:
 def _drop_stale_partials(partial: Path, items: list) -> None:
     """Partial files of files no longer wanted (placed since, or another lock's) would only
     take space: each wanted file's own partial stays, to be resumed."""
-    keep = {name for item in items for name in partial_names(item)}
+    keep = {RUN_LOCK, *(name for item in items for name in partial_names(item))}
     for entry in os.scandir(partial):
         if entry.name not in keep and not entry.is_dir(follow_symlinks=False):
             os.unlink(entry.path)
@@ -171,6 +172,15 @@ def prepare(settings: BootSettings) -> VerifyReport | None:
         wait_for_rank0(settings, baked)
         return None
     _model_root(settings, create=True)
+    if not os.access(settings.model, os.W_OK):  # nothing can be written there: no run to exclude
+        return _rank0_reporting(settings, baked)
+    # One run at a time on MODEL_PATH. A second one is refused here, before it publishes anything:
+    # the verdict files belong to the run holding the lock, whose ranks must not read this refusal.
+    with exclusive_run(settings.model / PARTIAL_DIR, what=f"MODEL_PATH {settings.model}", field="MODEL_PATH"):
+        return _rank0_reporting(settings, baked)
+
+
+def _rank0_reporting(settings: BootSettings, baked: BakedImage | None) -> VerifyReport | None:
     try:
         return _prepare_rank0(settings, baked)
     except AttestError as exc:

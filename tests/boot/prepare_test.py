@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 
-from attest.lock import VERIFIED_MARKER
+from attest.lock import PARTIAL_DIR, VERIFIED_MARKER
 from boot.cli import main as boot_main
 from boot.errors import BootError
 from boot.prepare import prepare
@@ -20,6 +20,7 @@ from boot.receipt import RECEIPT
 from boot.settings import REVISION, BootSettings
 from tests.fixtures.deepseek import SHARDS, boot_env, tiny_repo, write_lock
 from tests.fixtures.hub import HubRepo, LoopbackHub
+from tests.fixtures.tools import hold_run_lock
 
 
 def _env(base: Path, hub: LoopbackHub | None, **extra: str) -> dict[str, str]:
@@ -495,3 +496,28 @@ def test_a_file_whose_locked_digest_changed_is_hashed_again_not_reused(tmp_path:
         assert boot_main(["verify"]) == 2
     refusal = json.loads(capsys.readouterr().err.splitlines()[-1])
     assert "is bound to checkpoint lock" in refusal["error"] and refusal["field"] == RECEIPT
+
+
+def test_a_second_prepare_on_one_model_path_is_refused_naming_the_first_and_publishes_nothing(
+    tmp_path: Path, capsys
+) -> None:
+    """A restarted pod while the old one still terminates: the second rank 0 names the first's
+    pid and writes nothing the first run's ranks would read; once the first is gone it runs."""
+    model = tmp_path / "model"
+    model.mkdir()
+    holder = hold_run_lock(model / PARTIAL_DIR)
+    try:
+        with LoopbackHub(tiny_repo()) as hub:
+            env = _env(tmp_path, hub, NNODES="3", NODE_RANK="0", **_reviewed(tmp_path))
+            with mock.patch.dict(os.environ, env, clear=True):
+                assert boot_main(["prepare"]) == 2
+            refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+            assert refusal["field"] == "MODEL_PATH" and f"in use by another run (pid {holder.pid}" in refusal["error"]
+            assert sorted(p.name for p in model.iterdir()) == [PARTIAL_DIR]  # no verdict, no refusal marker
+            assert sum(hub.downloads.values()) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    with LoopbackHub(tiny_repo()) as hub:
+        report = _prepare(tmp_path, hub, **_reviewed(tmp_path))
+    assert report.downloaded == 5 and not (model / PARTIAL_DIR).exists()

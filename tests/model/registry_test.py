@@ -15,13 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from attest.lock import ARTIFACT_LOCK
+from attest.lock import ARTIFACT_LOCK, PARTIAL_DIR
 from tests.fixtures.cosign import verifiers
 from tests.fixtures.model import REVISION, checkpoint_files, write_checkpoint
 from tests.fixtures.oci import SKOPEO, UMOCI, run
 from tests.fixtures.pins import key_pair
 from tests.fixtures.raw_tar import EOA, member
 from tests.fixtures.registry import LoopbackRegistry, no_credentials
+from tests.fixtures.tools import hold_run_lock
 from tools.model.cli import main
 from tools.model.errors import ModelError
 from tools.model.layers import layer_size
@@ -404,3 +405,21 @@ def test_a_planted_partial_directory_link_is_refused_and_nothing_written_through
             client=world.client(),
         )
     assert refused.value.field == ".omni-partial" and list(elsewhere.iterdir()) == []
+
+
+def test_a_second_pull_into_one_directory_is_refused_naming_the_first_and_changes_nothing(world, capsys) -> None:
+    report = _push(world, "models/twice")
+    dest = world.tmp / "pulled"
+    dest.mkdir()
+    holder = hold_run_lock(dest / PARTIAL_DIR)
+    argv = ["pull", f"{world.host}/models/twice@{report.image_digest}", str(dest), "--lock", str(world.lock_path)]
+    try:
+        assert main(argv) == 2
+        refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+        assert refusal["field"] == PARTIAL_DIR and f"in use by another run (pid {holder.pid}" in refusal["error"]
+        assert sorted(p.name for p in dest.iterdir()) == [PARTIAL_DIR]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(argv) == 0
+    assert _tree(dest) == {**_tree(world.root), ARTIFACT_LOCK: world.lock_path.read_bytes()}

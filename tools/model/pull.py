@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from attest.errors import AttestError
+from attest.files import exclusive_run
 from attest.hashing import digest_fd, new_digest
 from attest.lock import ARTIFACT_LOCK, MAX_LOCK_BYTES, PARTIAL_DIR, WORKING_NAMES, CheckpointLock, LockedFile
 from attest.tree import open_regular, place, walk_files
@@ -198,13 +199,19 @@ def _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress) -> 
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ModelError(f"{dest} cannot be created: {exc.strerror}", field="DIR") from None
+    try:
+        with exclusive_run(dest / PARTIAL_DIR, what=f"DIR {dest}", field=PARTIAL_DIR):
+            return _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress)
+    except AttestError as exc:
+        raise ModelError(str(exc), field=exc.field) from None
+
+
+def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress) -> dict[str, Any]:
+    """The pull proper, this run alone on DIR (its run lock held in DIR/.omni-partial)."""
     _refuse_foreign_files(dest, lock)
     if os.path.lexists(dest / ARTIFACT_LOCK):
         os.unlink(dest / ARTIFACT_LOCK)  # from here on DIR is not a complete pull until the end
-    partial = dest / PARTIAL_DIR
-    partial.mkdir(mode=0o700, exist_ok=True)
-    if partial.is_symlink() or not partial.is_dir():
-        raise ModelError(f"{partial} is not a directory of this pull's own (a link or a file)", field=PARTIAL_DIR)
+    partial = dest / PARTIAL_DIR  # made, owned and locked by exclusive_run
     pairs = list(zip(layers, sorted(lock.files, key=lambda item: item.path)))
     kept = [item.path for _, item in pairs if _placed_matches(dest, item)]
     wanted = [(layer, item) for layer, item in pairs if item.path not in kept]
