@@ -282,13 +282,32 @@ def _files_problem(
     return "", ""
 
 
+def _refusal_already_there(settings: BootSettings, key: bytes | None, refusal: _Watch) -> None:
+    """A refusal already published when this rank starts: this run's rank 0's refuses this rank at
+    once, instead of leaving it to wait out RANK_WAIT_TIMEOUT_S. With a key, `_check_refusal`
+    tells this run's (authenticated, its rank 0 started within RANK_START_SPREAD_S) from an
+    earlier one's; without one, nothing is authenticated and a refusal written before that window
+    is taken for an earlier run's (rank 0 withdraws it when it starts) and ignored."""
+    if not refusal.changed():
+        return
+    if key is None:
+        try:
+            written = os.lstat(refusal.path).st_mtime_ns
+        except FileNotFoundError:
+            return
+        if written < RUN_STARTED_NS - settings.rank_start_spread_s * 10**9:
+            print(f"Rank {settings.node_rank}: ignoring {refusal.path}: an earlier run's", file=sys.stderr, flush=True)
+            return
+    _check_refusal(settings, key)
+
+
 def wait_for_rank0(settings: BootSettings, baked: BakedImage | None, *, poll_s: float | None = None) -> None:
     """Ranks > 0: this run's rank 0's verdict bound to the same lock, then this node's view of every file."""
     poll_s = poll_s or POLL_S
     deadline = time.monotonic() + settings.rank_wait_s
     key = rank_key(settings)
     verdict, refusal = _Watch(settings.model / VERIFIED_MARKER), _Watch(settings.model / REFUSED_MARKER)
-    refusal.changed()  # a refusal already there is an earlier run's: rank 0 withdraws it when it starts
+    _refusal_already_there(settings, key, refusal)
     seen, field = "no verdict yet", "RANK_WAIT_TIMEOUT_S"
     while True:
         if refusal.changed():

@@ -184,3 +184,30 @@ def test_a_bad_key_file_is_refused_naming_it(tmp_path: Path, where: str, content
     with pytest.raises(BootError, match=says) as refused:
         _rank(tmp_path, RANK_KEY_FILE=str(path))
     assert refused.value.field == "RANK_KEY_FILE"
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["with a key", "without a key"])
+def test_a_rank_starting_after_rank_0_refused_in_this_run_refuses_at_once(tmp_path: Path, keyed: bool) -> None:
+    """Not after RANK_WAIT_TIMEOUT_S: rank 0's refusal of this run is already there."""
+    (tmp_path / "model").mkdir()
+    unkeyed = {} if keyed else {"RANK_KEY_FILE": "", "RANK_GROUP": ""}
+    publish_refusal(BootSettings.from_env(_env(tmp_path, **unkeyed)), BootError("Hash mismatch", field=SHARDS[0]))
+    started = time.monotonic()
+    with pytest.raises(BootError, match="rank 0 refused the checkpoint") as refused:
+        _rank(tmp_path, RANK_WAIT_TIMEOUT_S="30", **unkeyed)
+    assert refused.value.field == SHARDS[0] and time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["with a key", "without a key"])
+def test_an_earlier_runs_refusal_is_still_ignored(tmp_path: Path, capsys, keyed: bool) -> None:
+    (tmp_path / "model").mkdir()
+    unkeyed = {} if keyed else {"RANK_KEY_FILE": "", "RANK_GROUP": ""}
+    with mock.patch("boot.ranks.RUN_STARTED_NS", time.time_ns() - 3600 * 10**9):  # rank 0 of an hour ago
+        publish_refusal(BootSettings.from_env(_env(tmp_path, **unkeyed)), BootError("old", field=SHARDS[0]))
+    marker = tmp_path / "model" / REFUSED_MARKER
+    old = time.time_ns() - 3600 * 10**9
+    os.utime(marker, ns=(old, old))
+    with pytest.raises(BootError, match="no verified checkpoint from rank 0") as refused:
+        _rank(tmp_path)
+    assert refused.value.field == "RANK_WAIT_TIMEOUT_S"
+    assert "ignoring" in capsys.readouterr().err
