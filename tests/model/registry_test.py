@@ -423,3 +423,25 @@ def test_a_second_pull_into_one_directory_is_refused_naming_the_first_and_change
         holder.wait()
     assert main(argv) == 0
     assert _tree(dest) == {**_tree(world.root), ARTIFACT_LOCK: world.lock_path.read_bytes()}
+
+
+@pytest.mark.parametrize("where", ["partial file", "placed file"])
+def test_a_planted_hard_link_is_never_written_through_nor_taken_as_present(world, where: str) -> None:
+    """A hard link to a file outside DIR, planted where a partial file goes or where a placed file
+    is (with the right bytes): the outside file never changes, and the pull places its own."""
+    report = _push(world, f"models/link-{where.split()[0]}")
+    manifest = json.loads(world.artifact.image_manifest)
+    dest, outside = world.tmp / "pulled", world.tmp / "outside.bin"
+    item = SAME_SIZE[0]
+    outside.write_bytes((world.root / item).read_bytes() if where == "placed file" else b"the user's own bytes")
+    before = outside.read_bytes()
+    if where == "partial file":
+        (dest / PARTIAL_DIR).mkdir(parents=True)
+        os.link(outside, dest / PARTIAL_DIR / (_layer(manifest, item)["digest"].split(":", 1)[1] + ".part"))
+    else:
+        dest.mkdir()
+        os.link(outside, dest / item)
+    summary = _pull_through(world, f"models/link-{where.split()[0]}", report.image_digest, httpx.HTTPTransport())
+    assert summary["kept"] == 0  # the linked file with the right bytes was not taken as present
+    assert outside.read_bytes() == before and os.stat(outside).st_nlink == 1
+    assert os.stat(dest / item).st_nlink == 1 and (dest / item).read_bytes() == (world.root / item).read_bytes()

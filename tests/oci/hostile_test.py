@@ -273,3 +273,36 @@ def test_the_base_fetch_never_reads_a_config_past_its_bounds(
     finally:
         hostile.server.shutdown()
     assert not (tmp_path / "out").exists()
+
+
+def test_a_blob_cut_short_under_its_content_length_is_a_refusal_naming_the_registry() -> None:
+    """The connection closes after 100 of the 1000 bytes the answer announced: a refusal naming
+    the registry, the blob and how much arrived, never an internal error."""
+    digest = "sha256:" + "ab" * 32
+
+    class CutShort(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b"x" * 100)
+            self.wfile.flush()
+            self.close_connection = True
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), CutShort)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_port}"
+    try:
+        with RegistryClient(host) as client, pytest.raises(OciError) as refused:
+            for _ in client.stream_blob("omni/cut", digest, 1000):
+                pass
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert refused.value.field == digest
+    assert f"{host}/omni/cut: blob {digest} broke off after 100 of 1000 bytes" in str(refused.value)

@@ -111,8 +111,14 @@ def _write_member(stream: TarStream, item: LockedFile, partial: Path, where: str
 
 
 def _create(path: Path):
-    """A partial file, created or truncated, never through a symlink planted in its place."""
-    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644), "wb")
+    """A partial file, always a new one (O_EXCL): whatever is at its name (a symlink, or a hard
+    link to a file outside DIR planted there) is unlinked first, never opened and written
+    through. The partial area is this run's alone while it holds the run lock."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644), "wb")
 
 
 def _receive_layer(blob: Iterator[bytes], item: LockedFile, temporary: Path, where: str) -> None:
@@ -148,9 +154,14 @@ def _receive_layer(blob: Iterator[bytes], item: LockedFile, temporary: Path, whe
 
 
 def _placed_matches(dest: Path, item: LockedFile) -> bool:
+    """Whether a file already in DIR is the locked one and DIR's alone: one with another link
+    (a hard link to a file outside, which could change under it) is fetched and placed anew."""
     try:
         with open_regular(dest, item.path) as fd:
-            return os.fstat(fd).st_size == item.size and digest_fd(fd, item.algorithm, item.size) == item.digest
+            found = os.fstat(fd)
+            if found.st_nlink != 1 or found.st_size != item.size:
+                return False
+            return digest_fd(fd, item.algorithm, item.size) == item.digest
     except AttestError:
         return False
 

@@ -257,7 +257,7 @@ class RegistryClient(BlobUploads):
         try:
             self._expect(response, (200,), f"blob {digest}")
             hasher, count = hashlib.sha256(), 0
-            for chunk in response.iter_bytes():  # as they arrive: a chunk size would wait to fill it
+            for chunk in self._arriving(response, f"{self.registry}/{repository}: blob {digest}", size, digest):
                 if time.monotonic() > deadline:
                     self._within_operation(f"blob {digest}")
                     raise OciError(
@@ -279,6 +279,21 @@ class RegistryClient(BlobUploads):
                 raise OciError(f"{self.registry}/{repository}: streamed blob {digest} is corrupt", field=digest)
         finally:
             response.close()
+
+    @staticmethod
+    def _arriving(response: httpx.Response, what: str, size: int, field: str) -> Iterator[bytes]:
+        """The body's chunks as they arrive; a connection that breaks off (a body cut short under
+        its Content-Length, a reset) is a refusal naming what and how much had arrived."""
+        count = 0
+        try:
+            for chunk in response.iter_bytes():  # as they arrive: a chunk size would wait to fill it
+                count += len(chunk)
+                yield chunk
+        except httpx.TransportError as exc:
+            raise OciError(
+                f"{what} broke off after {count} of {size} bytes ({type(exc).__name__}); run again to fetch it",
+                field=field,
+            ) from None
 
     # --- writes ------------------------------------------------------------------
     def mount(self, repository: str, digest: str, from_repository: str) -> bool:
