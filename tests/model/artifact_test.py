@@ -16,7 +16,7 @@ import pytest
 
 from attest.lock import ARTIFACT_LOCK
 from tests.fixtures.model import LONG_NAME, REVISION, checkpoint_files, write_checkpoint
-from tools.model.artifact import MODEL_ARTIFACT, MODEL_CONFIG, check_manifest, read_lock_layer
+from tools.model.artifact import MODEL_ARTIFACT, MODEL_CONFIG, check_manifest, parse_manifest, read_lock_layer
 from tools.model.errors import ModelError
 from tools.model.layers import IMAGE_LAYER, layer_size, stream_file_layer, tar_header
 from tools.model.pack import load_lock_bytes, pack, read_pack, write_pack
@@ -224,3 +224,19 @@ def test_a_malformed_lock_sha256_is_refused() -> None:
         with pytest.raises(ModelError) as refused:
             expected_lock(None, value)
         assert refused.value.field == "--lock-sha256"
+
+
+@pytest.mark.parametrize(
+    "data, says",
+    [
+        (b'{"mediaType": "a", "mediaType": "b"}', "duplicate"),
+        (b"[]", "object"),
+        (b'{"mediaType": ', "JSON"),
+        (b'{"schemaVersion": Infinity}', "Infinity"),
+    ],
+    ids=["duplicate keys", "a list", "cut short", "Infinity"],
+)
+def test_a_served_manifest_is_read_strictly(data: bytes, says: str) -> None:
+    with pytest.raises(ModelError) as refused:
+        parse_manifest(data, "registry.test/m@sha256:00")
+    assert refused.value.field == "manifest" and says.lower() in str(refused.value).lower(), str(refused.value)

@@ -944,3 +944,36 @@ def test_bundles_are_found_through_the_referrers_api_too(genuine, keys) -> None:
     summary = verify_image(_reference(genuine), keys["public"], client=registry)
     assert summary["signatures"] == "sigstore bundles"
     assert registry.asked == [f"/v2/{REPO}/referrers/{genuine['digest']}"]  # no fallback tag asked for
+
+
+@pytest.mark.parametrize(
+    "index, says",
+    [
+        (b"[1]", "object"),
+        (b'{"manifests": 5}', "manifests must be a list of descriptors"),
+        (b'{"manifests": [1]}', "manifests must be a list of descriptors"),
+        (b'{"manifests": [{"size": 3}]}', "manifests must be a list of descriptors"),
+        (b'{"manifests": [], "manifests": []}', "duplicate"),
+        (b'{"manifests": [', "JSON"),
+        (b'{"manifests": [], "x": NaN}', "NaN"),
+    ],
+    ids=["a list", "a number", "a number inside", "no digest", "duplicate keys", "cut short", "NaN"],
+)
+def test_a_malformed_referrers_index_is_refused_naming_it(genuine, keys, index: bytes, says: str) -> None:
+    registry = _world(genuine, keys)
+    tag = genuine["digest"].replace(":", "-")
+    registry.manifests[tag] = index
+    with pytest.raises(OciError) as refused:
+        verify_image(_reference(genuine), keys["public"], client=registry)
+    assert refused.value.field == f"the referrers of {genuine['digest']} (tag {tag})"
+    assert says.lower() in str(refused.value).lower(), str(refused.value)
+
+
+def test_an_oversized_referrers_index_is_refused(genuine, keys, monkeypatch) -> None:
+    from tools.oci.remote import referrers as referrers_module
+
+    registry = _world(genuine, keys)
+    registry.manifests[genuine["digest"].replace(":", "-")] = b'{"manifests": []}'
+    monkeypatch.setattr(referrers_module, "MAX_REFERRERS_BYTES", 16)
+    with pytest.raises(OciError, match="is over 16 bytes"):
+        verify_image(_reference(genuine), keys["public"], client=registry)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from attest.errors import AttestError
 from attest.lock import ARTIFACT_LOCK, CheckpointLock
+from attest.reader import loads_object
 from tools.model.errors import ModelError
 from tools.model.layers import (
     DOC,
@@ -267,10 +268,10 @@ def check_manifest(manifest: dict[str, Any], lock: CheckpointLock, lock_sha256: 
 def parse_manifest(data: bytes, where: str) -> tuple[dict[str, Any], bool]:
     """(manifest, is the ModelPack one) of a served model artifact manifest."""
     try:
-        manifest = json.loads(data)
-    except ValueError as exc:
-        raise ModelError(f"{where}: the manifest is not JSON: {exc}", field="manifest") from None
-    if not isinstance(manifest, dict) or manifest.get("mediaType") != OCI_MANIFEST:
+        manifest = loads_object(data, label=f"{where}: the manifest")
+    except AttestError as exc:
+        raise ModelError(str(exc), field="manifest") from None
+    if manifest.get("mediaType") != OCI_MANIFEST:
         raise ModelError(f"{where}: not an OCI image manifest", field="manifest")
     config_type = (manifest.get("config") or {}).get("mediaType") if isinstance(manifest.get("config"), dict) else None
     modelpack = manifest.get("artifactType") == MODEL_ARTIFACT

@@ -6,10 +6,11 @@ files' digests, media types), and the config's layer list.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from attest.errors import AttestError
+from attest.reader import loads_object
 from tools.model.artifact import MODEL_ARTIFACT, check_manifest, lock_descriptor, parse_manifest
 from tools.model.errors import ModelError
 from tools.model.pull import ExpectedLock, fetch_lock
@@ -39,11 +40,11 @@ def _diff_ids(client: RegistryClient, ref: Reference, manifest: dict[str, Any], 
         data = client.blob(
             ref.repository, config.get("digest", ""), size=config.get("size"), max_bytes=MAX_CONFIG_BYTES
         )
-        document = json.loads(data)
+        document = loads_object(data, label="the artifact's config")
         return document["modelfs"]["diffIds"] if modelpack else document["rootfs"]["diff_ids"]
-    except OciError as exc:
+    except (OciError, AttestError) as exc:
         raise ModelError(str(exc), field="config") from None
-    except (ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         raise ModelError("the artifact's config has no layer list", field="config") from None
 
 

@@ -21,11 +21,9 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from attest.errors import AttestError
-from attest.reader import loads_object
 from tools.oci.build.provenance import PREDICATE_TYPE as SLSA_PREDICATE
 from tools.oci.build.provenance import STATEMENT_TYPE
-from tools.oci.errors import OciError
+from tools.oci.errors import OciError, refusing_object
 from tools.oci.remote.referrers import push_referrer, referrers
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.sign import (
@@ -145,18 +143,14 @@ def _refuse(message: str, field: str) -> OciError:
     return OciError(message, field=field)
 
 
-def refusing_object(data: bytes, what: str, field: str = "bundle") -> dict[str, Any]:
-    """A JSON object from untrusted bytes (attest.reader), else an OciError naming `field`."""
-    try:
-        return loads_object(data, label=what)
-    except AttestError as exc:
-        raise _refuse(str(exc), field=field) from None
+def _document(data: bytes, what: str) -> dict[str, Any]:
+    return refusing_object(data, what, field="bundle")
 
 
 def _bundle_blob(client: RegistryClient, repository: str, digest: str, subject_digest: str) -> tuple[bytes, str]:
     """The referrer's one bundle layer and the predicate type its manifest announces."""
     what = f"bundle referrer {digest}"
-    manifest = refusing_object(client.manifest(repository, digest)[0], what)
+    manifest = _document(client.manifest(repository, digest)[0], what)
     named = (manifest.get("subject") or {}).get("digest") if isinstance(manifest.get("subject"), dict) else None
     if named != subject_digest:
         raise _refuse(f"{what} names the subject {named}, not {subject_digest}", field="bundle.subject")
@@ -175,7 +169,7 @@ def _bundle_blob(client: RegistryClient, repository: str, digest: str, subject_d
 
 def open_bundle(data: bytes, key: ec.EllipticCurvePublicKey, subject_digest: str, what: str) -> dict[str, Any]:
     """The statement of a bundle signed by `key` about `subject_digest`; refused naming the field."""
-    document = refusing_object(data, what)
+    document = _document(data, what)
     if document.get("mediaType") != BUNDLE_TYPE:
         raise _refuse(f"{what} is not a {BUNDLE_TYPE} document", field="bundle.mediaType")
     hint = ((document.get("verificationMaterial") or {}).get("publicKey") or {}).get("hint")
@@ -190,7 +184,7 @@ def open_bundle(data: bytes, key: ec.EllipticCurvePublicKey, subject_digest: str
         raise _refuse(f"{what} holds no well-formed DSSE envelope", field="bundle.dsseEnvelope") from None
     if payload_type != INTOTO_PAYLOAD_TYPE or not any(verify(key, pae(payload_type, body), s) for s in signatures):
         raise _refuse(f"{what}: the signature does not verify with the given public key", field="bundle.signature")
-    about = refusing_object(body, f"{what} statement")
+    about = _document(body, f"{what} statement")
     subjects = [s.get("digest", {}).get("sha256") for s in about.get("subject") or [] if isinstance(s, dict)]
     if about.get("_type") != STATEMENT_TYPE or subject_digest.split(":", 1)[1] not in subjects:
         raise _refuse(f"{what} is about {subjects}, not {subject_digest}", field="bundle.subject")

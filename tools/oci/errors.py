@@ -1,6 +1,8 @@
-"""The OCI tools' one error type."""
+"""The OCI tools' one error type, and the one way a registry document becomes an object."""
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class OciError(RuntimeError):
@@ -10,3 +12,16 @@ class OciError(RuntimeError):
     def __init__(self, message: str, *, field: str = "") -> None:
         super().__init__(message)
         self.field = field
+
+
+def refusing_object(data: bytes, what: str, field: str = "") -> dict[str, Any]:
+    """A JSON object from untrusted bytes, parsed by the strict reader (attest.reader: duplicate
+    keys, NaN, deep nesting and bad UTF-8 refused), else an OciError naming `what` (and `field`,
+    default `what`)."""
+    from attest.errors import AttestError
+    from attest.reader import loads_object
+
+    try:
+        return loads_object(data, label=what)
+    except AttestError as exc:
+        raise OciError(str(exc), field=field or what) from None

@@ -29,8 +29,8 @@ from attest.pins import ImagePins
 from attest.redact import redacting_output
 from tools.oci.build.image import BAKED_DEST, TITLE, pin_labels
 from tools.oci.build.provenance import PREDICATE_TYPE, STATEMENT_TYPE, resolved
-from tools.oci.bundles import MAX_BUNDLE_BYTES, SIGN_PREDICATE, SPDX_PREDICATE, refusing_object, signed_statements
-from tools.oci.errors import OciError
+from tools.oci.bundles import MAX_BUNDLE_BYTES, SIGN_PREDICATE, SPDX_PREDICATE, signed_statements
+from tools.oci.errors import OciError, refusing_object
 from tools.oci.reference import Reference
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.sign import (
