@@ -66,25 +66,6 @@ def require_replaceable(path: Path, required_keys: frozenset[str], *, what: str,
         )
 
 
-def require_generated(path: Path, marker: bytes, *, what: str, field: str) -> None:
-    """Never overwrite what this tool did not write, for text it writes with a first line that
-    starts with `marker`: an existing `path` must be a regular file (not a link) starting so."""
-    from attest.errors import AttestError
-
-    if not os.path.lexists(path):
-        return
-    try:
-        with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NOFOLLOW)) as handle:
-            ours = os.fstat(handle.fileno()).st_mode & 0o170000 == 0o100000 and handle.read(len(marker)) == marker
-    except OSError:
-        ours = False
-    if not ours:
-        raise AttestError(
-            f"{path} exists and is not {what}; it was left as it is (choose another path, or move it aside)",
-            field=field,
-        )
-
-
 def canonical_json(value: Any) -> bytes:
     """Sorted keys, two-space indent, trailing newline: stable bytes for stable digests."""
     return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")

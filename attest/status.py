@@ -78,6 +78,7 @@ def write_status(
         return
     if stage not in STAGES:
         raise ValueError(stage)
+    _require_replaceable(path)
     document = {
         "schema_version": SCHEMA_VERSION,
         "program": program,
@@ -88,6 +89,22 @@ def write_status(
         "written_ns": time.time_ns(),
     }
     write_atomic(path, json.dumps(document).encode(), field=STATUS_FILE_VARIABLE)
+
+
+def _require_replaceable(path: Path) -> None:
+    """Only a status document is ever replaced: a file of the user's, a directory, a link or a
+    special file at OMNI_STATUS_FILE is refused (at start-up: the first write) and left as it is."""
+    if not os.path.lexists(path):
+        return
+    try:
+        data = read_file(path, label=str(path), max_bytes=MAX_STATUS_BYTES, follow_symlinks=False).data
+        _checked(loads_object(data, label=str(path)), str(path))
+    except AttestError:
+        raise AttestError(
+            f"{STATUS_FILE_VARIABLE} {path} exists and is not a status document (a file of someone else's, a "
+            "directory, a link or a special file); it was left as it is: name a path of its own",
+            field=STATUS_FILE_VARIABLE,
+        ) from None
 
 
 def report_refused(path: Path | None, *, program: str, error: AttestError) -> None:
@@ -108,7 +125,10 @@ def _whole(value: Any, low: int, high: int) -> bool:
 def read_status(path: Path) -> dict[str, Any]:
     """The document, every field checked; AttestError naming the field otherwise."""
     label = str(path)
-    document = loads_object(read_file(path, label=label, max_bytes=MAX_STATUS_BYTES).data, label=label)
+    return _checked(loads_object(read_file(path, label=label, max_bytes=MAX_STATUS_BYTES).data, label=label), label)
+
+
+def _checked(document: dict[str, Any], label: str) -> dict[str, Any]:
     expected = {"schema_version", "program", "stage", "processes", "port", "reason", "written_ns"}
     if set(document) != expected:
         raise AttestError(f"{label}: expected the fields {sorted(expected)}, got {sorted(document)}", field=label)

@@ -166,3 +166,47 @@ def test_write_status_is_atomic_redacted_and_fails_closed(tmp_path: Path, monkey
     with pytest.raises(AttestError) as refused:
         write_status(blocked / "status.json", program="boot", stage="starting", pids=[os.getpid()])
     assert refused.value.field == "OMNI_STATUS_FILE"
+
+
+def _user_file(path: Path) -> None:
+    path.write_text("my notes\n")
+
+
+def _user_json(path: Path) -> None:
+    path.write_text('{"stage": "accepted"}')  # JSON, but not a status document
+
+
+def _directory(path: Path) -> None:
+    path.mkdir()
+    (path / "inside").write_text("mine")
+
+
+def _link_to_a_status_document(path: Path) -> None:
+    target = path.with_name("elsewhere.json")
+    write_status(target, program="launcher", stage="starting", pids=[os.getpid()])
+    path.symlink_to(target)
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("plant", [_user_file, _user_json, _directory, _link_to_a_status_document, _fifo])
+def test_only_a_status_document_is_ever_replaced(tmp_path: Path, plant) -> None:
+    path = tmp_path / "status.json"
+    plant(path)
+    before = sorted((p.name, p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else b"")
+                    for p in tmp_path.rglob("*") if not p.is_fifo())  # fmt: skip
+    with pytest.raises(AttestError, match="exists and is not a status document") as refused:
+        write_status(path, program="boot", stage="starting", pids=[os.getpid()])
+    assert refused.value.field == "OMNI_STATUS_FILE"
+    after = sorted((p.name, p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else b"")
+                   for p in tmp_path.rglob("*") if not p.is_fifo())  # fmt: skip
+    assert after == before
+
+
+def test_an_earlier_runs_status_document_is_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    write_status(path, program="boot", stage="refused", pids=[os.getpid()], reason="earlier run")
+    write_status(path, program="boot", stage="starting", pids=[os.getpid()])
+    assert json.loads(path.read_text())["stage"] == "starting"

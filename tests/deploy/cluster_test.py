@@ -241,6 +241,55 @@ def test_the_output_dir_replaces_only_what_deploy_wrote(tmp_path: Path) -> None:
     assert found["field"] == "--output-dir" and "not a directory" in found["error"]
 
 
+def _base_with(tmp_path: Path, change) -> tuple[Path, dict[str, bytes]]:
+    """A base deploy wrote, then `change(base)`; what it holds afterwards."""
+    base = tmp_path / "base"
+    assert generate("qwen_mi300x", *QWEN, "--service-monitor", "--output-dir", str(base)).returncode == 0
+    change(base)
+    return base, {p.name: p.read_bytes() for p in sorted(base.iterdir())}
+
+
+def _copy(base: Path) -> None:  # the user's copy of a generated file, under another name
+    shutil.copyfile(base / "deployment-qwen-mi300x.yaml", base / "my-deployment.yaml")
+
+
+def _edit(name: str):
+    def edit(base: Path) -> None:
+        path = base / name
+        path.write_text(path.read_text().replace("qwen-mi300x", "qwen-mine", 1))
+
+    return edit
+
+
+def _link(base: Path) -> None:
+    (base / "service-qwen-mi300x.yaml").unlink()
+    (base / "service-qwen-mi300x.yaml").symlink_to(base / "deployment-qwen-mi300x.yaml")
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (_copy, "my-deployment.yaml"),
+        (_edit("servicemonitor-qwen-mi300x.yaml"), "servicemonitor-qwen-mi300x.yaml"),  # would be removed as stale
+        (_edit("deployment-qwen-mi300x.yaml"), "deployment-qwen-mi300x.yaml"),  # would be replaced
+        (_edit("kustomization.yaml"), "kustomization.yaml"),
+        (_link, "service-qwen-mi300x.yaml"),
+    ],
+    ids=[
+        "a copy under another name",
+        "an edited file a rerun drops",
+        "an edited file",
+        "an edited kustomization",
+        "a link",
+    ],  # fmt: skip
+)
+def test_nothing_of_the_users_in_an_output_dir_is_removed_or_replaced(tmp_path: Path, change, named: str) -> None:
+    base, before = _base_with(tmp_path, change)
+    found = refusal(generate("qwen_mi300x", *QWEN, "--output-dir", str(base)))  # without --service-monitor
+    assert found["field"] == "--output-dir" and named in found["error"], found
+    assert {p.name: p.read_bytes() for p in sorted(base.iterdir())} == before
+
+
 def test_output_dir_refuses_a_tag_kustomize_would_drop_and_excludes_output(tmp_path: Path) -> None:
     tagged = f"registry.example/omni/qwen:v1@{digest('qwen_mi300x')}"
     flags = ("--image", tagged, "--model-pvc", "m", "--output-dir", str(tmp_path / "base"))

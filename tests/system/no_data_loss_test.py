@@ -64,6 +64,26 @@ def _deploy(tmp_path: Path, target: Path) -> int:
     return done.returncode
 
 
+def _status_file(tmp_path: Path, target: Path) -> int:
+    """`boot run` whose OMNI_STATUS_FILE names the user's file: refused at start-up, before any
+    other work (the hub is a closed loopback port, so nothing else could go anywhere)."""
+    from boot.cli import main as boot_main
+    from tests.fixtures.deepseek import boot_env
+
+    env = boot_env(tmp_path, OMNI_STATUS_FILE=str(target), HF_ENDPOINT="http://127.0.0.1:9")
+    with mock.patch.dict(os.environ, env, clear=True):
+        return boot_main(["run"])
+
+
+def _output_dir(tmp_path: Path, target: Path) -> int:
+    """The manifests as a kustomize base into the directory holding the user's file."""
+    runner = os.environ["QWEN_MANIFESTS"]
+    flags = ["--repository", "r.example/q", "--model-pvc", "m", "--output-dir", str(target.parent)]
+    done = subprocess.run([runner, *flags], capture_output=True, text=True, timeout=120)
+    sys.stderr.write(done.stderr)
+    return done.returncode
+
+
 def _gate_results(tmp_path: Path, target: Path) -> int:
     return _gate(tmp_path, target.with_name(target.name.removesuffix(".results.json")))
 
@@ -76,6 +96,8 @@ def _gate_results(tmp_path: Path, target: Path) -> int:
         (_gate, "notes.json", "--output"),
         (_gate_results, "gate.json.results.json", "--output"),
         (_deploy, "notes.yaml", "--output"),
+        (_status_file, "notes.json", "OMNI_STATUS_FILE"),
+        (_output_dir, "base/notes.yaml", "--output-dir"),
     ],
 )
 @pytest.mark.parametrize("foreign", [NOTES, b'{"mine": true}\n'])
@@ -83,10 +105,14 @@ def test_a_foreign_file_at_the_output_is_refused_and_kept(
     tmp_path: Path, capsys, command, name: str, field: str, foreign: bytes
 ) -> None:
     target = tmp_path / name
+    target.parent.mkdir(exist_ok=True)
     target.write_bytes(foreign)
     assert command(tmp_path, target) == 2
     refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
-    assert refusal["field"] == field and str(target) in refusal["error"] and "left as it is" in refusal["error"]
+    assert refusal["field"] == field and "left as it is" in refusal["error"]
+    assert str(target) in refusal["error"] or (
+        str(target.parent) in refusal["error"] and target.name in refusal["error"]
+    )
     assert target.read_bytes() == foreign
 
 

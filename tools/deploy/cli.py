@@ -21,13 +21,13 @@ import sys
 from pathlib import Path
 
 from attest.errors import AttestError, refusing_main, report_refusal
-from attest.files import require_generated, write_atomic
+from attest.files import write_atomic
 from attest.redact import known_secrets, redacting_output
 from tools.deploy.contract import ImageContract, read_contract
-from tools.deploy.emit import GENERATED_MARKER, render
+from tools.deploy.emit import render
 from tools.deploy.errors import DeployError
 from tools.deploy.inputs import DEFAULT_KUBERNETES_VERSION, IMAGE_VOLUMES_DEFAULT_ON, whole_number
-from tools.deploy.kustomize import write_base
+from tools.deploy.kustomize import generated_by_deploy, write_base
 from tools.deploy.manifests import Options, check_pins, provenance, resources
 from tools.deploy.scheduling import Scheduling, label_pair, toleration
 from tools.oci.errors import OciError
@@ -316,7 +316,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"deploy: wrote {kinds} to {directory} ({len(files)} files; kubectl apply -k)", file=sys.stderr)
         elif args.output:
             path = _output_path(args.output)
-            require_generated(path, GENERATED_MARKER.encode(), what="a manifest deploy wrote", field="--output")
+            if os.path.lexists(path) and generated_by_deploy(path) is None:
+                raise DeployError(
+                    f"--output {path} exists and is not a manifest deploy wrote, or was changed since; it was left as "
+                    "it is (choose another path, or move it aside)",
+                    field="--output",
+                )
             write_atomic(path, rendered(items).encode())
             print(f"deploy: wrote {kinds} to {path} (image {options.image})", file=sys.stderr)
         else:

@@ -11,6 +11,7 @@ only values escaped the same way.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -60,4 +61,25 @@ def render(items: list[dict[str, Any]], *, label: str, image: str, engine: str, 
         f"{GENERATED_MARKER} (bazel run {_escaped(label)}) from {_escaped(image)}\n"
         f"# engine {_escaped(engine)}, model {_escaped(model)}; regenerate, do not edit.\n"
     )
-    return header + dump(items)
+    return seal(header + dump(items))
+
+
+# The last line of every file deploy writes: the sha256 of everything above it. A file deploy
+# may replace or remove is one that starts with GENERATED_MARKER and still ends with its seal,
+# so a file the user edited (or wrote) is never taken for deploy's.
+SEAL_PREFIX = "# sha256 of the lines above: "
+MAX_GENERATED_BYTES = 8 << 20
+
+
+def seal(text: str) -> str:
+    return f"{text}{SEAL_PREFIX}{hashlib.sha256(text.encode()).hexdigest()}\n"
+
+
+def is_sealed(data: bytes) -> bool:
+    """Whether `data` is a file deploy wrote and nobody changed since."""
+    if not data.startswith(GENERATED_MARKER.encode()) or not data.endswith(b"\n"):
+        return False
+    body, _, last = data[:-1].rpartition(b"\n")
+    body += b"\n"
+    expected = (SEAL_PREFIX + hashlib.sha256(body).hexdigest()).encode()
+    return last == expected

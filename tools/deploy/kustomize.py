@@ -11,8 +11,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+
+from attest.errors import AttestError
 from attest.files import write_atomic
-from tools.deploy.emit import GENERATED_MARKER
+from attest.reader import read_file
+from tools.deploy.emit import MAX_GENERATED_BYTES, is_sealed
 from tools.deploy.errors import DeployError
 
 KUSTOMIZATION = "kustomization.yaml"
@@ -49,28 +53,57 @@ def kustomization(files: list[str], image: str, annotations: dict[str, str]) -> 
     }
 
 
-def _ours(path: Path) -> bool:
-    """A regular file whose first line is the marker deploy writes (read bounded)."""
-    if path.is_symlink() or not path.is_file():
-        return False
-    with path.open("rb") as handle:
-        return handle.read(len(GENERATED_MARKER)) == GENERATED_MARKER.encode()
+def generated_by_deploy(path: Path) -> bytes | None:
+    """The file's bytes when deploy wrote it and nobody changed it since (a regular file, not a
+    link, read once and bounded, starting with the marker and ending with its seal), else None."""
+    try:
+        data = read_file(path, label=str(path), max_bytes=MAX_GENERATED_BYTES, follow_symlinks=False).data
+    except AttestError:
+        return None
+    return data if is_sealed(data) else None
+
+
+def _listed(directory: Path) -> list[str] | None:
+    """The files deploy's own, unchanged kustomization.yaml names there (None: there is none)."""
+    data = generated_by_deploy(directory / KUSTOMIZATION)
+    document = yaml.safe_load(data) if data is not None else None
+    resources = document.get("resources") if isinstance(document, dict) else None
+    if not isinstance(resources, list) or not all(isinstance(name, str) for name in resources):
+        return None
+    return resources
 
 
 def _existing(directory: Path) -> list[Path]:
-    """What deploy wrote there before; a directory holding anything else is refused whole."""
+    """What deploy wrote there before, each file unchanged since and named by deploy's own
+    kustomization.yaml; anything else (a user's copy of a generated file under another name, a
+    generated file the user edited, a link) refuses the run, naming it, before anything changes."""
     if not os.path.lexists(directory):
         return []
     if directory.is_symlink() or not directory.is_dir():
         raise DeployError(f"{FLAG} {directory} exists and is not a directory", field=FLAG)
     entries = sorted(directory.iterdir())
-    foreign = [entry.name for entry in entries if not _ours(entry)]
-    if foreign:
+    if not entries:
+        return []
+    listed = _listed(directory)
+    if listed is None:
         raise DeployError(
-            f"{FLAG} {directory} holds files deploy did not write ({', '.join(foreign[:5])}); it was left as it "
-            "is (choose an empty or new directory)",
+            f"{FLAG} {directory} holds {', '.join(entry.name for entry in entries[:5])} and no {KUSTOMIZATION} that "
+            "deploy wrote and nobody changed; it was left as it is (choose an empty or new directory)",
             field=FLAG,
         )
+    for entry in entries:
+        if entry.name != KUSTOMIZATION and entry.name not in listed:
+            raise DeployError(
+                f"{FLAG} {directory} holds {entry.name}, which deploy did not write there (its {KUSTOMIZATION} does "
+                "not list it); it was left as it is, and nothing else changed",
+                field=FLAG,
+            )
+        if generated_by_deploy(entry) is None:
+            raise DeployError(
+                f"{FLAG}: {entry} was changed since deploy wrote it (or is a link); it was left as it is, and "
+                "nothing else changed: keep edits in an overlay, or move the file aside",
+                field=FLAG,
+            )
     return entries
 
 
