@@ -14,6 +14,7 @@ from pydantic import AfterValidator
 
 from attest.errors import AttestError
 from attest.reader import MAX_JSON_BYTES, read_json_file, refuse_nul
+from attest.redact import UNSHOWN_CATEGORIES
 
 REVISION_RE = re.compile(r"^[0-9a-fA-F]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -67,7 +68,7 @@ MAX_NAME_BYTES = 1024
 
 # Characters a name may not hold: controls, format characters (bidi overrides, zero-width
 # joiners) and line/paragraph separators.
-UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+UNPRINTABLE_CATEGORIES = UNSHOWN_CATEGORIES  # one set: refused in names, escaped when shown
 
 
 def safe_relative_name(name: str, label: str) -> str:

@@ -19,6 +19,7 @@ import os
 import shlex
 import sys
 import threading
+import unicodedata
 from typing import Callable, Iterable, TextIO
 from urllib.parse import quote
 
@@ -135,3 +136,15 @@ def redacting_output() -> None:
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, _RedactingStream):
             setattr(sys, name, _RedactingStream(stream))
+
+
+# What Unicode calls control, format and line/paragraph separators (attest.primitives refuses them
+# in names): escaped wherever untrusted text is shown.
+UNSHOWN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def escaped(text: str) -> str:
+    """Untrusted text as shown on a terminal or in `kubectl describe`: control characters (ESC of
+    ANSI/OSC sequences, BEL, newlines), format characters (bidi overrides) and line separators
+    escaped as \\uXXXX, everything else as it is."""
+    return "".join(f"\\u{ord(char):04x}" if unicodedata.category(char) in UNSHOWN_CATEGORIES else char for char in text)

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from attest.errors import AttestError
 from attest.files import write_atomic
 from attest.reader import loads_object, read_file
-from attest.redact import redact_known
+from attest.redact import escaped, redact_known
 from attest.settings import Setting, optional_path
 
 STATUS_FILE_VARIABLE = "OMNI_STATUS_FILE"
@@ -141,11 +141,9 @@ def _checked(document: dict[str, Any], label: str) -> dict[str, Any]:
         raise AttestError(f"{label}: processes must list 1..{MAX_PIDS} [pid, start time] pairs", field="processes")
     for item in processes:
         if not (
-            isinstance(item, list)
-            and len(item) == 2
-            and _whole(item[0], 1, PID_MAX)
-            and (item[1] is None or _whole(item[1], 0, 1 << 63))
+            isinstance(item, list) and len(item) == 2 and _whole(item[0], 1, PID_MAX) and _whole(item[1], 0, 1 << 63)
         ):
+            # A start time is required: without one, a pid reused by any other process would pass.
             raise AttestError(f"{label}: processes holds {item!r}; expected [pid, start time]", field="processes")
     if document["port"] is not None and not _whole(document["port"], 1, 65535):
         raise AttestError(f"{label}: port must be 1..65535 or null", field="port")
@@ -178,7 +176,7 @@ def judge(path: Path, want: str) -> str:
         return f"{document['program']} is {stage}: {document['reason']}"
     for pid, started in document["processes"]:
         now = start_time(pid)
-        if now is None or (started is not None and now != started):
+        if now is None or now != started:
             return f"process {pid} of {document['program']} is no longer running"
     if want == "live":
         return ""
@@ -208,7 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         reason = f"the probe took longer than {PROBE_DEADLINE_S:g} s"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-    print(f"not {args[0]}: {reason}" if reason else args[0], flush=True)
+    # The reason reaches `kubectl describe` and terminals: nothing in it can move a cursor or flip text.
+    print(f"not {args[0]}: {escaped(reason)}" if reason else args[0], flush=True)
     return 1 if reason else 0
 
 

@@ -20,7 +20,6 @@ import hmac
 import os
 import sys
 import time
-import unicodedata
 from pathlib import Path
 from typing import Literal
 
@@ -31,9 +30,8 @@ from attest.errors import AttestError
 from attest.files import canonical_json, write_atomic
 from attest.lock import PUBLISHED_LOCK, REFUSED_MARKER, REVIEWED, TRUST_ON_FIRST_USE, VERIFIED_MARKER
 from attest.pins import BakedImage
-from attest.primitives import UNPRINTABLE_CATEGORIES
 from attest.reader import read_file, read_json_file
-from attest.redact import redact_known
+from attest.redact import escaped, redact_known
 from attest.tree import stat_regular
 from boot.errors import BootError
 from boot.locks import LockInUse, checked_lock, load_lock_file, resolve_lock
@@ -161,13 +159,6 @@ def publish_refusal(settings: BootSettings, refusal: AttestError) -> None:
         )
 
 
-def _escaped(text: str) -> str:
-    """A published text as shown: control, format (bidi) and separator characters escaped."""
-    return "".join(
-        f"\\u{ord(char):04x}" if unicodedata.category(char) in UNPRINTABLE_CATEGORIES else char for char in text
-    )
-
-
 class _Watch:
     """A file rank 0 publishes, read again only when its identity (inode, times, size) changes."""
 
@@ -197,7 +188,7 @@ def _not_ours(settings: BootSettings, key: bytes | None, value: dict, published:
     if not hmac.compare_digest(published.mac, _mac(key, value)):
         return "its MAC does not match RANK_KEY_FILE's key (forged, or another group's)"
     if published.group != settings.rank_group:
-        return f"it is for group {_escaped(published.group)!r}, this rank's is {settings.rank_group!r} (RANK_GROUP)"
+        return f"it is for group {escaped(published.group)!r}, this rank's is {settings.rank_group!r} (RANK_GROUP)"
     if published.rank0_started_ns < RUN_STARTED_NS - settings.rank_start_spread_s * 10**9:
         ago = (RUN_STARTED_NS - published.rank0_started_ns) / 1e9
         return f"it is stale: its rank 0 started {ago:.0f} s before this rank (an earlier run's)"
@@ -243,8 +234,8 @@ def _check_refusal(settings: BootSettings, key: bytes | None) -> None:
         if not problem:
             raise BootError(
                 f"Rank {settings.node_rank}: rank 0 refused the checkpoint, so this rank does not start: "
-                f"{_escaped(refused.error)}",
-                field=_escaped(refused.field) or REFUSED_MARKER,
+                f"{escaped(refused.error)}",
+                field=escaped(refused.field) or REFUSED_MARKER,
             )
     print(f"Rank {settings.node_rank}: ignoring {path}: {problem}", file=sys.stderr, flush=True)
 

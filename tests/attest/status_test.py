@@ -57,6 +57,8 @@ def written(tmp_path: Path, value) -> Path:
         (document(stage="ready"), "stage must be one of"),
         (document(processes=[]), "processes must list"),
         (document(processes=[me()] * 9), "processes must list"),
+        (document(processes=[[os.getpid(), None]]), "processes holds"),  # a running pid, no start time
+        (document(processes=[me(), [1, None]]), "processes holds"),
         (document(processes=[[0, None]]), "processes holds"),
         (document(processes=[[True, None]]), "processes holds"),
         (document(processes=[[1 << 23, None]]), "processes holds"),
@@ -91,19 +93,30 @@ def test_stages_decide_live_and_ready(tmp_path: Path) -> None:
             assert judge(path, want) == f"boot is {stage}: the group is gone"
 
 
+def _running(seconds: float) -> tuple[subprocess.Popen, list[int]]:
+    """A child process and its [pid, start time], taken while it runs."""
+    child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+    deadline = time.monotonic() + 10
+    while start_time(child.pid) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return child, [child.pid, start_time(child.pid)]
+
+
 def test_a_process_that_ended_or_was_replaced_is_not_live(tmp_path: Path) -> None:
-    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended, recorded = _running(60)
+    ended.kill()
     ended.wait()
-    assert "no longer running" in judge(written(tmp_path, document(processes=[me(), [ended.pid, None]])), "live")
+    assert "no longer running" in judge(written(tmp_path, document(processes=[me(), recorded])), "live")
     reused = [os.getpid(), start_time(os.getpid()) + 1]  # same pid, another start: not the process that wrote it
     assert "no longer running" in judge(written(tmp_path, document(processes=[reused])), "live")
-    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    zombie, recorded = _running(0.2)
     deadline = time.monotonic() + 10
     while start_time(zombie.pid) is not None:  # exited, not yet reaped
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert os.path.exists(f"/proc/{zombie.pid}")
-    assert "no longer running" in judge(written(tmp_path, document(processes=[[zombie.pid, None]])), "live")
+    assert "no longer running" in judge(written(tmp_path, document(processes=[recorded])), "live")
     zombie.wait()
 
 
@@ -210,3 +223,15 @@ def test_an_earlier_runs_status_document_is_replaced(tmp_path: Path) -> None:
     write_status(path, program="boot", stage="refused", pids=[os.getpid()], reason="earlier run")
     write_status(path, program="boot", stage="starting", pids=[os.getpid()])
     assert json.loads(path.read_text())["stage"] == "starting"
+
+
+def test_the_probe_prints_a_refusal_reason_escaped(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The reason reaches `kubectl describe`: ANSI/OSC escapes, BEL, newlines and bidi overrides
+    in a refusal cannot move a cursor, retitle a terminal or flip the text."""
+    hostile = "bad \x1b[31mred\x1b[0m \x1b]0;title\x07 \u202eevil\u202c\nsecond line"
+    path = written(tmp_path, document(stage="refused", reason=hostile))
+    monkeypatch.setenv("OMNI_STATUS_FILE", str(path))
+    assert main(["live"]) == 1
+    shown = capsys.readouterr().out
+    assert shown.count("\n") == 1 and not any(char in shown for char in "\x1b\x07\u202e\u202c")
+    assert "\\u001b[31mred" in shown and "\\u202eevil" in shown and "\\u000asecond line" in shown
