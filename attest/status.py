@@ -34,6 +34,13 @@ from attest.redact import escaped, redact_known
 from attest.settings import Setting, optional_path
 
 STATUS_FILE_VARIABLE = "OMNI_STATUS_FILE"
+# The probe's own variable (deploy sets it to 1: the program is the container's PID 1, run in
+# process by the entry shim): a verdict counts only when its first process is that one, with
+# its recorded start time, and every other process it names descends from it. So a process the
+# program did not start (an exec'd shell, a stray child's child) writing `accepted` with its own
+# pid does not make the pod ready.
+MAIN_PID_VARIABLE = "OMNI_STATUS_MAIN_PID"
+MAX_ANCESTRY = 64  # parent links followed from a named process towards the main one
 STATUS_SETTING = Setting(
     STATUS_FILE_VARIABLE,
     "status_file",
@@ -54,9 +61,9 @@ PROBE_DEADLINE_S = 4.0
 MAX_REASON = 300
 
 
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None
-    when no such process runs or it is a zombie."""
+def _stat(pid: int) -> list[bytes] | None:
+    """/proc/PID/stat from field 3 on (state, ppid, ...), or None when no such process runs or it
+    is a zombie."""
     try:
         data = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
@@ -65,7 +72,26 @@ def start_time(pid: int) -> int | None:
     fields = data[data.rfind(b")") + 2 :].split()
     if len(fields) < 20 or fields[0] in (b"Z", b"X"):
         return None
-    return int(fields[19])
+    return fields
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), or None
+    when no such process runs or it is a zombie."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields is not None else None
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    """Whether `pid` is `ancestor` or one of its descendants (parent links, bounded)."""
+    for _ in range(MAX_ANCESTRY):
+        if pid == ancestor:
+            return True
+        fields = _stat(pid)
+        if fields is None or int(fields[1]) in (0, pid):
+            return False
+        pid = int(fields[1])
+    return False
 
 
 def write_status(
@@ -165,13 +191,32 @@ def _health(port: int) -> str:
     return "" if status == 200 else f"GET {HEALTH_PATH} on port {port} answered {status}"
 
 
-def judge(path: Path, want: str) -> str:
-    """'' when the pod is `want` (live or ready), else the reason it is not."""
+def _not_the_programs(document: dict[str, Any], main_pid: int | None) -> str:
+    """Why the named processes are not the program's own tree ('' when they are or no main pid
+    is set)."""
+    if main_pid is None:
+        return ""
+    first = document["processes"][0][0]
+    if first != main_pid:
+        return f"the verdict names process {first} first, not the program's (pid {main_pid}, {MAIN_PID_VARIABLE})"
+    for pid, _ in document["processes"][1:]:
+        # One that ended is judged below (no longer running); one that runs must be the program's.
+        if start_time(pid) is not None and not _descends(pid, main_pid):
+            return f"process {pid} is not one the program (pid {main_pid}) started"
+    return ""
+
+
+def judge(path: Path, want: str, main_pid: int | None = None) -> str:
+    """'' when the pod is `want` (live or ready), else the reason it is not. With `main_pid`, the
+    verdict must be that process's (see MAIN_PID_VARIABLE)."""
     try:
         document = read_status(path)
     except AttestError as exc:
         return f"no verdict: {exc}"
     stage = document["stage"]
+    foreign = _not_the_programs(document, main_pid)
+    if foreign:
+        return f"no verdict of the program's: {foreign}"
     if stage in ("lost", "refused"):
         return f"{document['program']} is {stage}: {document['reason']}"
     for pid, started in document["processes"]:
@@ -198,10 +243,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not raw:
         print(f"not {args[0]}: {STATUS_FILE_VARIABLE} is not set", flush=True)
         return 1
+    main_raw = os.environ.get(MAIN_PID_VARIABLE, "")
+    if main_raw and not (main_raw.isascii() and main_raw.isdigit() and 1 <= int(main_raw) <= PID_MAX):
+        print(f"not {args[0]}: {MAIN_PID_VARIABLE} must be a pid, got {escaped(main_raw)[:40]!r}", flush=True)
+        return 1
     signal.signal(signal.SIGALRM, _expire)
     signal.setitimer(signal.ITIMER_REAL, PROBE_DEADLINE_S)
     try:
-        reason = judge(Path(raw), args[0])
+        reason = judge(Path(raw), args[0], int(main_raw) if main_raw else None)
     except TimeoutError:
         reason = f"the probe took longer than {PROBE_DEADLINE_S:g} s"
     finally:

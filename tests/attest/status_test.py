@@ -235,3 +235,56 @@ def test_the_probe_prints_a_refusal_reason_escaped(tmp_path: Path, capsys, monke
     shown = capsys.readouterr().out
     assert shown.count("\n") == 1 and not any(char in shown for char in "\x1b\x07\u202e\u202c")
     assert "\\u001b[31mred" in shown and "\\u202eevil" in shown and "\\u000asecond line" in shown
+
+
+def test_only_the_main_process_tree_can_declare_the_verdict(tmp_path: Path) -> None:
+    """With OMNI_STATUS_MAIN_PID (this test process as the program), a verdict whose first process
+    is another one, or that names a process the program did not start, is not the program's."""
+    child, recorded_child = _running(60)
+    parent = [os.getppid(), start_time(os.getppid())]  # running, but not started by the program
+    try:
+        path = written(tmp_path, document(processes=[me(), recorded_child]))
+        assert judge(path, "live", os.getpid()) == ""
+        path = written(tmp_path, document(processes=[parent]))
+        assert "not the program's" in judge(path, "live", os.getpid())
+        path = written(tmp_path, document(processes=[me(), parent]))
+        assert f"process {parent[0]} is not one the program" in judge(path, "ready", os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+
+
+INTRUDER = """
+import json, os, subprocess, sys
+from pathlib import Path
+from attest.status import start_time, write_status
+status = Path(sys.argv[1])
+write_status(status, program="boot", stage="starting", pids=[os.getpid()])  # the program, PID 1
+assert os.getpid() == 1
+# Another process in the container (here a grandchild, as an exec'd shell would be a stranger)
+# declares `accepted` with its own pid.
+forge = ("import os, sys; from pathlib import Path; from attest.status import write_status; "
+         "write_status(Path(sys.argv[1]), program='boot', stage='accepted', pids=[os.getpid()])")
+subprocess.run([sys.executable, "-c", forge, str(status)], check=True)
+probe = subprocess.run([sys.executable, "-m", "attest.status", "live"], capture_output=True, text=True,
+                       env={**os.environ, "OMNI_STATUS_FILE": str(status), "OMNI_STATUS_MAIN_PID": "1"})
+write_status(status, program="boot", stage="accepted", pids=[os.getpid()])  # the program's own verdict
+own = subprocess.run([sys.executable, "-m", "attest.status", "live"], capture_output=True, text=True,
+                     env={**os.environ, "OMNI_STATUS_FILE": str(status), "OMNI_STATUS_MAIN_PID": "1"})
+print(json.dumps({"code": probe.returncode, "out": probe.stdout, "own": [own.returncode, own.stdout]}))
+"""
+
+
+def test_another_process_writing_accepted_with_its_own_pid_does_not_make_the_pod_ready(tmp_path: Path) -> None:
+    """In a pid namespace of the test's own, the program as PID 1, as in the container."""
+    if os.geteuid() != 0:
+        pytest.fail(f"a pid namespace needs root; this runs as uid {os.geteuid()}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", INTRUDER, str(tmp_path / "status.json")],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["code"] == 1 and "not the program's (pid 1, OMNI_STATUS_MAIN_PID)" in result["out"], result
+    assert result["own"] == [0, "live\n"], result

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from attest.lock import REFUSED_MARKER, VERIFIED_MARKER
-from attest.status import judge
+from attest.status import MAIN_PID_VARIABLE, judge
 from tests.fixtures.deepseek import SHARDS, tiny_repo
 from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.qwen import make_fake_tool
@@ -122,6 +122,7 @@ class Group:
         (self.lws, _) = yaml.safe_load_all(completed.stdout)
         self.processes: list[subprocess.Popen] = []
         self.outputs: dict[int, Path] = {}
+        self.probe_envs: dict[int, dict[str, str]] = {}
         bin_dir = tmp_path / "bin"
         make_fake_tool(bin_dir, "nvidia-smi", "NVIDIA GB10, 122880")
         self.pythonpath = os.pathsep.join(p for p in sys.path if p)
@@ -167,6 +168,10 @@ class Group:
                 [sys.executable, "-m", "boot", command], env=self.envs[index], stdout=log, stderr=subprocess.STDOUT
             )
         self.processes.append(process)
+        # Here each rank is a process, not a container: its boot stands for the container's PID 1,
+        # which the manifest's OMNI_STATUS_MAIN_PID=1 names for the probe.
+        assert self.envs[index][MAIN_PID_VARIABLE] == "1"
+        self.probe_envs[index] = {**self.envs[index], MAIN_PID_VARIABLE: str(process.pid)}
         self.outputs[index] = output
         return process
 
@@ -189,7 +194,7 @@ class Group:
         (container,) = self.lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"]
         assert container["readinessProbe"]["exec"]["command"][-2:] == ["attest.status", "ready"]
         return subprocess.run(
-            [sys.executable, "-m", "attest.status", verb], env=self.envs[index], capture_output=True, text=True
+            [sys.executable, "-m", "attest.status", verb], env=self.probe_envs[index], capture_output=True, text=True
         )
 
     def log(self, index: int) -> str:

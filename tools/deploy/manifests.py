@@ -9,7 +9,7 @@ from typing import Any
 
 from attest.errors import AttestError
 from attest.pins import release_refusal
-from attest.status import STATUS_FILE_VARIABLE
+from attest.status import MAIN_PID_VARIABLE, STATUS_FILE_VARIABLE
 from boot import settings as boot_settings
 from launcher import settings as launcher_settings
 from tools.deploy.contract import ImageContract
@@ -105,6 +105,7 @@ def _managed(target: Target, options: Options) -> dict[str, str]:
             "QWEN_BIND_HOST": "is 0.0.0.0 so the Service reaches the pod",
             "QWEN_CONTAINER_INTERNAL_ONLY": "is 1: the pod network is cluster-internal",
             STATUS_FILE_VARIABLE: "is where the probes read the launcher's verdict",
+            MAIN_PID_VARIABLE: "is 1: the probe takes only the verdict of the container's main process",
         }
         settings = launcher_settings.SETTINGS
     else:
@@ -120,12 +121,13 @@ def _managed(target: Target, options: Options) -> dict[str, str]:
             "RANK_KEY_FILE": "is the mounted --rank-key-secret",
             "RANK_GROUP": "is the LeaderWorkerSet group key (downward API)",
             STATUS_FILE_VARIABLE: "is where the probes read boot's verdict",
+            MAIN_PID_VARIABLE: "is 1: the probe takes only the verdict of the container's main process",
         }
         settings = boot_settings.SETTINGS
         if options.model_image:
             names.update(IMAGE_VOLUME_FIXED)
     for name in names:
-        if name != "HF_TOKEN":
+        if name not in ("HF_TOKEN", MAIN_PID_VARIABLE):  # the token's Secret; the probe's own variable
             _setting(settings, name)
     return names
 
@@ -214,6 +216,7 @@ def _launcher_resources(contract: ImageContract, options: Options, target: Targe
         {"name": "QWEN_BIND_HOST", "value": "0.0.0.0"},
         {"name": "QWEN_CONTAINER_INTERNAL_ONLY", "value": "1"},
         {"name": STATUS_FILE_VARIABLE, "value": status_file(contract)},
+        {"name": MAIN_PID_VARIABLE, "value": "1"},
         _secret_env("QWEN_API_KEY", options.secret or f"{name}-api-key", API_KEY_SECRET_KEY),
         *_operator_env(options),
     ]
@@ -309,6 +312,7 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
         {"name": "DIST_INIT_ADDR", "value": f"$({LWS_LEADER_ADDRESS}):{options.dist_port}"},
         {"name": "HOST", "value": "0.0.0.0"},
         {"name": STATUS_FILE_VARIABLE, "value": status_file(contract)},
+        {"name": MAIN_PID_VARIABLE, "value": "1"},
         _secret_env("API_KEY", options.secret or f"{name}-api-key", API_KEY_SECRET_KEY),
     ]
     if options.hf_token_secret:
