@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.fixtures.oci import make_image, make_layer
 from tests.fixtures.pins import key_pair, qwen_pins
@@ -33,7 +35,7 @@ from tools.oci.bundles import (
     bundle,
     statement,
 )
-from tools.oci.errors import OciError
+from tools.oci.errors import OciError, refusing_object
 from tools.oci.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, read_blob, read_layout, sha256_digest
 from tools.oci.remote.referrers import push_referrer
 from tools.oci.sign import (
@@ -977,3 +979,41 @@ def test_an_oversized_referrers_index_is_refused(genuine, keys, monkeypatch) -> 
     monkeypatch.setattr(referrers_module, "MAX_REFERRERS_BYTES", 16)
     with pytest.raises(OciError, match="is over 16 bytes"):
         verify_image(_reference(genuine), keys["public"], client=registry)
+
+
+JSON_SCALARS = st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=8)
+OBJECTS = st.recursive(
+    st.dictionaries(st.text(max_size=6), JSON_SCALARS, max_size=4),
+    lambda inner: st.dictionaries(st.text(max_size=6), inner | st.lists(inner, max_size=3), max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OBJECTS, st.text(max_size=6), JSON_SCALARS, st.integers(0, 10**6))
+def test_a_registry_document_with_a_duplicate_key_anywhere_is_refused(document, key, value, where) -> None:
+    """Any object, with one of its objects (nested ones too) given a key twice: refused by the one
+    strict reader every registry document goes through, naming the document."""
+    objects = []
+
+    def collect(node: Any) -> None:
+        if isinstance(node, dict):
+            objects.append(node)
+            for child in node.values():
+                collect(child)
+        elif isinstance(node, list):
+            for child in node:
+                collect(child)
+
+    collect(document)
+    target = objects[where % len(objects)]
+    target[key] = value
+    text = json.dumps(document)
+    encoded = json.dumps({key: value})[1:-1]  # `"key": value`, as the object holds it
+    marker = json.dumps(target)
+    doubled = marker[:-1] + (", " if len(target) > 0 else "") + encoded + "}"
+    assert text.count(marker) >= 1
+    with pytest.raises(OciError, match="duplicate key") as refused:
+        refusing_object(text.replace(marker, doubled, 1).encode(), "a manifest")
+    assert refused.value.field == "a manifest"
+    assert refusing_object(text.encode(), "a manifest") == document
