@@ -24,6 +24,7 @@ pipelining sends nothing past the answer being read.
 
 from __future__ import annotations
 
+import email.utils
 import math
 import threading
 import time
@@ -237,3 +238,19 @@ class DeadlineTransport(httpx.BaseTransport):
     def close(self) -> None:
         for pool in self._pools.values():
             pool.close()
+
+
+def retry_after(headers: httpx.Headers, now: float | None = None) -> float | None:
+    """The seconds a 429 or 503 answer's `Retry-After` asks to wait (RFC 9110 10.2.3: a count of
+    seconds or an HTTP-date), at least 0; None when there is none or it is neither form (the
+    caller's own backoff then applies). The caller holds the wait to its deadline."""
+    value = headers.get("Retry-After", "").strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))

@@ -29,7 +29,7 @@ from attest.files import write_atomic
 from attest.hashing import new_digest
 from attest.lock import LockedFile
 from attest.reader import read_json_file
-from attest.transport import answer_deadline
+from attest.transport import answer_deadline, retry_after
 from attest.tree import place, stat_regular
 from boot.errors import BootError
 
@@ -96,7 +96,12 @@ class DownloadProgress:
 
 
 class _Retry(Exception):
-    pass
+    """An attempt failed and another may follow; `after`: the seconds the hub asked to wait
+    (Retry-After), else None."""
+
+    def __init__(self, message: str, *, after: float | None = None) -> None:
+        super().__init__(message)
+        self.after = after
 
 
 @dataclass
@@ -202,7 +207,9 @@ def _accept(response: httpx.Response, partial: _Partial, revision: str, progress
         message = f"{item.path}: the hub answered HTTP {status}"
         if status == 416:
             partial.restart(progress)
-        raise (_Retry(message) if status in RETRYABLE_STATUS or status == 416 else BootError(message, field=item.path))
+        if status not in RETRYABLE_STATUS and status != 416:
+            raise BootError(message, field=item.path)
+        raise _Retry(message, after=retry_after(response.headers) if status in (429, 503) else None)
     _check_commit(response, item, revision)
     etag = _etag(response)
     if status == 200:
@@ -318,6 +325,25 @@ def _placed(partial: _Partial, model: Path) -> os.stat_result:
     return found
 
 
+def _pause(failed: _Retry, attempt: int, progressed: bool, item: LockedFile, limits: Limits, deadline: float) -> None:
+    """The wait before the next attempt: what the hub asked for (Retry-After), which must end
+    within the deadline; else none after progress (a cut resumes at once) and a backoff after
+    none."""
+    left = max(0.0, deadline - time.monotonic())
+    if failed.after is not None:
+        if failed.after > left:
+            raise BootError(
+                f"{item.path}: the hub asks to retry after {failed.after:g} s (Retry-After), past the "
+                f"download's deadline of {limits.deadline_s:g} s (DOWNLOAD_DEADLINE_S: {left:.0f} s left); "
+                "its partial file is kept for the next run",
+                field="DOWNLOAD_DEADLINE_S",
+            )
+        print(f"{item.path}: waiting {failed.after:g} s, as the hub's Retry-After asks", file=sys.stderr, flush=True)
+        time.sleep(failed.after)
+    elif not progressed:
+        time.sleep(min(2 ** (attempt - 1), 10, left))
+
+
 def download_file(
     session: httpx.Client,
     url: str,
@@ -342,9 +368,8 @@ def download_file(
             except _Retry as exc:
                 partial.history.append(str(exc))
                 print(f"download attempt {attempt}/{limits.attempts} failed: {exc}", file=sys.stderr, flush=True)
-                # A cut after progress resumes at once; a peer that sent nothing gets a pause.
-                if attempt < limits.attempts and partial.size <= before:
-                    time.sleep(min(2 ** (attempt - 1), 10, max(0.0, deadline - time.monotonic())))
+                if attempt < limits.attempts:
+                    _pause(exc, attempt, partial.size > before, item, limits, deadline)
                 continue
             except OSError as exc:
                 raise BootError(

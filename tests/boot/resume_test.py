@@ -215,6 +215,26 @@ def test_a_hub_trickling_its_answer_is_bounded_by_the_download_deadline(tmp_path
     assert refused.value.field == "deadline"
 
 
+@pytest.mark.parametrize("status", [429, 503])
+def test_the_hubs_retry_after_is_waited_for(tmp_path: Path, status: int, capsys) -> None:
+    with LoopbackHub(_repo(failures_before_success={SHARD: 1}, failure=(status, "2"))) as hub:
+        _prepare(tmp_path, hub.url)
+        throttled, again = hub.asked_at[SHARD][:2]
+    assert again - throttled >= 2.0  # not the 1 s backoff of an attempt without Retry-After
+    _assert_complete(tmp_path)
+    assert "waiting 2 s, as the hub's Retry-After asks" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["30", "Wed, 21 Oct 2099 07:28:00 GMT"], ids=["seconds", "an HTTP-date"])
+def test_a_retry_after_past_the_download_deadline_is_refused_naming_it(tmp_path: Path, value: str) -> None:
+    with LoopbackHub(_repo(failures_before_success={SHARD: 1}, failure=(429, value))) as hub:
+        started = time.monotonic()
+        with pytest.raises(BootError, match=r"asks to retry after .* \(Retry-After\), past the download's deadline"):
+            _prepare(tmp_path, hub.url, DOWNLOAD_DEADLINE_S="10")
+        assert time.monotonic() - started < 5 and len(hub.asked_at[SHARD]) == 1
+    assert not (tmp_path / "model" / SHARD).exists()
+
+
 def test_a_socks_proxy_is_refused_naming_its_variable(tmp_path: Path) -> None:
     with LoopbackHub(_repo()) as hub, pytest.raises(BootError, match="only http\\(s\\) proxies") as refused:
         _prepare(tmp_path, hub.url, ALL_PROXY="socks5://127.0.0.1:1080", NO_PROXY="")

@@ -62,6 +62,7 @@ REPO = "omni/qwen"
 class _Answer:
     def __init__(self, status_code: int, content: bytes) -> None:
         self.status_code, self.content, self.headers = status_code, content, {"Content-Type": "application/json"}
+        self.links: dict[str, dict[str, str]] = {}  # one page: no Link header
 
     def json(self) -> Any:
         return json.loads(self.content)

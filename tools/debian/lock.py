@@ -7,9 +7,10 @@
 The second form locks an add-on layer: only what the roots need beyond the packages of the
 lock given with --over (they are in the base below it).
 
-From the Packages index of a pinned release and suite (checked against the Release
-file's SHA256 list), for amd64 and arm64, it resolves the closure of the roots (python3
-and its shared libraries) plus data-only packages (CA certificates, tzdata) whose
+From the Packages index of a pinned release and suite, for amd64 and arm64, checked against
+the SHA256 list of the suite's Release, itself verified with gpgv against Debian's archive
+keyring (tools/debian/archive.py; --keyring names another, --archive a mirror), it resolves
+the closure of the roots (python3 and its shared libraries) plus data-only packages (CA certificates, tzdata) whose
 maintainer-script dependencies are not needed: the base runs no maintainer scripts.
 Each package gets its exact version, sha256 and download URLs (Debian's archive, the
 snapshot archive as fallback).
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import httpx
 
+from tools.debian.archive import KEYRING, ArchiveError, SignedRelease, signed_release
 from tools.debian.control import alternatives, stanzas
 
 ARCHIVE = "http://deb.debian.org/debian"
@@ -54,20 +56,14 @@ SKIPPED = {
 }
 
 
-def _get(client: httpx.Client, url: str) -> bytes:
-    response = client.get(url)
-    response.raise_for_status()
-    return response.content
-
-
-def _packages_index(client: httpx.Client, arch: str) -> tuple[dict[str, dict[str, str]], str]:
-    release = _get(client, f"{ARCHIVE}/dists/{RELEASE}/Release").decode()
-    fields = next(stanzas(release))
+def _packages_index(client: httpx.Client, archive: str, release: SignedRelease, arch: str) -> dict[str, dict[str, str]]:
+    """The suite's Packages index for `arch`, accepted only as the signed Release lists it."""
     path = f"{COMPONENT}/binary-{arch}/Packages.xz"
-    listed = {line.split()[2]: line.split()[0] for line in fields["SHA256"].splitlines() if line.strip()}
-    data = _get(client, f"{ARCHIVE}/dists/{RELEASE}/{path}")
-    if hashlib.sha256(data).hexdigest() != listed[path]:
-        sys.exit(f"lock: {path} does not match the Release file's SHA256; refusing to resolve from it")
+    response = client.get(f"{archive}/dists/{RELEASE}/{path}")
+    if response.status_code != 200:
+        raise ArchiveError(f"{archive}/dists/{RELEASE}/{path} answered HTTP {response.status_code}")
+    data = response.content
+    release.check(path, data, hashlib.sha256(data).hexdigest())
     index: dict[str, dict[str, str]] = {}
     provides: dict[str, str] = {}
     for stanza in stanzas(lzma.decompress(data).decode()):
@@ -76,7 +72,7 @@ def _packages_index(client: httpx.Client, arch: str) -> tuple[dict[str, dict[str
             provides.setdefault(names[0], stanza["Package"])
     for virtual, real in provides.items():
         index.setdefault(virtual, index[real])
-    return index, fields["Date"]
+    return index
 
 
 def resolve(
@@ -117,15 +113,42 @@ def resolve(
     return [chosen[name] for name in order]
 
 
-def _lock_entry(stanza: dict[str, str], snapshot: str) -> dict[str, object]:
+def _lock_entry(stanza: dict[str, str], archive: str, snapshot: str) -> dict[str, object]:
     return {
         "name": stanza["Package"],
         "version": stanza["Version"],
         "architecture": stanza["Architecture"],
         "sha256": stanza["SHA256"],
         "size": int(stanza["Size"]),
-        "urls": [f"{ARCHIVE}/{stanza['Filename']}", f"{SNAPSHOT}/{snapshot}/{stanza['Filename']}"],
+        "urls": [f"{archive}/{stanza['Filename']}", f"{SNAPSHOT}/{snapshot}/{stanza['Filename']}"],
     }
+
+
+def _resolve_all(lock: dict, args: argparse.Namespace, data_only: tuple[str, ...], over: dict | None) -> None:
+    """Every architecture's packages into `lock`, from the Release signed by the keyring."""
+    with httpx.Client(timeout=120, follow_redirects=True) as client:
+        release = signed_release(client, f"{args.archive}/dists", RELEASE, args.keyring)
+        print(
+            f"lock_debian: {release.source} of {RELEASE} ({release.date}) verified: signed by "
+            f"{', '.join(release.signed_by)}",
+            file=sys.stderr,
+        )
+        snapshot = email.utils.parsedate_to_datetime(release.date).strftime("%Y%m%dT%H%M%SZ")
+        lock.update(
+            release_date=release.date,
+            release_valid_until=release.valid_until,
+            release_signed_by=list(release.signed_by),
+        )
+        for arch in ARCHITECTURES:
+            index = _packages_index(client, args.archive, release, arch)
+            present = frozenset(p["name"] for p in over["packages"][arch]) if over else frozenset()
+            chosen = resolve(index, arch, tuple(args.roots), data_only, present)
+            entries = [_lock_entry(stanza, args.archive, snapshot) for stanza in chosen]
+            lock["packages"][arch] = entries
+            print(
+                f"lock_debian: {arch}: {len(entries)} packages, {sum(e['size'] for e in entries) / 1e6:.1f} MB",
+                file=sys.stderr,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         "--no-data-only", action="store_true", help=f"leave out the data-only packages ({', '.join(DATA_ONLY)})"
     )
     parser.add_argument("--over", type=Path, help="a base lock: its packages are not locked again")
+    parser.add_argument("--archive", default=ARCHIVE, help="the Debian archive (a mirror) to resolve from")
+    parser.add_argument(
+        "--keyring", type=Path, default=KEYRING, help="the OpenPGP keyring the archive's Release must be signed by"
+    )
     args = parser.parse_args(argv)
     base_dir = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY", "."))
     output = base_dir / args.output
@@ -153,20 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.over:
         lock["over"] = args.over.name
-    with httpx.Client(timeout=120, follow_redirects=True) as client:
-        for arch in ARCHITECTURES:
-            index, date = _packages_index(client, arch)
-            snapshot = email.utils.parsedate_to_datetime(date).strftime("%Y%m%dT%H%M%SZ")
-            lock["release_date"] = date
-            present = frozenset(p["name"] for p in over["packages"][arch]) if over else frozenset()
-            entries = [
-                _lock_entry(stanza, snapshot) for stanza in resolve(index, arch, tuple(args.roots), data_only, present)
-            ]
-            lock["packages"][arch] = entries  # type: ignore[index]
-            print(
-                f"lock_debian: {arch}: {len(entries)} packages, {sum(e['size'] for e in entries) / 1e6:.1f} MB",
-                file=sys.stderr,
-            )
+    args.archive, args.keyring = args.archive.rstrip("/"), base_dir / args.keyring
+    try:
+        _resolve_all(lock, args, data_only, over)
+    except ArchiveError as exc:
+        sys.exit(f"lock_debian: refused: {exc}; nothing written")
+    except httpx.HTTPError as exc:
+        sys.exit(f"lock_debian: {args.archive} cannot be read ({type(exc).__name__}: {exc}); nothing written")
     tmp = output.with_suffix(".tmp")
     tmp.write_text(json.dumps(lock, indent=2) + "\n")
     tmp.replace(output)

@@ -7,11 +7,13 @@ from typing import Any
 
 class OciError(RuntimeError):
     """An image, layer, base or registry operation failed; `field` names the culprit
-    (a file, a descriptor, a pin or a reference)."""
+    (a file, a descriptor, a pin or a reference). `final`: no other attempt could go
+    differently (a credential or token refused, the deadline passed), so none is made."""
 
-    def __init__(self, message: str, *, field: str = "") -> None:
+    def __init__(self, message: str, *, field: str = "", final: bool = False) -> None:
         super().__init__(message)
         self.field = field
+        self.final = final or field in ("deadline", "Retry-After")
 
 
 def refusing_object(data: bytes, what: str, field: str = "") -> dict[str, Any]:

@@ -13,6 +13,7 @@ import base64
 import functools
 import ipaddress
 import re
+import threading
 import time
 
 import httpx
@@ -21,6 +22,7 @@ from attest.redact import learn
 from tools.oci.errors import OciError
 from tools.oci.remote.bodies import json_object, read_bounded
 from tools.oci.remote.credentials import Credential, lookup
+from tools.oci.remote.tokens import Token, covers, lifetime, merged
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_TOKEN_BYTES = 64 << 10
@@ -73,10 +75,16 @@ def realm_withholds(registry: httpx.URL, realm: httpx.URL) -> str:
     return ""
 
 
+def parameters(challenge: str) -> dict[str, str]:
+    """The quoted parameters of a WWW-Authenticate challenge (realm, service, scope)."""
+    return dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+
+
 def _realm(registry: str, challenge: str) -> tuple[httpx.URL, dict[str, str]]:
-    fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    """The token realm (an http(s) URL) and the parameters of a Bearer challenge."""
+    fields = parameters(challenge)
     if "realm" not in fields:
-        raise OciError(f"{registry}: unsupported auth challenge {challenge!r}", field="registry")
+        raise OciError(f"{registry}: unsupported auth challenge {challenge[:200]!r}", field="registry")
     try:
         realm = httpx.URL(fields["realm"])
     except httpx.InvalidURL:
@@ -88,14 +96,18 @@ def _realm(registry: str, challenge: str) -> tuple[httpx.URL, dict[str, str]]:
 
 class RegistryAuth:
     """One registry's credential (looked up when the registry first asks) and what it earned:
-    a bearer token per scope, or the Basic header."""
+    bearer tokens per request scope (each with its life, tools.oci.remote.tokens), or the Basic
+    header. Upload threads share it: a token ending is asked for again once, not per thread."""
 
     def __init__(self, registry: str, client: httpx.Client, credential: Credential | None | object = LOOKUP) -> None:
         self.registry = registry
         self._client = client
         self._credential = credential
         self._basic: str | None = None
-        self._tokens: dict[str, str] = {}
+        self._tokens: dict[tuple[str, ...], Token] = {}
+        self._challenge = ""  # the last Bearer challenge: where a token ending is asked for again
+        self._lock = threading.Lock()
+        self.tokens_issued = 0  # for tests and summaries
 
     def credential(self) -> Credential | None:
         if self._credential is LOOKUP:
@@ -109,51 +121,83 @@ class RegistryAuth:
                 "`docker login`/`podman login`, a credential helper, or OMNI_REGISTRY_USERNAME, "
                 "OMNI_REGISTRY_PASSWORD and OMNI_REGISTRY_HOST",
                 field="registry",
+                final=True,
             )
         return OciError(
             f"{self.registry} refused the credentials from {credential.source} for {scope} (HTTP {status})",
             field="registry",
+            final=True,
         )
 
-    def known(self, scope: str) -> str | None:
-        """The Authorization already earned for `scope`, if any."""
-        if scope in self._tokens:
-            return f"Bearer {self._tokens[scope]}"
-        return self._basic
+    def refused_token(self, response: httpx.Response, scopes: tuple[str, ...]) -> OciError:
+        """A 401 to a request that carried a token just issued for it: the registry will not have it."""
+        fields = parameters(response.headers.get("WWW-Authenticate", ""))
+        asked = f"; it asks for {fields['scope'][:200]!r}" if fields.get("scope") else ""
+        return OciError(
+            f"{self.registry} refused a fresh token for {' '.join(scopes)} (HTTP 401 again){asked}",
+            field="registry",
+            final=True,
+        )
 
-    def answer(self, response: httpx.Response, scope: str, deadline_s: float) -> str | None:
+    def known(self, scopes: tuple[str, ...], deadline_s: float) -> str | None:
+        """The Authorization to send with a request needing `scopes`: its token (asked for again
+        when it is about to end), else the Basic header, else None."""
+        with self._lock:
+            token = self._tokens.get(scopes)
+            if token is None:
+                # A token earned for more (pull and push) serves a request needing less (pull).
+                wider = (t for t in self._tokens.values() if t.fresh() and covers(t.scopes, scopes))
+                token = next(wider, None)
+                return token.authorization if token else self._basic
+            if not token.fresh():
+                token = self._tokens[scopes] = self._token(self._challenge, token.scopes, deadline_s)
+            return token.authorization
+
+    def answer(self, response: httpx.Response, scopes: tuple[str, ...], deadline_s: float) -> str | None:
         """The Authorization to send again with after a 401 challenge (the response is then
-        closed), or None when there is nothing to answer."""
+        closed), or None when there is nothing to answer. A Bearer challenge always earns a new
+        token, for the union of the request's scopes and the challenge's: an expired, rotated or
+        too narrow token is replaced (unless another thread already replaced it)."""
         challenge = response.headers.get("WWW-Authenticate", "")
         if response.status_code != 401:
             return None
-        if challenge.lower().startswith("bearer") and scope not in self._tokens:
+        sent = response.request.headers.get("Authorization") if response.request is not None else None
+        if challenge.lower().startswith("bearer"):
             response.close()
-            self._tokens[scope] = self._token(challenge, scope, deadline_s)
-            return f"Bearer {self._tokens[scope]}"
+            _, fields = _realm(self.registry, challenge)
+            wanted = merged((*scopes, fields.get("scope", "")), f"{self.registry}: the auth challenge")
+            with self._lock:
+                self._challenge = challenge
+                current = self._tokens.get(scopes)
+                if current and current.authorization != sent and current.fresh() and covers(current.scopes, wanted):
+                    return current.authorization  # another thread earned it while this request was out
+                self._tokens[scopes] = self._token(challenge, wanted, deadline_s)
+                return self._tokens[scopes].authorization
         if challenge.lower().startswith("basic"):
             response.close()
             credential = self.credential()
-            sent = response.request.headers.get("Authorization") if response.request is not None else None
             if self._basic and sent != self._basic:
                 return self._basic  # another thread earned it while this request went out bare
             if credential is None or self._basic:
-                raise self.refused(credential, 401, scope)
+                raise self.refused(credential, 401, " ".join(scopes))
             pair = f"{credential.username}:{credential.secret}".encode()
             self._basic = "Basic " + base64.b64encode(pair).decode()
             return self._basic
         return None
 
-    def _token(self, challenge: str, scope: str, deadline_s: float) -> str:
+    def _token(self, challenge: str, scopes: tuple[str, ...], deadline_s: float) -> Token:
         realm, fields = _realm(self.registry, challenge)
-        params = {"scope": scope, **({"service": fields["service"]} if "service" in fields else {})}
+        scope = " ".join(scopes)
+        params = {"scope": list(scopes), **({"service": fields["service"]} if "service" in fields else {})}
         withheld = realm_withholds(self._client.base_url, realm)
         credential = self.credential() if not withheld else None
-        deadline = time.monotonic() + deadline_s
+        asked = time.monotonic()
+        deadline = asked + deadline_s
         if credential is not None and credential.identity_token:
-            # Docker's identity token is an OAuth2 refresh token (distribution's token spec).
+            # Docker's identity token is an OAuth2 refresh token (distribution's token spec),
+            # whose POST form takes the scopes space-separated.
             refresh = {"grant_type": "refresh_token", "refresh_token": credential.secret, "client_id": "omni"}
-            ask = {"method": "POST", "data": {**params, **refresh}}
+            ask = {"method": "POST", "data": {**params, "scope": scope, **refresh}}
         else:
             basic = (credential.username, credential.secret) if credential is not None else None
             ask = {"method": "GET", "params": params, "auth": basic}
@@ -173,12 +217,16 @@ class RegistryAuth:
                     f"{self.registry}: the token service refused an anonymous request for {scope} "
                     f"(HTTP {status}); the registry's credential was withheld: {withheld}",
                     field="registry",
+                    final=True,
                 )
             raise self.refused(credential, status, scope)
         if status != 200:
             raise OciError(f"{self.registry}: token service answered HTTP {status} for {scope}", field="registry")
-        body = json_object(data, f"{self.registry} token response")
-        token = body.get("token") or body.get("access_token") or ""
-        token = token if isinstance(token, str) else ""
-        learn(token)
-        return token
+        where = f"{self.registry} token response"
+        body = json_object(data, where)
+        value = body.get("token") or body.get("access_token")
+        if not isinstance(value, str) or not value:
+            raise OciError(f"{where}: no token for {scope} (neither token nor access_token)", field="registry")
+        learn(value)
+        self.tokens_issued += 1
+        return Token(value, scopes, asked, lifetime(body, where))

@@ -22,7 +22,7 @@ from typing import Iterator
 
 import httpx
 
-from attest.transport import DeadlineTransport, ProxyRefused, answer_deadline
+from attest.transport import DeadlineTransport, ProxyRefused, answer_deadline, retry_after
 from tools.oci.errors import OciError
 from tools.oci.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
 from tools.oci.reference import DIGEST_RE
@@ -40,6 +40,11 @@ RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DOCUMENT_DEADLINE_S = 120.0
 BLOB_MIN_DEADLINE_S = 120.0
 BLOB_MIN_BYTES_PER_S = 256 << 10
+
+
+def _replayable(content: object) -> bool:
+    """Whether a request body can be sent again as it is (bytes), not a stream read once."""
+    return content is None or isinstance(content, (bytes, str))
 
 
 class RegistryClient(BlobUploads):
@@ -93,7 +98,9 @@ class RegistryClient(BlobUploads):
         self, method: str, url: str, *, repository: str, push: bool = False, stream: bool = False, **kwargs
     ) -> httpx.Response:
         """One request; idempotent ones (GET, HEAD, PUT of a manifest) are retried on 5xx and
-        connection errors with backoff, each failed attempt named on stderr."""
+        connection errors with backoff, each failed attempt named on stderr. A 429 (the request
+        was not served) is retried for any request whose body can be sent again; a 429's or
+        503's Retry-After is the wait, held to the operation's deadline and one answer's budget."""
         retry = method in ("GET", "HEAD") or (method == "PUT" and "/manifests/" in url)
         for attempt in range(1, ATTEMPTS + 1):
             self._within_operation(f"{method} {url}")
@@ -102,16 +109,39 @@ class RegistryClient(BlobUploads):
                 if not stream:
                     response = self._settled(response, f"{method} {url}")
             except OciError as exc:
-                if not retry or attempt == ATTEMPTS:
+                if not retry or attempt == ATTEMPTS or exc.final:
                     raise
                 attempt_failed(attempt, f"{method} {url}: {exc}")
                 continue
-            if retry and response.status_code in RETRY_STATUS and attempt < ATTEMPTS:
+            status = response.status_code
+            again = (retry and status in RETRY_STATUS) or (status == 429 and _replayable(kwargs.get("content")))
+            if again and attempt < ATTEMPTS:
                 response.close()
-                attempt_failed(attempt, f"{method} {url}: HTTP {response.status_code}")
+                wait = self._retry_after(response, f"{method} {url}")
+                attempt_failed(attempt, f"{method} {url}: HTTP {status}", wait=wait)
                 continue
             return response
         raise AssertionError("unreachable")
+
+    def _retry_after(self, response: httpx.Response, what: str) -> float | None:
+        """The wait a 429 or 503 asks for (None: none asked); one past the operation's deadline
+        or one answer's budget (document_deadline_s) is a refusal naming both."""
+        wait = retry_after(response.headers) if response.status_code in (429, 503) else None
+        if wait is None:
+            return None
+        left = self.operation_deadline - time.monotonic()
+        if wait > min(left, self.document_deadline_s):
+            bound = (
+                f"the operation's deadline ({left:.0f} s left)"
+                if left <= self.document_deadline_s
+                else f"the {self.document_deadline_s:g} s one wait may take"
+            )
+            raise OciError(
+                f"{self.registry}: {what}: HTTP {response.status_code} asks to retry after {wait:g} s "
+                f"(Retry-After), past {bound}",
+                field="Retry-After",
+            )
+        return wait
 
     def _within_operation(self, what: str) -> None:
         if time.monotonic() >= self.operation_deadline:
@@ -146,7 +176,7 @@ class RegistryClient(BlobUploads):
                 raise
 
     def _send_within(self, method: str, url: str, *, repository: str, push: bool, **kwargs) -> httpx.Response:
-        scope = f"repository:{repository}:{'pull,push' if push else 'pull'}"
+        scopes = (f"repository:{repository}:{'pull,push' if push else 'pull'}",)
         headers = dict(kwargs.pop("headers", {}) or {})
         try:
             ours = origin(self.client.base_url.join(url)) == self.origin
@@ -162,18 +192,28 @@ class RegistryClient(BlobUploads):
                 return send()
             except httpx.HTTPError as exc:
                 raise OciError(f"{self.registry}: {method} to another host failed: {exc}", field="registry") from None
-        known = self.auth.known(scope)
+        known = self.auth.known(scopes, self.document_deadline_s)
         if known:
             headers["Authorization"] = known
         try:
             response = send()
-            answer = self.auth.answer(response, scope, self.document_deadline_s)
+            answer = self.auth.answer(response, scopes, self.document_deadline_s)
             if answer:
+                if not _replayable(kwargs.get("content")):
+                    # The body was a stream, read as it went: the caller's attempt is tried
+                    # again from its source, with the answer the auth now holds.
+                    raise OciError(
+                        f"{self.registry}: {method} {url} was refused (HTTP 401) while its body was "
+                        "streamed; the credential is renewed for the next attempt",
+                        field="registry",
+                    )
                 headers["Authorization"] = answer
                 response = send()
-                if response.status_code == 401 and answer.startswith("Basic "):
+                if response.status_code == 401:
                     response.close()
-                    raise self.auth.refused(self.auth.credential(), 401, scope)
+                    if answer.startswith("Basic "):
+                        raise self.auth.refused(self.auth.credential(), 401, " ".join(scopes))
+                    raise self.auth.refused_token(response, scopes)
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry} cannot be reached ({method} {url}): {exc}", field="registry") from None
         return response

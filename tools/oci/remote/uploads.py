@@ -90,9 +90,16 @@ class _UploadSource:
             yield start, bytes(pending)
 
 
-def attempt_failed(attempt: int, what: str) -> None:
-    print(redact_known(f"registry: attempt {attempt}/{ATTEMPTS} failed: {what}; retrying"), file=sys.stderr, flush=True)
-    time.sleep(min(0.2 * 2 ** (attempt - 1), 5))
+def attempt_failed(attempt: int, what: str, *, wait: float | None = None) -> None:
+    """Says so on stderr, then waits: `wait` (what the registry asked for), else a backoff."""
+    pause = min(0.2 * 2 ** (attempt - 1), 5) if wait is None else wait
+    asked = f" in {pause:g} s, as Retry-After asks" if wait is not None else ""
+    print(
+        redact_known(f"registry: attempt {attempt}/{ATTEMPTS} failed: {what}; retrying{asked}"),
+        file=sys.stderr,
+        flush=True,
+    )
+    time.sleep(pause)
 
 
 class BlobUploads:
@@ -130,7 +137,7 @@ class BlobUploads:
                 self._upload_once(repository, digest, source, size)
                 break
             except OciError as exc:
-                if attempt == ATTEMPTS:
+                if attempt == ATTEMPTS or exc.final:
                     raise
                 attempt_failed(attempt, f"upload of {digest}: {exc}")
         if not self.has_blob(repository, digest):
@@ -152,7 +159,7 @@ class BlobUploads:
                 digest = self._upload_hashing_once(repository, stream, size)
                 break
             except OciError as exc:
-                if attempt == ATTEMPTS or exc.field == "deadline":
+                if attempt == ATTEMPTS or exc.final:
                     raise
                 attempt_failed(attempt, f"upload of a {size}-byte blob: {exc}")
         if not self.has_blob(repository, digest):
@@ -261,7 +268,7 @@ class BlobUploads:
                     offset = end + 1
             except OciError as exc:
                 cuts += 1
-                if cuts >= ATTEMPTS or exc.field == "deadline":
+                if cuts >= ATTEMPTS or exc.final:
                     raise
                 offset, location = self._upload_status(repository, location, digest)
                 print(
