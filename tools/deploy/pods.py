@@ -31,7 +31,7 @@ RANK_KEY_DIR = "/etc/omni/rank-key"
 class Target:
     """How one hardware profile (the pin `hardware.profile`) is deployed."""
 
-    gpu_resource: str
+    gpu_resource: str  # "" for a profile without a GPU (nothing requested, tolerated or selected)
     group_size: int
     # /dev/shm for the engine's worker processes (vLLM's and SGLang's docs ask for a large one).
     shm_size: str

@@ -90,20 +90,21 @@ def check_scheduling(scheduling: Scheduling) -> None:
 def container_resources(target: "Target", scheduling: Scheduling) -> dict[str, Any]:
     """Requests (and limits, where the target is Guaranteed) of CPU, memory and the GPU."""
     cpu, memory = scheduling.cpu or target.cpu, scheduling.memory or target.memory
-    requests = {"cpu": cpu, "memory": memory, target.gpu_resource: 1}
-    limits = {"cpu": cpu, "memory": memory, target.gpu_resource: 1} if target.guaranteed else {target.gpu_resource: 1}
-    return {"limits": limits, "requests": requests}
+    gpu = {target.gpu_resource: 1} if target.gpu_resource else {}
+    requests = {"cpu": cpu, "memory": memory, **gpu}
+    limits = {"cpu": cpu, "memory": memory, **gpu} if target.guaranteed else gpu
+    return {"limits": limits, "requests": requests} if limits else {"requests": requests}
 
 
 def pod_fields(target: "Target", scheduling: Scheduling) -> dict[str, Any]:
     """The pod spec's scheduling fields."""
-    fields: dict[str, Any] = {
-        # GPU node pools carry the GPU's taint (the GPU operators, managed clusters): tolerate it.
-        "tolerations": [
-            {"key": target.gpu_resource, "operator": "Exists", "effect": "NoSchedule"},
-            *scheduling.tolerations,
-        ]
-    }
+    # GPU node pools carry the GPU's taint (the GPU operators, managed clusters): tolerate it.
+    gpu_taint = (
+        [{"key": target.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}] if target.gpu_resource else []
+    )
+    fields: dict[str, Any] = {}
+    if gpu_taint or scheduling.tolerations:
+        fields["tolerations"] = [*gpu_taint, *scheduling.tolerations]
     if scheduling.gpu_affinity:
         expressions = [{"key": key, "operator": "In", "values": list(values)} for key, values in target.affinity]
         fields["affinity"] = {
