@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import secrets
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,7 +43,6 @@ from typing import Any
 
 import pytest
 
-from attest.lock import ARTIFACT_LOCK
 from tests.fixtures.engine_lane import (
     MODEL_MOUNT,
     SERVED,
@@ -60,11 +57,8 @@ from tests.fixtures.engine_lane import (
     unpack_image,
     wait_ready,
 )
-from tests.fixtures.hub import LoopbackHub
-from tests.fixtures.model import artifact_root, lock_of_tree
-from tests.fixtures.qwen import TINY_MODEL_ID, TINY_PROFILE
-from tests.fixtures.registry import LoopbackRegistry
-from tests.fixtures.release_lane import BASE_TAG, ReleaseLane, hub_repo, ok, rebuilt_engine_files
+from tests.fixtures.qwen import TINY_PROFILE
+from tests.fixtures.release_lane import BASE_TAG, ReleaseLane, rebuilt_engine_files, record, timed
 from tools.dev.engine_patches import torchvision_cpu
 from tools.dev.tiny_model import tiny_qwen
 from tools.gate.benchmark import run_benchmark
@@ -72,67 +66,7 @@ from tools.gate.corpus import CORPUS
 from tools.gate.openai_client import Deadline, Endpoint, acceptance
 from tools.gate.parity import run_corpus
 
-# Runfiles are links; the launcher refuses links out of the checkpoint root, so the real files.
-CHECKPOINT = Checkpoint.from_revision_file(Path(os.environ["OMNI_TINY_REVISION_FILE"]).resolve())
-RECORD = Path(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", "/tmp")) / "engine-lane.json"
-timings: dict[str, Any] = {}
-
-
-def _record(name: str, value: Any) -> None:
-    timings[name] = value
-    RECORD.write_text(json.dumps(timings, indent=2, sort_keys=True) + "\n")
-    print(f"engine lane: {name} = {json.dumps(value)}", file=sys.stderr)
-
-
-def _timed(name: str, started: float) -> None:
-    _record(name, round(time.monotonic() - started, 1))
-
-
-@pytest.fixture(scope="module")
-def lane(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.fail(f"the engine lane runs an image as a runtime does: needs real root, runs as uid {os.geteuid()}")
-    hub = hub_repo(CHECKPOINT.path, CHECKPOINT.revision, TINY_MODEL_ID)
-    with LoopbackRegistry() as registry, LoopbackHub(hub) as served:
-        lane = ReleaseLane(tmp_path_factory.mktemp("release"), registry, served)
-        try:
-            started = time.monotonic()
-            lane.push_vendor_base()
-            _timed("vendor_base_push_s", started)
-            yield lane
-        finally:
-            lane.bazel("shutdown")
-
-
-@pytest.fixture(scope="module")
-def pinned(lane: ReleaseLane) -> dict[str, Any]:
-    """`tools/pin --write` on pins whose base is the vendor's and whose found values are empty."""
-    shipped = lane.point_pins_at_the_vendor()
-    started = time.monotonic()
-    run = ok(lane.pin("--base-tag", BASE_TAG, "--model-ref", "main", "--write"), "tools/pin --write")
-    _timed("pin_write_s", started)
-    return {"output": run.stdout + run.stderr, "pins": lane.pins(), "shipped": shipped}
-
-
-@pytest.fixture(scope="module")
-def released(lane: ReleaseLane, pinned) -> dict[str, Any]:
-    started = time.monotonic()
-    result = lane.release()
-    _timed("release_build_push_verify_s", started)
-    return result
-
-
-@pytest.fixture(scope="module")
-def served_checkpoint(lane: ReleaseLane, tmp_path_factory) -> Checkpoint:
-    """The tiny checkpoint as the engine serves it in a cluster: its model artifact (tools/model,
-    with a lock made here) pushed to the lane's registry, pulled back by skopeo and unpacked by
-    umoci, as a runtime makes the image volume; bound read-only at the model path."""
-    started = time.monotonic()
-    lock = lock_of_tree(CHECKPOINT.path, TINY_MODEL_ID, CHECKPOINT.revision)
-    root = artifact_root(lane.registry.host, CHECKPOINT.path, lock, tmp_path_factory.mktemp("artifact"))
-    _timed("model_artifact_push_pull_s", started)
-    assert (root / ARTIFACT_LOCK).read_bytes() == lock
-    return Checkpoint(root, CHECKPOINT.revision, CHECKPOINT.manifest_sha256)
+CHECKPOINT = Checkpoint.of_the_lane()
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +74,7 @@ def image(lane: ReleaseLane, released, tmp_path_factory) -> Image:
     """The release pulled back from the registry (never a local layout) and unpacked."""
     started = time.monotonic()
     unpacked = unpack_image(lane.pull(released["reference"]), tmp_path_factory.mktemp("image"))
-    _timed("pull_and_unpack_s", started)
+    timed("pull_and_unpack_s", started)
     return unpacked
 
 
@@ -277,7 +211,7 @@ def test_the_image_starts_the_real_engine_and_the_gate_judges_real_pairs(
         lambda: start_image(tmp_path, image, "native_mtp", served_checkpoint),
     )
     try:
-        _record("ready_s", {"autoregressive": ar.ready_s, "native_mtp": mtp.ready_s})
+        record("ready_s", {"autoregressive": ar.ready_s, "native_mtp": mtp.ready_s})
         for server, mode in ((ar, "autoregressive"), (mtp, "native_mtp")):
             report = server.report
             assert report["checkpoint"]["profile"] == TINY_PROFILE and report["decision"]["mode"] == mode, report
@@ -303,7 +237,7 @@ def test_the_image_starts_the_real_engine_and_the_gate_judges_real_pairs(
         _serves_safely(ar)
         direct = _greedy_answers(ar), _greedy_answers(mtp)
         reasons, summary = _gate_parity(ar, mtp)
-        _record(
+        record(
             "qwen3_5_ar_vs_mtp",
             {**summary, "greedy_differs": sorted(k for k in direct[0] if direct[0][k] != direct[1][k])},
         )
@@ -337,7 +271,7 @@ def test_the_image_starts_the_real_engine_and_the_gate_judges_real_pairs(
     try:
         direct = _greedy_answers(plain), _greedy_answers(ngram)
         reasons, summary = _gate_parity(plain, ngram)
-        _record("qwen3_plain_vs_ngram", {**summary, "ready_s": [plain.ready_s, ngram.ready_s]})
+        record("qwen3_plain_vs_ngram", {**summary, "ready_s": [plain.ready_s, ngram.ready_s]})
         assert direct[0] == direct[1]
         assert _unexplained(reasons) == [], reasons
     finally:
