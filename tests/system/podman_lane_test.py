@@ -131,7 +131,7 @@ def _api_key_secret(engine: Podman, deployment: dict, value: str) -> str:
     if engine.version >= (5, 0):
         secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": ref["name"]}, "data": data}
         (engine.root / "secret.yaml").write_text(yaml.safe_dump(secret))
-        engine("kube", "play", str(engine.root / "secret.yaml"))
+        engine("kube", "play", "--replace", str(engine.root / "secret.yaml"))
     else:
         (engine.root / "secret.json").write_text(json.dumps(data))
         engine("secret", "rm", ref["name"], check=False)  # 4.3 has no --replace
@@ -157,10 +157,12 @@ def _played(engine: Podman, manifests: dict, model_source: Path | None, work: Pa
 
 
 def _model_source(engine: Podman, private: dict) -> Path | None:
-    """Where the artifact is mounted from on podman < 5.3: its own storage's read-only mount."""
+    """The artifact pulled by digest with the pull secret's credentials, as a node pulls it; on
+    podman < 5.3, where it is mounted from: its own storage's read-only mount (else None: the
+    `image` volume itself)."""
+    engine("pull", "--tls-verify=false", "--authfile", str(engine.authfile), private["model"])
     if engine.image_volumes:
         return None
-    engine("pull", "--tls-verify=false", "--authfile", str(engine.authfile), private["model"])
     return Path(engine("image", "mount", private["model"]).stdout.strip())
 
 
@@ -233,7 +235,15 @@ def test_the_generated_deployment_serves_under_podman(lane, private, manifests, 
     source = _model_source(podman, private)
     played = _played(podman, manifests, source, tmp_path)
     started = time.monotonic()
-    play = podman("kube", "play", "--tls-verify=false", "--authfile", str(podman.authfile), str(played))
+    try:
+        _serves(podman, played, deployment, started)
+    finally:
+        podman("kube", "down", str(played), check=False)
+
+
+def _serves(podman: Podman, played: Path, deployment: dict, started: float) -> None:
+    container_spec = _container(deployment)
+    play = podman("kube", "play", "--replace", "--tls-verify=false", "--authfile", str(podman.authfile), str(played))
     timed("podman_kube_play_s", started)
     container = _pod_container(podman, deployment)
     # The launcher's report (the model verified, the engine's command chosen) is out, and vLLM
@@ -252,7 +262,6 @@ def test_the_generated_deployment_serves_under_podman(lane, private, manifests, 
     assert answer["usage"]["completion_tokens"] > 0 and answer["choices"][0]["message"]["content"], answer
     _restarted_after_the_engine_is_killed(podman, container, deployment, port)
     assert ready_s > 0 and play.returncode == 0
-    podman("kube", "down", str(played))
 
 
 def _engine_pid(engine: Podman, container: str) -> int:
@@ -327,14 +336,16 @@ def test_a_tampered_model_never_becomes_ready_and_its_log_names_the_file(
     tampered.chmod(0o755)
     _api_key_secret(engine, deployment, API_KEY)
     played = _played(engine, manifests, tampered, tmp_path)
-    engine("kube", "play", "--replace", "--tls-verify=false", "--authfile", str(engine.authfile), str(played))
-    container = _pod_container(engine, deployment)
-    name = shard.relative_to(tampered).as_posix()
-    wait_until(lambda: name in engine.logs(container), 120, f"a refusal naming {name}")
-    assert not _ready(engine, container, deployment)
-    refusal = next(line for line in engine.logs(container).splitlines() if name in line)
-    assert json.loads(refusal)["ok"] is False, refusal
-    engine("kube", "down", str(played))
+    try:
+        engine("kube", "play", "--replace", "--tls-verify=false", "--authfile", str(engine.authfile), str(played))
+        container = _pod_container(engine, deployment)
+        name = shard.relative_to(tampered).as_posix()
+        wait_until(lambda: name in engine.logs(container), 120, f"a refusal naming {name}")
+        assert not _ready(engine, container, deployment)
+        refusal = next(line for line in engine.logs(container).splitlines() if name in line)
+        assert json.loads(refusal)["ok"] is False, refusal
+    finally:
+        engine("kube", "down", str(played), check=False)
 
 
 def test_a_missing_secret_stops_the_pod_with_podmans_own_error(private, manifests, podman, tmp_path: Path) -> None:
@@ -342,9 +353,20 @@ def test_a_missing_secret_stops_the_pod_with_podmans_own_error(private, manifest
     ref = next(e for e in _container(deployment)["env"] if e["name"] == "QWEN_API_KEY")["valueFrom"]["secretKeyRef"]
     podman("secret", "rm", ref["name"], check=False)
     played = _played(podman, manifests, _model_source(podman, private), tmp_path)
-    refused = podman("kube", "play", "--tls-verify=false", "--authfile", str(podman.authfile), str(played), check=False)
+    try:
+        refused = podman(
+            "kube",
+            "play",
+            "--replace",
+            "--tls-verify=false",
+            "--authfile",
+            str(podman.authfile),
+            str(played),
+            check=False,
+        )
+    finally:
+        podman("kube", "down", str(played), check=False)
     assert refused.returncode != 0 and ref["name"] in refused.stderr, refused.stderr[-2000:]
-    podman("kube", "down", str(played), check=False)
 
 
 def test_an_image_that_is_not_the_built_digest_is_refused(lane: ReleaseLane, private, tmp_path: Path) -> None:
