@@ -53,11 +53,15 @@ class SignedRelease:
     source: str  # the file(s) the signature came in
     sha256: dict[str, tuple[str, int]]  # path under dists/<suite>/ -> (hex digest, size)
 
+    def listed(self, path: str) -> tuple[str, int]:
+        """(sha256, size) the signed Release lists for `path`; refused when it lists none."""
+        if path not in self.sha256:
+            raise ArchiveError(f"{path} is not listed in the signed {self.source} of {self.suite}")
+        return self.sha256[path]
+
     def check(self, path: str, data: bytes, digest: str) -> None:
         """`data` fetched from `path` must be what the signed Release lists."""
-        listed = self.sha256.get(path)
-        if listed is None:
-            raise ArchiveError(f"{path} is not listed in the signed {self.source} of {self.suite}")
+        listed = self.listed(path)
         if (digest, len(data)) != listed:
             raise ArchiveError(
                 f"{path} does not match the signed {self.source} of {self.suite}: "
@@ -65,7 +69,7 @@ class SignedRelease:
             )
 
 
-def _get(client: httpx.Client, url: str, limit: int) -> bytes | None:
+def get_bounded(client: httpx.Client, url: str, limit: int) -> bytes | None:
     """The body at `url`, at most `limit` bytes; None for a 404."""
     with client.stream("GET", url) as response:
         if response.status_code == 404:
@@ -168,12 +172,12 @@ def signed_release(
 ) -> SignedRelease:
     """The Release of `suite` under `dists` (an archive's …/dists URL), authenticated."""
     base = f"{dists}/{suite}"
-    inline = _get(client, f"{base}/InRelease", MAX_RELEASE_BYTES)
+    inline = get_bounded(client, f"{base}/InRelease", MAX_RELEASE_BYTES)
     if inline is not None:
         source, (text, signers) = "InRelease", _verified_text(inline, None, keyring, f"{base}/InRelease")
     else:
-        release = _get(client, f"{base}/Release", MAX_RELEASE_BYTES)
-        signature = _get(client, f"{base}/Release.gpg", MAX_SIGNATURE_BYTES)
+        release = get_bounded(client, f"{base}/Release", MAX_RELEASE_BYTES)
+        signature = get_bounded(client, f"{base}/Release.gpg", MAX_SIGNATURE_BYTES)
         if release is None:
             raise ArchiveError(f"{base} has neither InRelease nor Release")
         if signature is None:

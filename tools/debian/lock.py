@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from tools.debian.archive import KEYRING, ArchiveError, SignedRelease, signed_release
+from tools.debian.archive import KEYRING, ArchiveError, SignedRelease, get_bounded, signed_release
 from tools.debian.control import alternatives, stanzas
 
 ARCHIVE = "http://deb.debian.org/debian"
@@ -59,10 +59,11 @@ SKIPPED = {
 def _packages_index(client: httpx.Client, archive: str, release: SignedRelease, arch: str) -> dict[str, dict[str, str]]:
     """The suite's Packages index for `arch`, accepted only as the signed Release lists it."""
     path = f"{COMPONENT}/binary-{arch}/Packages.xz"
-    response = client.get(f"{archive}/dists/{RELEASE}/{path}")
-    if response.status_code != 200:
-        raise ArchiveError(f"{archive}/dists/{RELEASE}/{path} answered HTTP {response.status_code}")
-    data = response.content
+    url = f"{archive}/dists/{RELEASE}/{path}"
+    # Never read past the size the signed Release gives it.
+    data = get_bounded(client, url, release.listed(path)[1])
+    if data is None:
+        raise ArchiveError(f"{url} answered HTTP 404")
     release.check(path, data, hashlib.sha256(data).hexdigest())
     index: dict[str, dict[str, str]] = {}
     provides: dict[str, str] = {}
