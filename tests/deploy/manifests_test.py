@@ -152,7 +152,12 @@ def test_the_deepseek_group_is_a_leader_worker_set_of_three() -> None:
     assert {m["mountPath"] for m in leader["volumeMounts"]} == mounts
     for role in ("leader", "worker"):  # the verdict's key: a Secret every rank mounts, outside the model volume
         (key,) = [v for v in pod_spec(lws, role)["volumes"] if v["name"] == "rank-key"]
-        assert key["secret"]["secretName"] == "deepseek-spark-rank-key"
+        assert key["secret"] == {
+            "secretName": "deepseek-spark-rank-key",
+            "items": [{"key": "key", "path": "key"}],
+            "defaultMode": 0o444,
+            "optional": False,
+        }
     assert env["RANK_KEY_FILE"]["value"] == "/etc/omni/rank-key/key"
     label = "metadata.labels['leaderworkerset.sigs.k8s.io/group-key']"
     assert env["RANK_GROUP"]["valueFrom"] == {"fieldRef": {"fieldPath": label}}

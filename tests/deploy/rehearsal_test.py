@@ -28,6 +28,7 @@ from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.qwen import make_fake_tool
 from tests.fixtures.registry import free_port
 from tools.deploy.contract import read_contract
+from tools.dev.podman_group.lws import GROUP_KEY, group_key, k8s_expand
 
 RUNNER = Path(os.environ["SPARK_MANIFESTS"])
 LAYOUT = Path("tests/deploy/deepseek_spark_pinned.layout")
@@ -36,23 +37,9 @@ PINS = json.loads(Path("tests/deploy/deepseek_spark.pins.json").read_text())
 KEY = "rehearsal-api-key-never-printed-5d1c"
 RANK_KEY = "7e" * 32
 SECRETS = {"deepseek-spark-api-key": {"api-key": KEY}, "deepseek-spark-rank-key": {"key": RANK_KEY}}
-POD_LABELS = {"leaderworkerset.sigs.k8s.io/group-key": "3e238779391c8fd563d42eb5af19391bdcd7c130"}
+POD_LABELS = {GROUP_KEY: group_key("default", "deepseek-spark-0")}  # as LWS labels group 0
 FIELD_LABEL = re.compile(r"^metadata\.labels\['([^']+)'\]$")
 GROUP = 3
-EXPANSION = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-
-
-def k8s_expand(value: str, defined: dict[str, str]) -> str:
-    """The kubelet's $(VAR) expansion (k8s.io/kubernetes third_party/forked/golang/expansion):
-    a variable defined earlier in the list is replaced, $$ is a literal $, anything else stays.
-    Written here because no package on PyPI implements it."""
-
-    def one(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        return defined.get(match.group(1), match.group(0))
-
-    return EXPANSION.sub(one, value)
 
 
 def pod_env(container: dict, index: int) -> dict[str, str]:

@@ -123,19 +123,9 @@ def _container(deployment: dict) -> dict:
 
 
 def _api_key_secret(engine: Podman, deployment: dict, value: str) -> str:
-    """The Secret the container's QWEN_API_KEY names, created as docs/running.md tells podman
-    users: podman 5 plays the Secret object itself; 4.3 takes a podman secret holding the
-    Secret's `data` (the key, base64) as JSON."""
+    """The Secret the container's QWEN_API_KEY names, created as docs/running.md tells podman users."""
     ref = next(e for e in _container(deployment)["env"] if e["name"] == "QWEN_API_KEY")["valueFrom"]["secretKeyRef"]
-    data = {ref["key"]: base64.b64encode(value.encode()).decode()}
-    if engine.version >= (5, 0):
-        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": ref["name"]}, "data": data}
-        (engine.root / "secret.yaml").write_text(yaml.safe_dump(secret))
-        engine("kube", "play", "--replace", str(engine.root / "secret.yaml"))
-    else:
-        (engine.root / "secret.json").write_text(json.dumps(data))
-        engine("secret", "rm", ref["name"], check=False)  # 4.3 has no --replace
-        engine("secret", "create", ref["name"], str(engine.root / "secret.json"))
+    engine.secret(ref["name"], {ref["key"]: value})
     return ref["name"]
 
 

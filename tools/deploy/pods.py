@@ -149,8 +149,11 @@ def _volumes(
     if target.group_size > 1:
         secret = options.rank_key_secret or f"{k8s_name(contract.name)}-rank-key"
         items = [{"key": RANK_KEY_SECRET_KEY, "path": RANK_KEY_SECRET_KEY}]
-        # 0444: the ranks run as the image's user, and workers have no fsGroup.
-        volumes.append({"name": "rank-key", "secret": {"secretName": secret, "items": items, "defaultMode": 0o444}})
+        # 0444: the ranks run as the image's user, and workers have no fsGroup. optional: false
+        # is Kubernetes' default, written out as on the secretKeyRefs: podman 4.3's kube play
+        # dereferences it unchecked and crashes on a secret volume without it.
+        secret_source = {"secretName": secret, "items": items, "defaultMode": 0o444, "optional": False}
+        volumes.append({"name": "rank-key", "secret": secret_source})
         mounts.append({"name": "rank-key", "mountPath": RANK_KEY_DIR, "readOnly": True})
     return volumes, mounts
 
