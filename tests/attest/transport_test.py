@@ -17,7 +17,7 @@ import pytest
 from attest.transport import DeadlineTransport, answer_deadline
 from tests.fixtures.fault_proxy import Trickler
 from tests.fixtures.loopback import LoopbackHTTPServer
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 from tools.oci.remote.registry import RegistryClient
 
 BLOB = b"a blob behind a proxy\n"

@@ -38,8 +38,8 @@ from tests.fixtures.oci import SKOPEO
 from tests.fixtures.podman import Podman
 from tests.fixtures.registry import LoopbackRegistry, free_port
 from tools.deploy.contract import read_contract
+from tools.deploy.lws import group_pods
 from tools.dev.podman_group.cli import EDITS, OLD_PODMAN, read_lws
-from tools.dev.podman_group.lws import group_pods
 
 RUNNER = Path(os.environ["SPARK_PODMAN_MANIFESTS"])
 LAYOUT = Path("tests/deploy/deepseek_spark_podman_pinned.layout")

@@ -33,7 +33,7 @@ from tools.deploy.contract import read_contract
 from tools.deploy.errors import DeployError
 from tools.deploy.manifests import Options, resources
 from tools.oci.build.image import assemble, load_pins_checked
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 from tools.oci.push_record import record_push
 
 
@@ -431,7 +431,7 @@ def test_every_hardware_profile_has_a_deployment_target() -> None:
     from typing import get_args
 
     from attest.pins import HardwarePin
-    from tools.deploy.manifests import TARGETS
+    from tools.deploy.targets import TARGETS
 
     assert set(get_args(HardwarePin.model_fields["profile"].annotation)) == set(TARGETS)
 

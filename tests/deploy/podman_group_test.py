@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from tools.deploy.errors import DeployError
+from tools.deploy.lws import GROUP_KEY_LABEL, expand_env, group_key, group_pods, k8s_expand
 from tools.dev.podman_group.cli import podman_pods, read_lws
-from tools.dev.podman_group.lws import GROUP_KEY, expand_env, group_key, group_pods, k8s_expand
 
 RUNNER = Path(os.environ["SPARK_MANIFESTS"])
 PODS = ["deepseek-spark-0", "deepseek-spark-0-1", "deepseek-spark-0-2"]
@@ -45,7 +45,7 @@ def test_the_group_is_what_lws_makes(manifests: Path) -> None:
     assert key == "d3976582595c7a1faa2ca979e15d10cdc0682357"  # sha1("default/deepseek-spark-0")
     for index, pod in enumerate(pods):
         labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
-        assert labels[GROUP_KEY] == key and labels["leaderworkerset.sigs.k8s.io/worker-index"] == str(index)
+        assert labels[GROUP_KEY_LABEL] == key and labels["leaderworkerset.sigs.k8s.io/worker-index"] == str(index)
         assert labels["leaderworkerset.sigs.k8s.io/name"] == "deepseek-spark"
         assert labels["leaderworkerset.sigs.k8s.io/group-index"] == "0"
         assert labels["app.kubernetes.io/component"] == ("leader" if index == 0 else "worker")  # the template's kept

@@ -28,7 +28,7 @@ from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.qwen import make_fake_tool
 from tests.fixtures.registry import free_port
 from tools.deploy.contract import read_contract
-from tools.dev.podman_group.lws import GROUP_KEY, group_key, k8s_expand
+from tools.deploy.lws import GROUP_KEY_LABEL, group_key, k8s_expand
 
 RUNNER = Path(os.environ["SPARK_MANIFESTS"])
 LAYOUT = Path("tests/deploy/deepseek_spark_pinned.layout")
@@ -37,7 +37,7 @@ PINS = json.loads(Path("tests/deploy/deepseek_spark.pins.json").read_text())
 KEY = "rehearsal-api-key-never-printed-5d1c"
 RANK_KEY = "7e" * 32
 SECRETS = {"deepseek-spark-api-key": {"api-key": KEY}, "deepseek-spark-rank-key": {"key": RANK_KEY}}
-POD_LABELS = {GROUP_KEY: group_key("default", "deepseek-spark-0")}  # as LWS labels group 0
+POD_LABELS = {GROUP_KEY_LABEL: group_key("default", "deepseek-spark-0")}  # as LWS labels group 0
 FIELD_LABEL = re.compile(r"^metadata\.labels\['([^']+)'\]$")
 GROUP = 3
 

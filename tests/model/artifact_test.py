@@ -20,8 +20,8 @@ from tools.model.artifact import MODEL_ARTIFACT, MODEL_CONFIG, check_manifest, p
 from tools.model.errors import ModelError
 from tools.model.layers import IMAGE_LAYER, layer_size, stream_file_layer, tar_header
 from tools.model.pack import load_lock_bytes, pack, read_pack, write_pack
-from tools.oci.layout import OCI_CONFIG, OCI_MANIFEST
-from tools.oci.tar_reader import TarStream, read_members
+from tools.oci.format.layout import OCI_CONFIG, OCI_MANIFEST
+from tools.oci.format.tar_reader import TarStream, read_members
 
 SCHEMA = Path("tests/data/modelpack/config-schema.json")
 SCHEMA_SHA256 = "2b47aec475d4e1d82075a1ac414e4b42830ca89f701da47c84425a336ef6a2c3"

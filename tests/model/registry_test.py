@@ -30,9 +30,9 @@ from tools.model.pack import load_lock_bytes, pack
 from tools.model.pull import expected_lock, pull
 from tools.model.push import push_artifact
 from tools.model.verify import verify_artifact
-from tools.oci.layout import OCI_INDEX, OCI_MANIFEST, canonical, sha256_digest
+from tools.oci.format.layout import OCI_INDEX, OCI_MANIFEST, canonical, sha256_digest
 from tools.oci.remote.registry import RegistryClient
-from tools.oci.sign import load_private_key
+from tools.oci.signing.keys import load_private_key
 
 USER, PASSWORD = "omni", "model-secret"
 SAME_SIZE = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")

@@ -16,8 +16,8 @@ from tests.fixtures.oci import UMOCI, blobs_of, run, writable_copy
 from tests.fixtures.qwen import TARGET_REVISION, attest_checkpoint, make_checkpoint, make_fake_vllm
 from tests.fixtures.registry import LoopbackRegistry
 from tools.debian.rootfs import build
-from tools.oci.errors import OciError
-from tools.oci.layout import read_blob, read_layout
+from tools.oci.format.errors import OciError
+from tools.oci.format.layout import read_blob, read_layout
 from tools.oci.remote.referrers import referrers
 from tools.oci.remote.registry import RegistryClient
 

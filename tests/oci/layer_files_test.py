@@ -17,7 +17,7 @@ import pytest
 import zstandard
 
 from tests.fixtures.vendor_base import layer
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 from tools.oci.remote.layer_files import read_layer_files
 from tools.oci.remote.layer_stream import READ_BYTES
 from tools.oci.remote.registry import RegistryClient

@@ -17,8 +17,8 @@ import zstandard
 from tests.fixtures.oci import UMOCI, make_image, run
 from tools.oci.build.layer import main as layer_main
 from tools.oci.build.layer import write_layer
-from tools.oci.errors import OciError
-from tools.oci.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR
+from tools.oci.format.errors import OciError
+from tools.oci.format.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR
 
 
 def _member(tar: tarfile.TarFile, name: str, data: bytes = b"", **fields) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from tests.fixtures.oci import make_image, make_layer
 from tests.fixtures.registry import LoopbackRegistry, credential_helper, no_credentials
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 from tools.oci.push import push
 from tools.oci.remote.credentials import lookup
 from tools.oci.remote.shallow_base import fetch_base

@@ -18,15 +18,15 @@ from tests.fixtures.oci import make_image, make_layer
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import no_credentials
 from tests.fixtures.token_registry import TokenRegistry
-from tools.oci.bundles import SIGN_PREDICATE, push_bundle, signed_statements, statement
-from tools.oci.errors import OciError
-from tools.oci.layout import OCI_MANIFEST, read_layout
+from tools.oci.format.errors import OciError
+from tools.oci.format.layout import OCI_MANIFEST, read_layout
 from tools.oci.push import push
 from tools.oci.remote import referrers as referrers_module
 from tools.oci.remote.referrers import push_referrer, referrers
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.remote.shallow_base import fetch_base
-from tools.oci.sign import load_private_key
+from tools.oci.signing.bundles import SIGN_PREDICATE, push_bundle, signed_statements, statement
+from tools.oci.signing.keys import load_private_key
 
 USER, PASSWORD = "omni-ci", "t0ken-Pa55"
 

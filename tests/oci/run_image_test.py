@@ -13,7 +13,7 @@ import pytest
 
 from tests.fixtures.oci import make_image, make_layer
 from tools.oci import run_image
-from tools.oci.layout import BASE_SIDECAR
+from tools.oci.format.layout import BASE_SIDECAR
 
 
 @pytest.fixture()

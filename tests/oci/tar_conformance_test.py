@@ -24,8 +24,8 @@ from tests.fixtures.oci import CRANE, SKOPEO, UMOCI, run
 from tests.fixtures.raw_tar import BLOCK, EOA, archive, gnu_long, header, member, pax
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import installed_engine, layer, put_image
-from tools.oci.errors import OciError
-from tools.oci.layout import OCI_LAYER_GZIP, OCI_LAYER_ZSTD, sha256_digest
+from tools.oci.format.errors import OciError
+from tools.oci.format.layout import OCI_LAYER_GZIP, OCI_LAYER_ZSTD, sha256_digest
 from tools.oci.remote.layer_files import read_layer_files
 from tools.oci.remote.registry import RegistryClient
 from tools.pin.engine_files import engine_identity, wanted_files

@@ -1,4 +1,4 @@
-"""tools/oci/tar_reader.py: well-formed tars from GNU tar and CPython in every format read as
+"""tools/oci/format/tar_reader.py: well-formed tars from GNU tar and CPython in every format read as
 they were written; each construct on which tar readers disagree is refused, naming the header's
 byte offset; memory stays bounded by the header-record cap."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.raw_tar import BLOCK, EOA, archive, gnu_long, header, member, padded, pax
-from tools.oci.errors import OciError
-from tools.oci.tar_reader import MAX_HEADER_RECORD_BYTES, TarStream, read_members
+from tools.oci.format.errors import OciError
+from tools.oci.format.tar_reader import MAX_HEADER_RECORD_BYTES, TarStream, read_members
 
 LONG = "d/" + "n" * 120 + "/file.txt"
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.fixtures.fault_proxy import FaultProxy, Step
 from tests.fixtures.registry import LoopbackRegistry
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 from tools.oci.remote.registry import RegistryClient
 
 BLOB = random.Random(11).randbytes(8 << 20)

@@ -25,8 +25,20 @@ from tests.fixtures.pins import key_pair, qwen_pins
 from tests.fixtures.qwen import VLLM_COMMIT
 from tools.oci import verify as verify_module
 from tools.oci.build.image import BAKED_DEST, TITLE
-from tools.oci.build.provenance import PREDICATE_TYPE, build_statement
-from tools.oci.bundles import (
+from tools.oci.build.provenance import build_statement
+from tools.oci.format.errors import OciError, refusing_object
+from tools.oci.format.layout import (
+    OCI_CONFIG,
+    OCI_MANIFEST,
+    canonical,
+    descriptor,
+    read_blob,
+    read_layout,
+    sha256_digest,
+)
+from tools.oci.format.statement import SLSA_PROVENANCE
+from tools.oci.remote.referrers import push_referrer
+from tools.oci.signing.bundles import (
     BUNDLE_TYPE,
     CONTENT_ANNOTATION,
     PREDICATE_ANNOTATION,
@@ -35,22 +47,18 @@ from tools.oci.bundles import (
     bundle,
     statement,
 )
-from tools.oci.errors import OciError, refusing_object
-from tools.oci.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, read_blob, read_layout, sha256_digest
-from tools.oci.remote.referrers import push_referrer
-from tools.oci.sign import (
+from tools.oci.signing.keys import load_private_key, sign
+from tools.oci.signing.legacy import (
     DSSE_TYPE,
     SIGNATURE_ANNOTATION,
     SIMPLESIGNING_TYPE,
     dsse_envelope,
-    load_private_key,
     push_attestation,
     push_image_signature,
-    sign,
     simple_signing_payload,
     tag_for,
 )
-from tools.oci.sign import PREDICATE_ANNOTATION as LEGACY_PREDICATE
+from tools.oci.signing.legacy import PREDICATE_ANNOTATION as LEGACY_PREDICATE
 from tools.oci.verify import verify_image
 
 SIGSTORE_SCHEMA = Path("tests/data/sigstore/Bundle.schema.json")
@@ -314,7 +322,7 @@ def test_signatures_by_another_key_or_of_another_digest_are_refused(genuine, key
     # Image signed by the right key, provenance by another.
     registry = _world(genuine, keys)
     push_attestation(registry, REPO, genuine["digest"], dsse_envelope(keys["other"], genuine["statement"]))
-    with pytest.raises(OciError, match="the provenance signature does not verify") as refused:
+    with pytest.raises(OciError, match="the provenance: the signature does not verify") as refused:
         verify_image(_reference(genuine), keys["public"], client=registry)
     assert refused.value.field == "provenance"
 
@@ -330,12 +338,15 @@ def _envelope(genuine, keys, change: Callable[[dict[str, Any]], None]) -> Memory
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda e: e.__setitem__("payload", "not base64!"), "the provenance envelope is malformed"),
-        (lambda e: e.__setitem__("signatures", 7), "the provenance envelope is malformed"),
-        (lambda e: e.__setitem__("signatures", []), "the provenance signature does not verify"),
-        (lambda e: e.__setitem__("signatures", ["sig"]), "the provenance signature does not verify"),
-        (lambda e: e.__setitem__("payloadType", "text/plain"), "the provenance signature does not verify"),
-        (lambda e: e.__setitem__("payload", base64.b64encode(b"{}").decode()), "the provenance signature does not"),
+        (lambda e: e.__setitem__("payload", "not base64!"), "the provenance: the DSSE envelope is malformed"),
+        (lambda e: e.__setitem__("signatures", 7), "the provenance: the DSSE envelope is malformed"),
+        (lambda e: e.__setitem__("signatures", ["sig"]), "the provenance: the DSSE envelope is malformed"),
+        (lambda e: e.__setitem__("signatures", []), "the provenance: the signature does not verify"),
+        (lambda e: e.__setitem__("payloadType", "text/plain"), "carries 'text/plain', not an in-toto statement"),
+        (
+            lambda e: e.__setitem__("payload", base64.b64encode(b"{}").decode()),
+            "the provenance: the signature does not",
+        ),
     ],
 )
 def test_a_malformed_or_tampered_envelope_is_refused(genuine, keys, change, message: str) -> None:
@@ -365,7 +376,7 @@ def _legacy_sbom(genuine, keys, *, signer="key", about=None, predicate=SPDX_PRED
 def test_the_legacy_attestations_carry_the_sbom_and_say_so(genuine, keys) -> None:
     registry = _world(genuine, keys)
     assert verify_image(_reference(genuine), keys["public"], client=registry)["sbom_signed"] is False
-    provenance = (dsse_envelope(keys["key"], genuine["statement"]), PREDICATE_TYPE)
+    provenance = (dsse_envelope(keys["key"], genuine["statement"]), SLSA_PROVENANCE)
     _attestation_image(registry, genuine["digest"], [provenance, _legacy_sbom(genuine, keys)])
     summary = verify_image(_reference(genuine), keys["public"], client=registry)
     assert (summary["signatures"], summary["sbom_signed"]) == ("legacy tags", True)
@@ -374,10 +385,10 @@ def test_the_legacy_attestations_carry_the_sbom_and_say_so(genuine, keys) -> Non
 @pytest.mark.parametrize(
     "layers, field, message",
     [
-        (lambda g, k, p: [p, _legacy_sbom(g, k, signer="other")], "sbom", "the SBOM signature does not verify"),
+        (lambda g, k, p: [p, _legacy_sbom(g, k, signer="other")], "sbom", "the SBOM: the signature does not verify"),
         (lambda g, k, p: [p, _legacy_sbom(g, k, about="sha256:" + "0" * 64)], "sbom.subject", "the SBOM is about"),
         (
-            lambda g, k, p: [p, _legacy_sbom(g, k, predicate=PREDICATE_TYPE)],
+            lambda g, k, p: [p, _legacy_sbom(g, k, predicate=SLSA_PROVENANCE)],
             "sbom",
             f"not an in-toto v1 statement of {SPDX_PREDICATE}",
         ),
@@ -404,7 +415,7 @@ def test_the_legacy_attestations_carry_the_sbom_and_say_so(genuine, keys) -> Non
 )
 def test_a_bad_legacy_attestation_layer_refuses_the_image(genuine, keys, layers, field, message) -> None:
     registry = _world(genuine, keys)
-    provenance = (dsse_envelope(keys["key"], genuine["statement"]), PREDICATE_TYPE)
+    provenance = (dsse_envelope(keys["key"], genuine["statement"]), SLSA_PROVENANCE)
     _attestation_image(registry, genuine["digest"], layers(genuine, keys, provenance))
     with pytest.raises(OciError, match=re.escape(message)) as refused:
         verify_image(_reference(genuine), keys["public"], client=registry, layout="legacy")
@@ -725,9 +736,9 @@ def test_the_pins_layer_must_be_gzip_with_the_full_window(genuine, keys) -> None
     assert verify_image(reference, keys["public"], client=registry)["ok"] is True
 
 
-def test_an_envelope_without_signatures_does_not_verify(genuine, keys) -> None:
+def test_an_envelope_without_signatures_is_refused(genuine, keys) -> None:
     registry = _envelope(genuine, keys, lambda e: e.pop("signatures"))
-    with pytest.raises(OciError, match="the provenance signature does not verify") as refused:
+    with pytest.raises(OciError, match="the provenance: the DSSE envelope is malformed") as refused:
         verify_image(_reference(genuine), keys["public"], client=registry)
     assert refused.value.field == "provenance"
 
@@ -746,7 +757,7 @@ def test_a_config_that_is_not_json_is_refused(genuine, keys) -> None:
     assert refused.value.field == "config"
 
 
-# --- Sigstore bundles as referrers (tools/oci/bundles.py) ---------------------------------
+# --- Sigstore bundles as referrers (tools/oci/signing/bundles.py) ---------------------------------
 
 
 def _subject(genuine: dict[str, Any]) -> dict[str, Any]:
@@ -765,7 +776,7 @@ def _bundled(genuine, keys, *, legacy: bool = False, sbom: bool = True, **bundle
     subject = _subject(genuine)
     made = {
         SIGN_PREDICATE: (bundle(keys["key"], statement(genuine["digest"], SIGN_PREDICATE, {})), SIGN_PREDICATE),
-        PREDICATE_TYPE: (bundle(keys["key"], genuine["statement"]), PREDICATE_TYPE),
+        SLSA_PROVENANCE: (bundle(keys["key"], genuine["statement"]), SLSA_PROVENANCE),
     }
     if sbom:
         spdx = statement(genuine["digest"], SPDX_PREDICATE, {"spdxVersion": "SPDX-2.3"})
@@ -820,7 +831,7 @@ def _without_hint(data: bytes) -> bytes:
         ),
         (
             lambda g, k: {
-                PREDICATE_TYPE: (bundle(k["key"], statement(g["digest"], SIGN_PREDICATE, {})), PREDICATE_TYPE)
+                SLSA_PROVENANCE: (bundle(k["key"], statement(g["digest"], SIGN_PREDICATE, {})), SLSA_PROVENANCE)
             },
             "bundle.predicateType",
             "announces 'https://slsa.dev/provenance/v1' but signs 'https://sigstore.dev/cosign/sign/v1'",
@@ -850,7 +861,7 @@ def _without_hint(data: bytes) -> bytes:
         (lambda g, k: {SIGN_PREDICATE: (b'{"mediaType": "x"}', SIGN_PREDICATE)}, "bundle.mediaType", "is not a"),
         (lambda g, k: {SIGN_PREDICATE: (b"[]", SIGN_PREDICATE)}, "bundle", "object"),
         (lambda g, k: {SIGN_PREDICATE: None}, "bundle.predicateType", "no bundle signs"),
-        (lambda g, k: {PREDICATE_TYPE: None}, "provenance", "no bundle attests the provenance"),
+        (lambda g, k: {SLSA_PROVENANCE: None}, "provenance", "no bundle attests the provenance"),
     ],
 )
 def test_a_bad_bundle_is_refused_naming_what_does_not_match(genuine, keys, replace, field, message) -> None:
@@ -868,7 +879,7 @@ def _referrer_manifests(registry: MemoryRegistry, genuine) -> list[dict[str, Any
 def test_a_referrer_with_a_missing_blob_or_another_subject_is_refused(genuine, keys) -> None:
     registry = _bundled(genuine, keys)
     (provenance,) = [
-        m for m in _referrer_manifests(registry, genuine) if m["annotations"][PREDICATE_ANNOTATION] == PREDICATE_TYPE
+        m for m in _referrer_manifests(registry, genuine) if m["annotations"][PREDICATE_ANNOTATION] == SLSA_PROVENANCE
     ]
     del registry.blobs[provenance["layers"][0]["digest"]]
     with pytest.raises(OciError) as refused:

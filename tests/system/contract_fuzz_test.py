@@ -21,7 +21,7 @@ from tests.fixtures.deepseek import boot_env, tiny_repo
 from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.openai_server import Raw, ScriptedOpenAI
 from tests.fixtures.qwen import LauncherWorld
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 
 FUZZ = settings(
     max_examples=60,

@@ -170,3 +170,58 @@ def test_launcher_help_lists_every_setting() -> None:
     )
     assert shown.returncode == 0
     assert all(setting.variable in shown.stdout for setting in SETTINGS)
+
+
+def _module_imports(package: Path) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports (TYPE_CHECKING and function-level
+    imports included: a cycle is one whichever way it is hidden)."""
+    import ast
+
+    dotted = ".".join(package.relative_to(ROOT).parts)
+    modules = {source.stem: source for source in package.glob("*.py") if source.stem != "__init__"}
+    graph: dict[str, set[str]] = {}
+    for name, source in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                head, _, leaf = target.rpartition(".")
+                if head == dotted and leaf in modules and leaf != name:
+                    found.add(leaf)
+        graph[name] = found
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of `graph`, or []."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for after in sorted(graph[node]):
+            if state.get(after) == 1:
+                return path[path.index(after) :] + [after]
+            if after not in state and (found := visit(after)):
+                return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
+def test_no_package_has_an_import_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) == []
+    for package in ("attest", "boot", "launcher", "tools/deploy", "tools/oci", "tools/oci/signing", "tools/model"):
+        assert _cycle(_module_imports(ROOT / package)) == [], package

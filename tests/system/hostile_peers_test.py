@@ -29,7 +29,7 @@ from attest.redact import learn, redact_known, redactor, secret_forms
 from tests.fixtures.loopback import LoopbackHTTPServer
 from tests.fixtures.registry import credential_helper, no_credentials
 from tools.gate.openai_client import Deadline, DeadlinePassed, Endpoint, PeerError
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 from tools.oci.push import main as push_main
 from tools.oci.remote import credentials
 from tools.oci.remote.auth import realm_withholds
@@ -381,7 +381,7 @@ def test_a_hostile_credential_helper_costs_one_bounded_attempt(
     code = """
 import sys, time
 from tools.oci.remote.credentials import lookup
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 for attempt in range(3):  # a failed lookup is asked once per run
     try:
         found = lookup("127.0.0.1:5999")

@@ -25,10 +25,11 @@ from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.wheels import write_record
 from tools.oci.build.image import checked_lock, load_pins_checked
 from tools.oci.build.provenance import build_statement, resolved
-from tools.oci.bundles import BUNDLE_TYPE
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 from tools.oci.remote.registry import RegistryClient
-from tools.oci.sign import dsse_envelope, load_private_key, push_attestation, tag_for
+from tools.oci.signing.bundles import BUNDLE_TYPE
+from tools.oci.signing.keys import load_private_key
+from tools.oci.signing.legacy import dsse_envelope, push_attestation, tag_for
 from tools.oci.verify import verify_image
 
 OTHER = "fe" * 20
@@ -391,7 +392,7 @@ def test_tampered_provenance_is_refused_by_ours_and_every_cosign(pushed, cosigns
         statement["predicate"]["buildDefinition"]["externalParameters"]["pins"]["model"]["revision"] = OTHER
 
     with _attestation_replaced(pushed, tamper, keep_signature=True):
-        with pytest.raises(OciError, match="provenance signature does not verify"):
+        with pytest.raises(OciError, match="the provenance: the signature does not verify"):
             verify_image(pushed["reference"], pushed["public"], layout="legacy")
         _refused_by_every_cosign(pushed, cosigns)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from tools.debian.control import stanzas
 from tools.oci.build.layer import source_date_epoch, write_layer
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 
 CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 STATUS_DIR = "var/lib/dpkg/status.d"

@@ -30,9 +30,9 @@ from tools.deploy.inputs import DEFAULT_KUBERNETES_VERSION, IMAGE_VOLUMES_DEFAUL
 from tools.deploy.kustomize import generated_by_deploy, write_base
 from tools.deploy.manifests import Options, check_pins, provenance, resources
 from tools.deploy.scheduling import Scheduling, label_pair, toleration
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
+from tools.oci.format.reference import Reference
 from tools.oci.push_record import last_push
-from tools.oci.reference import Reference
 
 
 def _parsed(flag: str, text: str) -> Reference:

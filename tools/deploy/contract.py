@@ -16,10 +16,10 @@ from attest.errors import AttestError
 from attest.pins import BakedImage
 from tools.deploy.errors import DeployError
 from tools.oci.build.image import BAKED_DEST, GROUPS_LABEL, TITLE
-from tools.oci.errors import OciError
-from tools.oci.layout import read_blob, read_layout
-from tools.oci.tar_members import clean_name
-from tools.oci.tar_reader import TarStream, read_members
+from tools.oci.format.errors import OciError
+from tools.oci.format.layout import read_blob, read_layout
+from tools.oci.format.tar_members import clean_name
+from tools.oci.format.tar_reader import TarStream, read_members
 
 BAKED_PATH = BAKED_DEST.lstrip("/")  # as a tar member names it
 # The baked layer holds two small documents; anything bigger is not ours.

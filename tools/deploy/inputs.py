@@ -13,8 +13,8 @@ from attest.primitives import UNPRINTABLE_CATEGORIES
 from tools.deploy.errors import DeployError
 from tools.deploy.names import dns_label, dns_subdomain
 from tools.deploy.scheduling import Scheduling, check_scheduling, label_pair
-from tools.oci.errors import OciError
-from tools.oci.reference import Reference
+from tools.oci.format.errors import OciError
+from tools.oci.format.reference import Reference
 
 # Variable names are what the shell and Kubernetes accept; secrets never go in plain `value`s.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

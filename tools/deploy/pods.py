@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from attest.status import HEALTH_PATH
@@ -13,6 +12,7 @@ from tools.deploy.errors import DeployError
 from tools.deploy.inputs import Options, model_host_path
 from tools.deploy.names import DNS_LABEL_RE
 from tools.deploy.scheduling import container_resources, pod_fields
+from tools.deploy.targets import Target
 
 # Grace for the engines to drain: both programs forward SIGTERM to the engine's process group.
 TERMINATION_GRACE_S = 120
@@ -25,22 +25,6 @@ RANK_KEY_SECRET_KEY = "key"
 # Where every rank of the group reads the key that authenticates rank 0's verdict (boot.ranks):
 # a Secret's volume, outside the model volume whose verdicts it authenticates.
 RANK_KEY_DIR = "/etc/omni/rank-key"
-
-
-@dataclass(frozen=True)
-class Target:
-    """How one hardware profile (the pin `hardware.profile`) is deployed."""
-
-    gpu_resource: str  # "" for a profile without a GPU (nothing requested, tolerated or selected)
-    group_size: int
-    # /dev/shm for the engine's worker processes (vLLM's and SGLang's docs ask for a large one).
-    shm_size: str
-    program: str  # "launcher" or "boot": which settings the manifest speaks
-    cpu: str  # requested beside the GPU (docs/running.md: the numbers and why)
-    memory: str
-    guaranteed: bool  # limits equal to the requests: QoS Guaranteed
-    # Node labels the GPU operators set for this GPU model (required affinity).
-    affinity: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def k8s_name(image: str) -> str:

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tools.deploy.errors import DeployError
 from tools.deploy.names import dns_subdomain, is_label_value, qualified_name
-
-if TYPE_CHECKING:
-    from tools.deploy.pods import Target
+from tools.deploy.targets import Target
 
 # A resource quantity as the API reads one: a decimal with a binary or decimal suffix.
 QUANTITY_RE = re.compile(r"^(?P<number>[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
@@ -87,7 +85,7 @@ def check_scheduling(scheduling: Scheduling) -> None:
         label_pair(f"{key}={value}")
 
 
-def container_resources(target: "Target", scheduling: Scheduling) -> dict[str, Any]:
+def container_resources(target: Target, scheduling: Scheduling) -> dict[str, Any]:
     """Requests (and limits, where the target is Guaranteed) of CPU, memory and the GPU."""
     cpu, memory = scheduling.cpu or target.cpu, scheduling.memory or target.memory
     gpu = {target.gpu_resource: 1} if target.gpu_resource else {}
@@ -96,7 +94,7 @@ def container_resources(target: "Target", scheduling: Scheduling) -> dict[str, A
     return {"limits": limits, "requests": requests} if limits else {"requests": requests}
 
 
-def pod_fields(target: "Target", scheduling: Scheduling) -> dict[str, Any]:
+def pod_fields(target: Target, scheduling: Scheduling) -> dict[str, Any]:
     """The pod spec's scheduling fields."""
     # GPU node pools carry the GPU's taint (the GPU operators, managed clusters): tolerate it.
     gpu_taint = (

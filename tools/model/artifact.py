@@ -31,8 +31,8 @@ from tools.model.layers import (
     padding,
     tar_header,
 )
-from tools.oci.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, sha256_digest
-from tools.oci.reference import DIGEST_RE
+from tools.oci.format.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, sha256_digest
+from tools.oci.format.reference import DIGEST_RE
 
 MODEL_ARTIFACT = "application/vnd.cncf.model.manifest.v1+json"
 MODEL_CONFIG = "application/vnd.cncf.model.config.v1+json"
@@ -210,7 +210,7 @@ def lock_descriptor(manifest: dict[str, Any]) -> dict[str, Any]:
 def read_lock_layer(blob: bytes, where: str) -> bytes:
     """The lock file's bytes out of its layer (read by the strict tar reader): one regular file
     named ARTIFACT_LOCK and nothing else."""
-    from tools.oci.tar_reader import TarStream, read_members
+    from tools.oci.format.tar_reader import TarStream, read_members
 
     found = None
     for member, data in read_members(TarStream.of_file(io.BytesIO(blob)), where, field=ARTIFACT_LOCK):

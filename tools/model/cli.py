@@ -30,8 +30,8 @@ from tools.model.pack import load_lock_bytes, pack, read_pack, summary, write_pa
 from tools.model.pull import expected_lock, pull
 from tools.model.push import PUSH_JOBS, push_artifact, push_checkpoint
 from tools.model.verify import signed, verify_artifact
-from tools.oci.bundles import BUNDLES_ONLY_WARNING
-from tools.oci.sign import load_private_key
+from tools.oci.signing.bundles import BUNDLES_ONLY_WARNING
+from tools.oci.signing.keys import load_private_key
 from tools.oci.verify import LAYOUTS
 
 

@@ -22,7 +22,7 @@ from attest.reader import loads_object
 from tools.model.artifact import Artifact, build, read_lock_layer
 from tools.model.errors import ModelError
 from tools.model.layers import FileLayer, hash_file_layer
-from tools.oci.layout import OCI_INDEX, OCI_MANIFEST, canonical, descriptor, sha256_digest
+from tools.oci.format.layout import OCI_INDEX, OCI_MANIFEST, canonical, descriptor, sha256_digest
 
 SIDECAR = "omni-model-files.json"
 REF_NAMES = {"image": "image", "modelpack": "modelpack"}

@@ -30,11 +30,11 @@ from tools.model.artifact import check_manifest, lock_descriptor, parse_manifest
 from tools.model.errors import ModelError
 from tools.model.layers import BLOCK, END_OF_ARCHIVE, padding, tar_header
 from tools.model.pack import parse_lock
-from tools.oci.errors import OciError
-from tools.oci.reference import Reference
+from tools.oci.format.errors import OciError
+from tools.oci.format.reference import Reference
+from tools.oci.format.tar_reader import TarStream, read_members
 from tools.oci.remote.bodies import Pieces
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.tar_reader import TarStream, read_members
+from tools.oci.remote.registry import RegistryClient, client_for
 
 PULL_JOBS = 4
 WRITE_BYTES = 8 << 20
@@ -190,9 +190,7 @@ def pull(
     ref = Reference.parse(reference)
     if not ref.digest:
         raise ModelError(f"{reference}: pull by digest (REGISTRY/REPO@sha256:...), not a tag", field="reference")
-    owned = client is None
-    client = client or RegistryClient(ref.registry)
-    try:
+    with client_for(ref.registry, client) as client:
         if before_files is not None:
             before_files(client, ref)  # the signature, when a key was given
         data, _ = client.manifest(ref.repository, ref.digest)
@@ -200,9 +198,6 @@ def pull(
         lock, lock_bytes = fetch_lock(client, ref.repository, manifest, expected)
         layers = check_manifest(manifest, lock, expected.sha256)
         return _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress)
-    finally:
-        if owned:
-            client.close()
 
 
 def _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress) -> dict[str, Any]:

@@ -22,13 +22,14 @@ from tools.model.artifact import Artifact, build, hub_url
 from tools.model.errors import ModelError
 from tools.model.layers import FileLayer, FileLayerStream, layer_size, stream_file_layer
 from tools.oci.build.image import TOOLKIT_VERSION
-from tools.oci.build.provenance import BUILDER_ID, PREDICATE_TYPE, STATEMENT_TYPE
-from tools.oci.bundles import push_signatures
-from tools.oci.layout import OCI_MANIFEST, descriptor
+from tools.oci.build.provenance import BUILDER_ID
+from tools.oci.format.layout import OCI_MANIFEST, descriptor
+from tools.oci.format.reference import Reference
+from tools.oci.format.statement import SLSA_PROVENANCE, statement
 from tools.oci.push import TAG_RE
-from tools.oci.reference import Reference
 from tools.oci.remote.referrers import put_referrer
-from tools.oci.remote.registry import RegistryClient
+from tools.oci.remote.registry import RegistryClient, client_for
+from tools.oci.signing.bundles import push_signatures
 
 PUSH_JOBS = 4
 BUILD_TYPE = "https://omni.invalid/build-types/model-artifact/v1"
@@ -60,38 +61,28 @@ class PushReport:
 def provenance(artifact: Artifact, name: str) -> dict[str, Any]:
     """The in-toto statement of both manifests: made from this lock's files, nothing else."""
     lock = artifact.lock
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": [
-            {"name": name, "digest": {"sha256": digest.split(":", 1)[1]}}
-            for digest in (artifact.image_digest, artifact.model_digest)
-        ],
-        "predicateType": PREDICATE_TYPE,
-        "predicate": {
-            "buildDefinition": {
-                "buildType": BUILD_TYPE,
-                "externalParameters": {
-                    "model": {
-                        "id": lock.repo,
-                        "revision": lock.revision,
-                        "lock_sha256": artifact.lock_sha256,
-                        "trust": lock.trust,
-                    },
-                    "platform": artifact.platform,
+    predicate = {
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": {
+                "model": {
+                    "id": lock.repo,
+                    "revision": lock.revision,
+                    "lock_sha256": artifact.lock_sha256,
+                    "trust": lock.trust,
                 },
-                "internalParameters": {"toolkit_version": TOOLKIT_VERSION},
-                "resolvedDependencies": [
-                    {"name": "model", "uri": hub_url(lock.repo), "digest": {"gitCommit": lock.revision}},
-                    {
-                        "name": "checkpoint-lock",
-                        "uri": f"file:{ARTIFACT_LOCK}",
-                        "digest": {"sha256": artifact.lock_sha256},
-                    },
-                ],
+                "platform": artifact.platform,
             },
-            "runDetails": {"builder": {"id": BUILDER_ID}},
+            "internalParameters": {"toolkit_version": TOOLKIT_VERSION},
+            "resolvedDependencies": [
+                {"name": "model", "uri": hub_url(lock.repo), "digest": {"gitCommit": lock.revision}},
+                {"name": "checkpoint-lock", "uri": f"file:{ARTIFACT_LOCK}", "digest": {"sha256": artifact.lock_sha256}},
+            ],
         },
+        "runDetails": {"builder": {"id": BUILDER_ID}},
     }
+    subjects = [(name, artifact.image_digest), (name, artifact.model_digest)]
+    return statement(subjects, SLSA_PROVENANCE, predicate)
 
 
 class _Progress:
@@ -178,22 +169,17 @@ def push_artifact(
     """A pack: each file layer skipped after a HEAD when the registry has it, else streamed from
     the checkpoint."""
     ref, tags = _target(target, list(tags))
-    owned = client is None
-    client = client or RegistryClient(ref.registry)
-    report = PushReport(f"{ref.registry}/{ref.repository}", artifact.image_digest, artifact.model_digest)
-    shown = _Progress(len(artifact.files), sum(layer.size for layer in artifact.files), progress)
+    with client_for(ref.registry, client) as client:
+        report = PushReport(f"{ref.registry}/{ref.repository}", artifact.image_digest, artifact.model_digest)
+        shown = _Progress(len(artifact.files), sum(layer.size for layer in artifact.files), progress)
 
-    def send(layer) -> None:
-        present = _send(client, ref.repository, layer.digest, layer.size, FileLayerStream(model, layer.item))
-        (report.present if present else report.uploaded).append(layer.digest)
-        shown.sent(layer.digest, layer.size, "present" if present else "uploaded")
+        def send(layer) -> None:
+            present = _send(client, ref.repository, layer.digest, layer.size, FileLayerStream(model, layer.item))
+            (report.present if present else report.uploaded).append(layer.digest)
+            shown.sent(layer.digest, layer.size, "present" if present else "uploaded")
 
-    try:
         _parallel(jobs, send, list(artifact.files))
         return _publish(client, ref, artifact, tags, key, report, legacy_signatures)
-    finally:
-        if owned:
-            client.close()
 
 
 def push_checkpoint(
@@ -214,21 +200,16 @@ def push_checkpoint(
     checked against the lock and hashed, its digest learned as it goes (no HEAD first: use a
     pack to skip what the registry has)."""
     ref, tags = _target(target, list(tags))
-    owned = client is None
-    client = client or RegistryClient(ref.registry)
-    report = PushReport(f"{ref.registry}/{ref.repository}", "", "")
-    shown = _Progress(len(lock.files), sum(layer_size(item.size) for item in lock.files), progress)
+    with client_for(ref.registry, client) as client:
+        report = PushReport(f"{ref.registry}/{ref.repository}", "", "")
+        shown = _Progress(len(lock.files), sum(layer_size(item.size) for item in lock.files), progress)
 
-    def send(item) -> FileLayer:
-        size = layer_size(item.size)
-        digest = client.upload_hashing(ref.repository, lambda: stream_file_layer(model, item), size)
-        report.uploaded.append(digest)
-        shown.sent(digest, size, "uploaded")
-        return FileLayer(item, digest, size)
+        def send(item) -> FileLayer:
+            size = layer_size(item.size)
+            digest = client.upload_hashing(ref.repository, lambda: stream_file_layer(model, item), size)
+            report.uploaded.append(digest)
+            shown.sent(digest, size, "uploaded")
+            return FileLayer(item, digest, size)
 
-    try:
         files = _parallel(jobs, send, list(lock.files))
         return _publish(client, ref, build(lock, lock_bytes, files, platform), tags, key, report, legacy_signatures)
-    finally:
-        if owned:
-            client.close()

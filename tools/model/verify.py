@@ -15,10 +15,10 @@ from tools.model.artifact import MODEL_ARTIFACT, check_manifest, lock_descriptor
 from tools.model.errors import ModelError
 from tools.model.pull import ExpectedLock, fetch_lock
 from tools.model.push import BUILD_TYPE
-from tools.oci.errors import OciError
-from tools.oci.reference import Reference
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.sign import load_public_key
+from tools.oci.format.errors import OciError
+from tools.oci.format.reference import Reference
+from tools.oci.remote.registry import RegistryClient, client_for
+from tools.oci.signing.keys import load_public_key
 from tools.oci.verify import signed_provenance
 
 MAX_CONFIG_BYTES = 4 << 20
@@ -59,9 +59,7 @@ def verify_artifact(
     ref = Reference.parse(reference)
     if not ref.digest:
         raise ModelError(f"{reference}: verify a digest (REGISTRY/REPO@sha256:...), not a tag", field="reference")
-    owned = client is None
-    client = client or RegistryClient(ref.registry)
-    try:
+    with client_for(ref.registry, client) as client:
         # Signature first: nothing the artifact holds is read before the signed payload names it.
         statement, accepted = signed(client, ref, public_key, layout)
         definition = statement["predicate"]["buildDefinition"]
@@ -80,9 +78,6 @@ def verify_artifact(
         digests = [layer["digest"] for layer in layers] + [lock_descriptor(manifest)["digest"]]
         if _diff_ids(client, ref, manifest, modelpack) != digests:
             raise ModelError("the config's layer list differs from the manifest's layers", field="config")
-    finally:
-        if owned:
-            client.close()
     return {
         "ok": True,
         "reference": str(ref),

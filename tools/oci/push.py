@@ -23,14 +23,12 @@ from typing import Callable
 from attest.errors import refusing_main
 from attest.redact import redacting_output
 from tools.oci.build.index import read_index
-from tools.oci.errors import OciError
-from tools.oci.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
+from tools.oci.format.errors import OciError
+from tools.oci.format.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
+from tools.oci.format.reference import TAG_RE, Reference
 from tools.oci.push_record import record_push
-from tools.oci.reference import Reference
-from tools.oci.remote.registry import RegistryClient
+from tools.oci.remote.registry import RegistryClient, client_for
 
-# The distribution spec's tag grammar.
-TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 PLACEHOLDER_RE = re.compile(r"\{([A-Z][A-Z0-9_]*)\}")
 
 
@@ -184,14 +182,12 @@ def push(
     tags = expand_tags([*([ref.tag] if ref.tag else []), *tags], {})
     digest, children, top_bytes, top_type, is_index = _documents(layout)
     sidecar = json.loads((layout / BASE_SIDECAR).read_text()) if (layout / BASE_SIDECAR).is_file() else {}
-    owned = client is None
-    client = client or RegistryClient(ref.registry)
-    report = PushReport(reference=f"{ref.registry}/{ref.repository}@{digest}", digest=digest)
-    blobs = list(
-        {blob["digest"]: blob for _, child, _ in children for blob in [child["config"], *child["layers"]]}.values()
-    )
-    sender = _BlobSender(client, ref.repository, ref.registry, layout, sidecar, source_client)
-    try:
+    with client_for(ref.registry, client) as client:
+        report = PushReport(reference=f"{ref.registry}/{ref.repository}@{digest}", digest=digest)
+        blobs = list(
+            {blob["digest"]: blob for _, child, _ in children for blob in [child["config"], *child["layers"]]}.values()
+        )
+        sender = _BlobSender(client, ref.repository, ref.registry, layout, sidecar, source_client)
         for kind, blob_digest in _send_blobs(sender, blobs, jobs, progress):
             getattr(report, kind).append(blob_digest)
         if is_index:
@@ -202,9 +198,6 @@ def push(
             client.put_manifest(ref.repository, tag, top_bytes, top_type)
         report.tags = list(tags)
         report.uploaded_bytes = client.uploaded_bytes
-    finally:
-        if owned:
-            client.close()
     return report
 
 

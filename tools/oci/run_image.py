@@ -21,15 +21,17 @@ from pathlib import Path
 from attest.errors import refusing_main
 from attest.redact import redacting_output
 from tools.oci.build.index import platform_name, read_index
-from tools.oci.bundles import BUNDLES_ONLY_WARNING, SIGN_PREDICATE, push_signatures
-from tools.oci.errors import OciError
-from tools.oci.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
+from tools.oci.format.errors import OciError
+from tools.oci.format.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
+from tools.oci.format.reference import Reference
 from tools.oci.push import expand_tags, push, read_status, read_tags
 from tools.oci.push_record import record_push
-from tools.oci.reference import Reference
 from tools.oci.remote.referrers import push_referrer
 from tools.oci.remote.registry import RegistryClient
-from tools.oci.sign import DSSE_TYPE, INTOTO_PAYLOAD_TYPE, dsse_envelope, load_private_key, tag_for
+from tools.oci.signing.bundles import BUNDLES_ONLY_WARNING, SIGN_PREDICATE, push_signatures
+from tools.oci.signing.dsse import INTOTO_PAYLOAD_TYPE
+from tools.oci.signing.keys import load_private_key
+from tools.oci.signing.legacy import DSSE_TYPE, dsse_envelope, tag_for
 from tools.settings import SIGNING, tools_help
 
 SPDX_TYPE = "application/spdx+json"

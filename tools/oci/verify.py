@@ -4,7 +4,7 @@
 
 It fetches the manifest and config, the small layer holding /etc/omni/image.json (the
 baked pins), the signature and the signed provenance: as Sigstore bundles referring to the
-image (tools/oci/bundles.py) where there are any, else cosign's legacy `sha256-<hex>.sig`
+image (tools/oci/signing/bundles.py) where there are any, else cosign's legacy `sha256-<hex>.sig`
 and `sha256-<hex>.att` tags; checks every signature with the public key, and checks that all of
 them agree: the provenance's subject is this digest, its pins and resolved dependencies
 are the baked pins, the labels are the baked pins, the baked layer list is the
@@ -14,7 +14,6 @@ manifest's. Exit 0 with a summary, or 2 with {"ok": false, "error", "field"}.
 from __future__ import annotations
 
 import argparse
-import base64
 import io
 import json
 import os
@@ -28,21 +27,15 @@ from attest.errors import AttestError, refusing_main
 from attest.pins import ImagePins
 from attest.redact import redacting_output
 from tools.oci.build.image import BAKED_DEST, TITLE, pin_labels
-from tools.oci.build.provenance import PREDICATE_TYPE, STATEMENT_TYPE, resolved
-from tools.oci.bundles import MAX_BUNDLE_BYTES, SIGN_PREDICATE, SPDX_PREDICATE, signed_statements
-from tools.oci.errors import OciError, refusing_object
-from tools.oci.reference import Reference
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.sign import (
-    DSSE_TYPE,
-    PREDICATE_ANNOTATION,
-    SIGNATURE_ANNOTATION,
-    SIMPLESIGNING_TYPE,
-    load_public_key,
-    pae,
-    tag_for,
-    verify,
-)
+from tools.oci.build.provenance import resolved
+from tools.oci.format.errors import OciError, refusing_object
+from tools.oci.format.reference import Reference
+from tools.oci.format.statement import SLSA_PROVENANCE, STATEMENT_TYPE, subject_digests
+from tools.oci.remote.registry import RegistryClient, client_for
+from tools.oci.signing import dsse
+from tools.oci.signing.bundles import MAX_BUNDLE_BYTES, SIGN_PREDICATE, SPDX_PREDICATE, signed_statements
+from tools.oci.signing.keys import load_public_key, verify
+from tools.oci.signing.legacy import DSSE_TYPE, PREDICATE_ANNOTATION, SIGNATURE_ANNOTATION, SIMPLESIGNING_TYPE, tag_for
 
 # What verify reads, each bounded: signature payloads, the config, the (compressed) pins
 # layer and what it may decompress to.
@@ -51,10 +44,6 @@ MAX_CONFIG_BYTES = 8 << 20
 MAX_PINS_LAYER_BYTES = 1 << 20
 MAX_PINS_UNCOMPRESSED = 8 << 20
 MAX_ATTESTATION_LAYERS = 8  # DSSE layers of a legacy `.att` image read at most
-
-
-def _refuse(message: str, field: str) -> OciError:
-    return OciError(message, field=field)
 
 
 def _json(data: bytes, what: str) -> dict[str, Any]:
@@ -70,14 +59,14 @@ def _descriptor(value: Any, what: str) -> dict[str, Any]:
         or isinstance(value.get("size"), bool)
         or value["size"] < 0
     ):
-        raise _refuse(f"{what} is not a descriptor with a digest and a size", field=what)
+        raise OciError(f"{what} is not a descriptor with a digest and a size", field=what)
     return value
 
 
 def _layers(manifest: dict[str, Any], what: str) -> list[dict[str, Any]]:
     layers = manifest.get("layers")
     if not isinstance(layers, list) or not layers:
-        raise _refuse(f"{what} has no layers", field=what)
+        raise OciError(f"{what} has no layers", field=what)
     return [_descriptor(layer, f"{what} layer {index}") for index, layer in enumerate(layers)]
 
 
@@ -85,7 +74,7 @@ def _tag_manifest(client: RegistryClient, repository: str, tag: str) -> dict[str
     try:
         data, _ = client.manifest(repository, tag)
     except OciError:
-        raise _refuse(
+        raise OciError(
             f"no {tag} in {client.registry}/{repository}: the image is not signed/attested there", field=tag
         ) from None
     return _json(data, tag)
@@ -100,7 +89,7 @@ def _single_layer(client: RegistryClient, repository: str, tag: str, media_type:
     manifest = _tag_manifest(client, repository, tag)
     layers = [layer for layer in _layers(manifest, tag) if layer.get("mediaType") == media_type]
     if len(layers) != 1:
-        raise _refuse(f"{tag} must hold exactly one {media_type} layer", field=tag)
+        raise OciError(f"{tag} must hold exactly one {media_type} layer", field=tag)
     blob = client.blob(repository, layers[0]["digest"], size=layers[0]["size"], max_bytes=MAX_SIGNED_BYTES)
     return blob, _annotations(layers[0])
 
@@ -111,11 +100,11 @@ def _gunzip_bounded(blob: bytes, limit: int, what: str) -> bytes:
     try:
         data = inflater.decompress(blob, limit + 1)
     except zlib.error as exc:
-        raise _refuse(f"{what} is not a gzip stream: {exc}", field=what) from None
+        raise OciError(f"{what} is not a gzip stream: {exc}", field=what) from None
     if len(data) > limit:
-        raise _refuse(f"{what} decompresses to more than {limit} bytes", field=what)
+        raise OciError(f"{what} decompresses to more than {limit} bytes", field=what)
     if not inflater.eof:
-        raise _refuse(f"{what} is a truncated gzip stream", field=what)
+        raise OciError(f"{what} is a truncated gzip stream", field=what)
     return data
 
 
@@ -132,7 +121,7 @@ def baked_pins(client: RegistryClient, repository: str, manifest: dict[str, Any]
         )
         != 1
     ):
-        raise _refuse(f"the image has no final layer annotated {TITLE}={BAKED_DEST}", field=BAKED_DEST)
+        raise OciError(f"the image has no final layer annotated {TITLE}={BAKED_DEST}", field=BAKED_DEST)
     blob = client.blob(repository, pins_layer["digest"], size=pins_layer["size"], max_bytes=MAX_PINS_LAYER_BYTES)
     archive = _gunzip_bounded(blob, MAX_PINS_UNCOMPRESSED, f"the pins layer {pins_layer['digest']}")
     try:
@@ -142,7 +131,7 @@ def baked_pins(client: RegistryClient, repository: str, manifest: dict[str, Any]
     except (tarfile.TarError, KeyError):
         data = None
     if data is None:
-        raise _refuse(f"the pins layer does not hold {BAKED_DEST}", field=BAKED_DEST)
+        raise OciError(f"the pins layer does not hold {BAKED_DEST}", field=BAKED_DEST)
     return _json(data, BAKED_DEST), len(blob)
 
 
@@ -150,16 +139,16 @@ def check_signature(client: RegistryClient, ref: Reference, key: Any) -> None:
     """The simple-signing signature verifies with `key` and names this manifest digest."""
     payload, annotations = _single_layer(client, ref.repository, tag_for(ref.digest, "sig"), SIMPLESIGNING_TYPE)
     if not verify(key, payload, str(annotations.get(SIGNATURE_ANNOTATION, ""))):
-        raise _refuse("the image signature does not verify with the given public key", field="signature")
+        raise OciError("the image signature does not verify with the given public key", field="signature")
     critical = _json(payload, "signature payload").get("critical")
     signed = critical.get("image", {}).get("docker-manifest-digest") if isinstance(critical, dict) else None
     if signed != ref.digest:
-        raise _refuse(f"the signature is for {signed}, not {ref.digest}", field="signature")
+        raise OciError(f"the signature is for {signed}, not {ref.digest}", field="signature")
 
 
 def _legacy_name(predicate: str) -> tuple[str, str, int]:
     """How a legacy attestation is named in refusals (its text, its field) and its read bound."""
-    if predicate == PREDICATE_TYPE:
+    if predicate == SLSA_PROVENANCE:
         return "provenance", "provenance", MAX_SIGNED_BYTES
     if predicate == SPDX_PREDICATE:
         return "SBOM", "sbom", MAX_BUNDLE_BYTES
@@ -169,15 +158,7 @@ def _legacy_name(predicate: str) -> tuple[str, str, int]:
 def _envelope_statement(envelope_bytes: bytes, key: Any, what: str, field: str) -> dict[str, Any]:
     """The in-toto statement of a DSSE envelope whose signature verifies with `key`."""
     envelope = _json(envelope_bytes, f"{what} envelope")
-    try:
-        body = base64.b64decode(str(envelope.get("payload", "")), validate=True)
-        signatures = [item for item in envelope.get("signatures") or [] if isinstance(item, dict)]
-    except (ValueError, TypeError):
-        raise _refuse(f"the {what} envelope is malformed", field=field) from None
-    payload_type = str(envelope.get("payloadType", ""))
-    if not any(verify(key, pae(payload_type, body), str(item.get("sig", ""))) for item in signatures):
-        raise _refuse(f"the {what} signature does not verify with the given public key", field=field)
-    return _json(body, f"{what} statement")
+    return _json(dsse.opened(envelope, key, f"the {what}", field), f"{what} statement")
 
 
 def legacy_attestations(client: RegistryClient, ref: Reference, key: Any) -> dict[str, dict[str, Any]]:
@@ -191,13 +172,13 @@ def legacy_attestations(client: RegistryClient, ref: Reference, key: Any) -> dic
         if layer.get("mediaType") == DSSE_TYPE
     ]
     predicates = [str(_annotations(layer).get(PREDICATE_ANNOTATION, "")) for layer in layers]
-    if predicates.count(PREDICATE_TYPE) != 1:
-        raise _refuse(
-            f"{tag} must hold exactly one {DSSE_TYPE} layer annotated {PREDICATE_ANNOTATION}={PREDICATE_TYPE}",
+    if predicates.count(SLSA_PROVENANCE) != 1:
+        raise OciError(
+            f"{tag} must hold exactly one {DSSE_TYPE} layer annotated {PREDICATE_ANNOTATION}={SLSA_PROVENANCE}",
             field=tag,
         )
     if len(layers) > MAX_ATTESTATION_LAYERS or len(set(predicates)) != len(predicates):
-        raise _refuse(
+        raise OciError(
             f"{tag} must hold at most {MAX_ATTESTATION_LAYERS} {DSSE_TYPE} layers, one per predicate type", field=tag
         )
     statements: dict[str, dict[str, Any]] = {}
@@ -206,12 +187,12 @@ def legacy_attestations(client: RegistryClient, ref: Reference, key: Any) -> dic
         blob = client.blob(ref.repository, layer["digest"], size=layer["size"], max_bytes=bound)
         statement = _envelope_statement(blob, key, what, field)
         if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != predicate:
-            if predicate == PREDICATE_TYPE:
-                raise _refuse("the attestation is not an in-toto v1 SLSA provenance v1 statement", field=field)
-            raise _refuse(f"the {what} is not an in-toto v1 statement of {predicate}", field=field)
-        subjects = [s.get("digest", {}).get("sha256") for s in statement.get("subject") or [] if isinstance(s, dict)]
+            if predicate == SLSA_PROVENANCE:
+                raise OciError("the attestation is not an in-toto v1 SLSA provenance v1 statement", field=field)
+            raise OciError(f"the {what} is not an in-toto v1 statement of {predicate}", field=field)
+        subjects = subject_digests(statement)
         if ref.digest.split(":", 1)[1] not in subjects:
-            raise _refuse(f"the {what} is about {subjects}, not {ref.digest}", field=f"{field}.subject")
+            raise OciError(f"the {what} is about {subjects}, not {ref.digest}", field=f"{field}.subject")
         statements[predicate] = statement
     return statements
 
@@ -225,11 +206,11 @@ def signatures(client: RegistryClient, ref: Reference, key: Any, layout: str = "
     where there are any; `bundles` and `legacy` read only that layout."""
     statements = None if layout == "legacy" else signed_statements(client, ref.repository, ref.digest, key)
     if statements is None and layout == "bundles":
-        raise _refuse(f"no Sigstore bundle refers to {ref.digest} (--layout bundles)", field="bundle")
+        raise OciError(f"no Sigstore bundle refers to {ref.digest} (--layout bundles)", field="bundle")
     if statements is None:
         check_signature(client, ref, key)
     elif SIGN_PREDICATE not in statements:
-        raise _refuse(f"no bundle signs {ref.digest} with {SIGN_PREDICATE}", field="bundle.predicateType")
+        raise OciError(f"no bundle signs {ref.digest} with {SIGN_PREDICATE}", field="bundle.predicateType")
     return statements
 
 
@@ -238,8 +219,8 @@ def attested(client: RegistryClient, ref: Reference, key: Any, statements: dict 
     legacy `.att`'s), the provenance among them."""
     if statements is None:
         return legacy_attestations(client, ref, key)
-    if PREDICATE_TYPE not in statements:
-        raise _refuse(f"no bundle attests the provenance of {ref.digest} ({PREDICATE_TYPE})", field="provenance")
+    if SLSA_PROVENANCE not in statements:
+        raise OciError(f"no bundle attests the provenance of {ref.digest} ({SLSA_PROVENANCE})", field="provenance")
     return statements
 
 
@@ -254,7 +235,7 @@ def signed_provenance(
     """The signature, then the provenance statement about this digest (both verified), and the
     layout they were read from."""
     statements = signatures(client, ref, key, layout)
-    return attested(client, ref, key, statements)[PREDICATE_TYPE], accepted_layout(statements)
+    return attested(client, ref, key, statements)[SLSA_PROVENANCE], accepted_layout(statements)
 
 
 def verify_image(
@@ -262,11 +243,9 @@ def verify_image(
 ) -> dict[str, Any]:
     ref = Reference.parse(reference)
     if not ref.digest:
-        raise _refuse(f"{reference}: verify a digest (REGISTRY/REPO@sha256:...), not a tag", field="reference")
+        raise OciError(f"{reference}: verify a digest (REGISTRY/REPO@sha256:...), not a tag", field="reference")
     key = load_public_key(public_key)
-    owned = client is None
-    client = client or RegistryClient(ref.registry)
-    try:
+    with client_for(ref.registry, client) as client:
         # The signature first: nothing the image holds is parsed or decompressed before the
         # signed payload names this manifest digest (which in turn names every blob's digest).
         statements = signatures(client, ref, key, layout)
@@ -283,15 +262,15 @@ def verify_image(
         baked, baked_size = baked_pins(client, ref.repository, manifest)
 
         evidence = attested(client, ref, key, statements)
-        statement = evidence[PREDICATE_TYPE]
+        statement = evidence[SLSA_PROVENANCE]
 
         pins = baked["pins"]
         try:
             typed_pins = parse_document(ImagePins, pins, label=f"{BAKED_DEST} pins")
         except AttestError as exc:
-            raise _refuse(str(exc), field=exc.field) from None
+            raise OciError(str(exc), field=exc.field) from None
         if statement["predicate"]["buildDefinition"]["externalParameters"].get("pins") != pins:
-            raise _refuse("the provenance's pins differ from the pins baked into the image", field="provenance.pins")
+            raise OciError("the provenance's pins differ from the pins baked into the image", field="provenance.pins")
         artifact = pins["model"].get("artifact")
         for name, digest_key, pinned in (
             ("engine", "gitCommit", pins["engine"]["commit"]),
@@ -301,19 +280,16 @@ def verify_image(
         ):
             recorded = resolved(statement, name).get(digest_key, "")
             if recorded != pinned:
-                raise _refuse(
+                raise OciError(
                     f"provenance {name} is {recorded or 'unrecorded'}, the image pins {pinned or 'nothing'}",
                     field=f"provenance.{name}",
                 )
         labels = (config.get("config") or {}).get("Labels") or {}
         for label, value in pin_labels(pins).items():
             if labels.get(label) != value:
-                raise _refuse(f"label {label} is {labels.get(label)!r}, the baked pins say {value!r}", field=label)
+                raise OciError(f"label {label} is {labels.get(label)!r}, the baked pins say {value!r}", field=label)
         if baked["layers"] != [layer["digest"] for layer in manifest["layers"][:-1]]:
-            raise _refuse("the baked layer list differs from the manifest's layers", field=BAKED_DEST)
-    finally:
-        if owned:
-            client.close()
+            raise OciError("the baked layer list differs from the manifest's layers", field=BAKED_DEST)
     empty = typed_pins.empty_pins()
     return {
         "ok": True,

@@ -11,10 +11,10 @@ from attest.pins import ArtifactPin
 from tools.model.artifact import check_manifest, notes_of, parse_manifest
 from tools.model.errors import ModelError
 from tools.model.pull import ExpectedLock, fetch_lock
-from tools.oci.errors import OciError
-from tools.oci.layout import sha256_digest
-from tools.oci.reference import Reference
-from tools.oci.remote.registry import RegistryClient
+from tools.oci.format.errors import OciError
+from tools.oci.format.layout import sha256_digest
+from tools.oci.format.reference import Reference
+from tools.oci.remote.registry import RegistryClient, client_for
 from tools.pin.upstream import ModelUpstream
 
 FIELD = "model.artifact.digest"
@@ -40,27 +40,23 @@ def resolve_artifact(
     """The manifest digest `tag` names in `pin.repository`, checked against the model pins."""
     tag = tag or pin.tag or "latest"
     ref = Reference.parse(f"{pin.repository}:{tag}")
-    owned = client is None
-    client = client or RegistryClient(ref.registry)
-    client.operation_deadline = deadline
-    try:
-        data, _ = client.manifest(ref.repository, tag)
-        manifest, _ = parse_manifest(data, str(ref))
-        notes = notes_of(manifest)
-        # Without a pinned lock the expected one is whatever lock the artifact carries for this
-        # model and revision: checked below against both before anything is taken.
-        expected = ExpectedLock(model.lock_sha256 or str(notes.get("omni.model.lock_sha256", "")))
-        lock, _ = fetch_lock(client, ref.repository, manifest, expected)
-        if (lock.repo, lock.revision) != (model_id, model.revision):
-            raise ModelError(
-                f"{ref}: the artifact holds {lock.repo}@{lock.revision}; the pins want {model_id}@{model.revision}",
-                field=FIELD,
-            )
-        layers = check_manifest(manifest, lock, expected.sha256)
-    except (ModelError, OciError) as exc:
-        field = exc.field if exc.field == "deadline" else FIELD
-        raise OciError(f"model artifact {ref}: {exc}", field=field) from None
-    finally:
-        if owned:
-            client.close()
+    with client_for(ref.registry, client) as client:
+        client.operation_deadline = deadline
+        try:
+            data, _ = client.manifest(ref.repository, tag)
+            manifest, _ = parse_manifest(data, str(ref))
+            notes = notes_of(manifest)
+            # Without a pinned lock the expected one is whatever lock the artifact carries for this
+            # model and revision: checked below against both before anything is taken.
+            expected = ExpectedLock(model.lock_sha256 or str(notes.get("omni.model.lock_sha256", "")))
+            lock, _ = fetch_lock(client, ref.repository, manifest, expected)
+            if (lock.repo, lock.revision) != (model_id, model.revision):
+                raise ModelError(
+                    f"{ref}: the artifact holds {lock.repo}@{lock.revision}; the pins want {model_id}@{model.revision}",
+                    field=FIELD,
+                )
+            layers = check_manifest(manifest, lock, expected.sha256)
+        except (ModelError, OciError) as exc:
+            field = exc.field if exc.field == "deadline" else FIELD
+            raise OciError(f"model artifact {ref}: {exc}", field=field) from None
     return ArtifactUpstream(f"{ref.registry}/{ref.repository}", tag, sha256_digest(data), len(layers))

@@ -43,8 +43,8 @@ from attest.pins import ImagePins
 from attest.reader import MAX_JSON_BYTES, loads_object, read_file
 from attest.redact import redacting_output
 from boot.settings import url_or_empty
-from tools.oci.errors import OciError
-from tools.oci.reference import Reference
+from tools.oci.format.errors import OciError
+from tools.oci.format.reference import Reference
 from tools.pin.artifact import ArtifactUpstream, resolve_artifact
 from tools.pin.upstream import Upstream, engine_pins, lock_summary, resolve_base, resolve_model
 from tools.settings import PIN, tools_help

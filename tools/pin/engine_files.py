@@ -21,7 +21,7 @@ from attest.engine import (
     read_distribution,
 )
 from attest.errors import AttestError
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 from tools.oci.remote.layer_files import LayerFile
 
 DIST_INFO_FILES = frozenset({"METADATA", "RECORD", "direct_url.json"})

@@ -19,10 +19,10 @@ from attest.errors import AttestError
 from attest.lock import REVIEWED, CheckpointLock
 from attest.pins import ImagePins, ModelPin
 from boot import hub
-from tools.oci.errors import OciError
-from tools.oci.reference import Reference
+from tools.oci.format.errors import OciError
+from tools.oci.format.reference import Reference
 from tools.oci.remote.layer_files import read_layer_files
-from tools.oci.remote.registry import RegistryClient
+from tools.oci.remote.registry import RegistryClient, client_for
 from tools.oci.remote.shallow_base import resolve_image
 from tools.pin.engine_files import engine_identity, wanted_files
 
@@ -70,10 +70,8 @@ def resolve_base(
     ref = Reference.parse(f"{pins.base.image}:{tag}")
     registry = mirror or ref.registry
     label = f"base {ref}" + (f" (from the mirror {mirror})" if mirror else "")
-    owned = client is None
-    client = client or RegistryClient(registry)
-    client.operation_deadline = deadline  # documents, answers and layers: all within --deadline
-    try:
+    with client_for(registry, client) as client:
+        client.operation_deadline = deadline  # documents, answers and layers: all within --deadline
         resolved = resolve_image(client, ref.repository, tag, pins.base.platform, label)
         sizes = [layer.get("size") for layer in resolved.layers]
         total = sum(size for size in sizes if isinstance(size, int))
@@ -92,9 +90,6 @@ def resolve_base(
             label=f"{label}@{resolved.digest}",
             deadline=deadline,
         )
-    finally:
-        if owned:
-            client.close()
     try:
         installed = engine_identity(files, pins.engine.name, f"{label}@{resolved.digest}")
     except AttestError as exc:

@@ -1,5 +1,5 @@
 """oci_layer: files, the transitive files of Python targets and the members of tars -> one
-deterministic layer (the byte work: //tools/oci:layer)."""
+deterministic layer (the byte work: //tools/oci/build:layer)."""
 
 load(":providers.bzl", "OciLayerInfo")
 load(":runnable.bzl", "WORKER", "worker_args")

@@ -57,6 +57,6 @@ oci_load = rule(
         "repo_tags": attr.string_list(doc = "REPOSITORY:TAG names the loaded image gets."),
         "format": attr.string(default = "docker", values = ["docker", "oci"], doc = "docker: docker-archive (docker and podman load it); oci: an OCI archive."),
         # What `bazel run` executes (a runtime program, not a build action: not from the toolchain).
-        "_loader": attr.label(default = "//tools/oci:load", executable = True, cfg = "target"),
+        "_loader": attr.label(default = "//tools/oci/build:load", executable = True, cfg = "target"),
     },
 )

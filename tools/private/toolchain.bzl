@@ -8,12 +8,12 @@ without touching the rules. `//tools/oci:default_toolchain` is Omni's Python too
 OciToolsInfo = provider(
     doc = "The executables of the OCI build actions (each a FilesToRunProvider, built for the exec platform).",
     fields = {
-        "layer": "files + tars -> one layer (//tools/oci:layer)",
-        "image": "base + layers + config -> an image layout (//tools/oci:image)",
-        "index": "image layouts -> an image index layout (//tools/oci:index)",
-        "loader": "an image layout -> a docker-archive or OCI archive (//tools/oci:load)",
-        "provenance": "an image -> its SLSA provenance (//tools/oci:provenance)",
-        "sbom": "an image's package lists -> its SPDX SBOM (//tools/oci:sbom)",
+        "layer": "files + tars -> one layer (//tools/oci/build:layer)",
+        "image": "base + layers + config -> an image layout (//tools/oci/build:image)",
+        "index": "image layouts -> an image index layout (//tools/oci/build:index)",
+        "loader": "an image layout -> a docker-archive or OCI archive (//tools/oci/build:load)",
+        "provenance": "an image -> its SLSA provenance (//tools/oci/build:provenance)",
+        "sbom": "an image's package lists -> its SPDX SBOM (//tools/oci/build:sbom)",
         "rootfs": "locked .debs -> one Debian layer (//tools/debian:rootfs)",
     },
 )

@@ -29,7 +29,7 @@ from tests.fixtures.registry import LoopbackRegistry
 from tools.dev.bench.peers import require
 from tools.oci.build.image import assemble
 from tools.oci.build.layer import write_layer
-from tools.oci.layout import canonical, descriptor, read_layout, sha256_digest
+from tools.oci.format.layout import canonical, descriptor, read_layout, sha256_digest
 from tools.oci.push import push
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.remote.shallow_base import fetch_base

@@ -33,7 +33,7 @@ from tools.dev.bench.peers import cores, openssl_sha256_per_core_mb_s, require
 from tools.model.layers import stream_file_layer
 from tools.model.pack import load_lock_bytes, pack
 from tools.oci.build.image import assemble
-from tools.oci.layout import OCI_LAYER_TAR
+from tools.oci.format.layout import OCI_LAYER_TAR
 
 
 def _timed_child(argv: list[str]) -> tuple[float, int, str]:

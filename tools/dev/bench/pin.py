@@ -30,7 +30,7 @@ from attest.hashing import sha256_file
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import installed_engine, put_image
 from tools.dev.bench.peers import require
-from tools.oci.layout import OCI_LAYER_GZIP
+from tools.oci.format.layout import OCI_LAYER_GZIP
 from tools.oci.remote.registry import RegistryClient
 
 FILE_BYTES = 4 << 20

@@ -29,7 +29,7 @@ from attest.errors import refusing_main
 from attest.files import write_atomic
 from attest.reader import read_file
 from tools.deploy.errors import DeployError
-from tools.dev.podman_group.lws import expand_env, group_pods
+from tools.deploy.lws import expand_env, group_pods
 
 MAX_INPUT_BYTES = 4 << 20
 HEADER = "# The group's Pods for podman, written by tools/dev/podman_group from"

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from tools.oci.build.layer import source_date_epoch
-from tools.oci.errors import OciError
-from tools.oci.layout import (
+from tools.oci.format.errors import OciError
+from tools.oci.format.layout import (
     BASE_SIDECAR,
     LAYER_TYPE_TO_OCI,
     OCI_CONFIG,

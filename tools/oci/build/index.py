@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.oci.errors import OciError
-from tools.oci.layout import (
+from tools.oci.format.errors import OciError
+from tools.oci.format.layout import (
     BASE_SIDECAR,
     OCI_INDEX,
     OCI_MANIFEST,

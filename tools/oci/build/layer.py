@@ -32,8 +32,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
 from tools.oci.build.tar_input import TarReader, tar_entries
-from tools.oci.errors import OciError
-from tools.oci.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
+from tools.oci.format.errors import OciError
+from tools.oci.format.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
 
 COMPRESS_LEVEL = 6
 COMPRESSIONS = ("gzip", "zstd", "none")

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from tools.oci.build.image import CHECKPOINT_LOCK_DEST, TOOLKIT_VERSION, load_pins_checked
-from tools.oci.layout import read_layout
+from tools.oci.format.layout import read_layout
+from tools.oci.format.statement import SLSA_PROVENANCE, statement
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 CHECKPOINT_LOCK_URI = f"file://{CHECKPOINT_LOCK_DEST}"
-PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "https://omni.invalid/build-types/bazel-oci-image/v1"
 BUILDER_ID = "https://omni.invalid/builders/bazel"
 SOURCE_URI = "git+omni"
@@ -74,20 +73,16 @@ def build_statement(
     dependencies += [
         _dependency(f"lock:{lock}", f"file:{lock}", {"sha256": sha}) for lock, sha in sorted(locks.items())
     ]
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": [{"name": name, "digest": {"sha256": digest.split(":", 1)[1]}}],
-        "predicateType": PREDICATE_TYPE,
-        "predicate": {
-            "buildDefinition": {
-                "buildType": BUILD_TYPE,
-                "externalParameters": {"image": name, "pins": pins},
-                "internalParameters": {"toolkit_version": TOOLKIT_VERSION},
-                "resolvedDependencies": dependencies,
-            },
-            "runDetails": {"builder": {"id": BUILDER_ID}},
+    predicate = {
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": {"image": name, "pins": pins},
+            "internalParameters": {"toolkit_version": TOOLKIT_VERSION},
+            "resolvedDependencies": dependencies,
         },
+        "runDetails": {"builder": {"id": BUILDER_ID}},
     }
+    return statement([(name, digest)], SLSA_PROVENANCE, predicate)
 
 
 def resolved(statement: dict[str, Any], name: str) -> dict[str, str]:

@@ -8,7 +8,7 @@ tar does not hold is refused, naming the tar and the member.
 
 A compressed tar is first decompressed to a plain one beside the output: the layer is
 written in sorted order, and seeking backwards in a compressed stream restarts it. The tar is
-read by tools.oci.tar_reader, as the container runtimes read it.
+read by tools.oci.format.tar_reader, as the container runtimes read it.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Iterator
 
-from tools.oci.errors import OciError
-from tools.oci.tar_members import member_path
-from tools.oci.tar_reader import TarMember, TarStream, read_members
+from tools.oci.format.compression import GZIP_MAGIC, ZSTD_MAGIC
+from tools.oci.format.errors import OciError
+from tools.oci.format.tar_members import member_path
+from tools.oci.format.tar_reader import TarMember, TarStream, read_members
 
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 COPY_CHUNK = 1 << 20
 
 

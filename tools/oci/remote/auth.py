@@ -19,8 +19,8 @@ import time
 import httpx
 
 from attest.redact import learn
-from tools.oci.errors import OciError
-from tools.oci.remote.bodies import json_object, read_bounded
+from tools.oci.format.errors import OciError, refusing_object
+from tools.oci.remote.bodies import read_bounded
 from tools.oci.remote.credentials import Credential, lookup
 from tools.oci.remote.tokens import Token, covers, lifetime, merged
 
@@ -223,7 +223,7 @@ class RegistryAuth:
         if status != 200:
             raise OciError(f"{self.registry}: token service answered HTTP {status} for {scope}", field="registry")
         where = f"{self.registry} token response"
-        body = json_object(data, where)
+        body = refusing_object(data, where)
         value = body.get("token") or body.get("access_token")
         if not isinstance(value, str) or not value:
             raise OciError(f"{where}: no token for {scope} (neither token nor access_token)", field="registry")

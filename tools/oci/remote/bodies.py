@@ -10,7 +10,7 @@ from typing import Iterator
 import httpx
 
 from attest.redact import redact_known
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 
 DETAIL_READ_BYTES = 4096
 DETAIL_SHOWN_CHARS = 300
@@ -39,16 +39,6 @@ def error_detail(body: bytes) -> str:
     """An error body's start, for a message: redacted before it is cut, so a secret the peer
     echoes can never survive as a fragment at the cut."""
     return redact_known(body[:DETAIL_READ_BYTES].decode("utf-8", "replace"))[:DETAIL_SHOWN_CHARS]
-
-
-def json_object(data: bytes, what: str) -> dict:
-    from attest.errors import AttestError
-    from attest.reader import loads_object
-
-    try:
-        return loads_object(data, label=what)
-    except AttestError as exc:
-        raise OciError(str(exc), field=what) from None
 
 
 class Pieces:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Mapping
 
 from attest.redact import learn, learn_basic
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 
 MAX_CONFIG_BYTES = 1 << 20
 HELPER_DEADLINE_S = 10.0

@@ -3,7 +3,7 @@
 Each layer is fetched once through RegistryClient.stream_blob, which never reads past the
 descriptor's size and checks the digest at the end; a layer whose bytes do not match its
 descriptor fails the whole read, so nothing read from it is ever used. Its tar is read by
-tools.oci.tar_reader (members exactly as the runtimes' Go reader takes them) and applied as a
+tools.oci.format.tar_reader (members exactly as the runtimes' Go reader takes them) and applied as a
 runtime applies layers (tools.oci.remote.overlay): whiteouts, opaque markers, replaced
 directories, and no member written through a symbolic link.
 
@@ -31,12 +31,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
+from tools.oci.format.tar_members import PATH_MAX, clean_name
+from tools.oci.format.tar_reader import TarMember, TarStream, read_members
 from tools.oci.remote.layer_stream import decompressed
 from tools.oci.remote.overlay import LayerFile, Overlay
 from tools.oci.remote.registry import RegistryClient
-from tools.oci.tar_members import PATH_MAX, clean_name
-from tools.oci.tar_reader import TarMember, TarStream, read_members
 
 __all__ = ["LayerFile", "read_layer_files"]
 

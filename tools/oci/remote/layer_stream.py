@@ -4,7 +4,7 @@ gzip, zstd and plain tar are told apart by their first bytes, not by the media t
 claims. Every piece is at most READ_BYTES, whatever the ratio, so a compression bomb costs time,
 never memory.
 
-tools.oci.tar_reader reads the pieces forward and drops the ones a skipped member spans
+tools.oci.format.tar_reader reads the pieces forward and drops the ones a skipped member spans
 without copying them: a member nobody wants costs only its inflating.
 """
 
@@ -16,8 +16,8 @@ from typing import Any, Iterator
 
 from isal import isal_zlib
 
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+from tools.oci.format.compression import GZIP_MAGIC, ZSTD_MAGIC
+
 READ_BYTES = 1 << 20
 GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip mode: header, deflate body and trailer checked
 _DEFLATE = 8

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 
 # Paths tracked at once (links, wanted files and the directories above them), about 300 bytes
 # each: a large vendor base has tens of thousands of links; a layer built to exhaust memory is
@@ -83,7 +83,7 @@ class Overlay:
     def _parent(self, path: str, *, create: bool) -> tuple[_Tree | None, str]:
         """The directory node holding `path` and its last name; refuses a parent that is a
         symbolic link or a file. None when nothing tracked lies there (and not `create`)."""
-        parts = path.split("/")  # a clean relative path (tools.oci.tar_members.member_path)
+        parts = path.split("/")  # a clean relative path (tools.oci.format.tar_members.member_path)
         node: _Tree = self.root
         for depth, part in enumerate(parts[:-1]):
             child = node.get(part)

@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from tools.oci.errors import OciError, refusing_object
-from tools.oci.layout import OCI_INDEX, OCI_MANIFEST, canonical, descriptor, sha256_digest
+from tools.oci.format.errors import OciError, refusing_object
+from tools.oci.format.layout import OCI_INDEX, OCI_MANIFEST, canonical, descriptor, sha256_digest
 from tools.oci.remote.auth import origin
 from tools.oci.remote.registry import RegistryClient
 

@@ -18,14 +18,15 @@ import hashlib
 import math
 import threading
 import time
+from contextlib import contextmanager
 from typing import Iterator
 
 import httpx
 
 from attest.transport import DeadlineTransport, ProxyRefused, answer_deadline, retry_after
-from tools.oci.errors import OciError
-from tools.oci.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
-from tools.oci.reference import DIGEST_RE
+from tools.oci.format.errors import OciError
+from tools.oci.format.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
+from tools.oci.format.reference import DIGEST_RE
 from tools.oci.remote.auth import LOOKUP, RegistryAuth, is_loopback, origin
 from tools.oci.remote.bodies import DETAIL_READ_BYTES, error_detail, read_bounded
 from tools.oci.remote.credentials import Credential
@@ -377,3 +378,17 @@ class RegistryClient(BlobUploads):
         if stored != data:
             raise OciError(f"{self.registry} serves other bytes for manifest {digest}", field="manifest")
         return digest
+
+
+@contextmanager
+def client_for(registry: str, given: RegistryClient | None = None) -> Iterator[RegistryClient]:
+    """`given`, left open for whoever made it; else a client of `registry`, closed on the way out
+    whatever happens inside."""
+    if given is not None:
+        yield given
+        return
+    client = RegistryClient(registry)
+    try:
+        yield client
+    finally:
+        client.close()

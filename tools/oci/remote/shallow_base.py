@@ -16,11 +16,10 @@ from typing import Any
 
 from attest.errors import refusing_main
 from attest.redact import redacting_output
-from tools.oci.errors import OciError
-from tools.oci.layout import INDEX_TYPES, canonical, sha256_digest
-from tools.oci.reference import Reference
-from tools.oci.remote.bodies import json_object
-from tools.oci.remote.registry import RegistryClient
+from tools.oci.format.errors import OciError, refusing_object
+from tools.oci.format.layout import INDEX_TYPES, canonical, sha256_digest
+from tools.oci.format.reference import Reference
+from tools.oci.remote.registry import RegistryClient, client_for
 
 
 def _platform(text: str) -> dict[str, str]:
@@ -72,11 +71,11 @@ def resolve_image(client: RegistryClient, repository: str, reference: str, platf
     descriptor, and the config must declare the platform."""
     wanted = _platform(platform)
     data, media_type = client.manifest(repository, reference)
-    document = json_object(data, f"{label} manifest")
+    document = refusing_object(data, f"{label} manifest")
     media_type = document.get("mediaType") or media_type
     if media_type in INDEX_TYPES or "manifests" in document:
         data, media_type = client.manifest(repository, _pick(document, wanted, label))
-        document = json_object(data, f"{label} manifest")
+        document = refusing_object(data, f"{label} manifest")
     descriptor = document.get("config")
     if (
         not isinstance(descriptor, dict)
@@ -86,7 +85,7 @@ def resolve_image(client: RegistryClient, repository: str, reference: str, platf
         raise OciError(f"{label}: the manifest has no config descriptor", field="config")
     # Never read past the descriptor's size, and never a "config" larger than configs are.
     config_bytes = client.blob(repository, descriptor["digest"], size=descriptor["size"], max_bytes=MAX_CONFIG_BYTES)
-    config = json_object(config_bytes, f"{label} config")
+    config = refusing_object(config_bytes, f"{label} config")
     if config.get("os") != wanted["os"] or config.get("architecture") != wanted["architecture"]:
         raise OciError(
             f"{label} is {config.get('os')}/{config.get('architecture')}, not the pinned {platform}", field="platform"
@@ -102,13 +101,8 @@ def fetch_base(
     ref = Reference.parse(f"{image}@{digest}", require_digest=True)
     if ref.tag:
         raise OciError(f"base {image} names a tag; pin it by digest only", field="image")
-    owned = client is None
-    client = client or RegistryClient(registry or ref.registry)
-    try:
+    with client_for(registry or ref.registry, client) as client:
         resolved = resolve_image(client, ref.repository, ref.digest, platform, f"base {ref}")
-    finally:
-        if owned:
-            client.close()
     output.mkdir(parents=True, exist_ok=True)
     (output / "manifest.json").write_bytes(resolved.manifest_bytes)
     (output / "config.json").write_bytes(resolved.config_bytes)

@@ -15,7 +15,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 
 DEFAULT_LIFETIME_S = 60  # the token spec's default when the answer has no expires_in
 MAX_LIFETIME_S = 24 * 3600  # a longer promise is held to a day: asking again costs one request

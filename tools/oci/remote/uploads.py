@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 from attest.redact import redact_known
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 from tools.oci.remote.bodies import Pieces
 
 if TYPE_CHECKING:

@@ -2,14 +2,14 @@
 
 A member name must be relative and stay inside the archive's root (no `..`, no NUL); only
 regular files, directories, symbolic links and hard links are accepted. `extract_all` writes
-such a tar, read by tools.oci.tar_reader (members as the container runtimes read them), into a
+such a tar, read by tools.oci.format.tar_reader (members as the container runtimes read them), into a
 directory without trusting anything else in it: links may not point out of the directory,
 owners are never applied, set-id bits are dropped, and a member never writes through a
 symbolic link that an earlier member made.
 
 Why by hand and not `TarFile.extractall(filter="data")`: extraction filters arrived in
 Python 3.11.4, Debian 12's python3 is 3.11.2, and tarfile reads some headers differently from
-the runtimes (tools.oci.tar_reader says which).
+the runtimes (tools.oci.format.tar_reader says which).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-from tools.oci.errors import OciError
-from tools.oci.tar_reader import MemberData, TarMember, TarStream, read_members
+from tools.oci.format.errors import OciError
+from tools.oci.format.tar_reader import MemberData, TarMember, TarStream, read_members
 
 COPY_CHUNK = 1 << 20
 PERMISSION_BITS = 0o777
@@ -101,7 +101,7 @@ def extract_all(stream: TarStream, dest: Path, *, source: str | Path) -> list[st
     """Writes every member of the tar `stream` under `dest` (created); returns the relative
     paths written. `source` names the tar in refusals.
 
-    Refuses, naming the tar and the member, anything tools.oci.tar_reader or `member_path`
+    Refuses, naming the tar and the member, anything tools.oci.format.tar_reader or `member_path`
     refuses, a device, FIFO or other special file, a link pointing outside `dest`, and a hard
     link to a member not written before it. Nothing is written for a refused archive's later
     members.

@@ -12,29 +12,20 @@ referrers API or its fallback tag (tools/oci/remote/referrers.py).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tools.oci.build.provenance import PREDICATE_TYPE as SLSA_PREDICATE
-from tools.oci.build.provenance import STATEMENT_TYPE
-from tools.oci.errors import OciError, refusing_object
+from tools.oci.format.errors import OciError, refusing_object
+from tools.oci.format.statement import SLSA_PROVENANCE, STATEMENT_TYPE, subject_digests
+from tools.oci.format.statement import statement as in_toto_statement
 from tools.oci.remote.referrers import push_referrer, referrers
 from tools.oci.remote.registry import RegistryClient
-from tools.oci.sign import (
-    INTOTO_PAYLOAD_TYPE,
-    dsse_envelope,
-    pae,
-    push_attestations,
-    push_image_signature,
-    sign,
-    verify,
-)
+from tools.oci.signing import dsse
+from tools.oci.signing.keys import key_hint
+from tools.oci.signing.legacy import dsse_envelope, push_attestations, push_image_signature
 
 BUNDLE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"  # what `cosign verify` looks for
@@ -50,35 +41,18 @@ BUNDLES_ONLY_WARNING = (
 MAX_BUNDLES = 64  # referrers read at most: a registry cannot make verify fetch without end
 
 
-def key_hint(key: ec.EllipticCurvePublicKey) -> str:
-    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return base64.b64encode(hashlib.sha256(der).digest()).decode()
-
-
 def statement(digest: str, predicate_type: str, predicate: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": [{"digest": {"sha256": digest.split(":", 1)[1]}}],
-        "predicateType": predicate_type,
-        "predicate": predicate,
-    }
+    """A bundle's statement: about one manifest digest, named by that digest alone."""
+    return in_toto_statement([("", digest)], predicate_type, predicate)
 
 
 def bundle(key: ec.EllipticCurvePrivateKey, about: dict[str, Any]) -> bytes:
     """The bundle of `about` (an in-toto statement), DSSE-signed with `key`."""
-    body = json.dumps(about, separators=(",", ":"), sort_keys=True).encode()
-    hint = key_hint(key.public_key())
     return json.dumps(
         {
             "mediaType": BUNDLE_TYPE,
-            "verificationMaterial": {"publicKey": {"hint": hint}},
-            "dsseEnvelope": {
-                "payload": base64.b64encode(body).decode(),
-                "payloadType": INTOTO_PAYLOAD_TYPE,
-                # No keyid, as cosign writes it: cosign 3's DSSE verifier skips a signature whose
-                # keyid is not its own empty one ("accepted signatures do not match threshold").
-                "signatures": [{"sig": sign(key, pae(INTOTO_PAYLOAD_TYPE, body))}],
-            },
+            "verificationMaterial": {"publicKey": {"hint": key_hint(key.public_key())}},
+            "dsseEnvelope": dsse.envelope(key, about),
         },
         separators=(",", ":"),
         sort_keys=True,
@@ -97,7 +71,7 @@ def attestations(digest: str, provenance: dict | None, sbom: dict | None) -> dic
     """predicate type -> in-toto statement about `digest`, for each piece of evidence given."""
     made: dict[str, dict[str, Any]] = {}
     if provenance is not None:
-        made[SLSA_PREDICATE] = provenance
+        made[SLSA_PROVENANCE] = provenance
     if sbom is not None:
         made[SPDX_PREDICATE] = statement(digest, SPDX_PREDICATE, sbom)
     return made
@@ -139,10 +113,6 @@ def push_signatures(
 # --- reading ------------------------------------------------------------------------------
 
 
-def _refuse(message: str, field: str) -> OciError:
-    return OciError(message, field=field)
-
-
 def _document(data: bytes, what: str) -> dict[str, Any]:
     return refusing_object(data, what, field="bundle")
 
@@ -153,16 +123,16 @@ def _bundle_blob(client: RegistryClient, repository: str, digest: str, subject_d
     manifest = _document(client.manifest(repository, digest)[0], what)
     named = (manifest.get("subject") or {}).get("digest") if isinstance(manifest.get("subject"), dict) else None
     if named != subject_digest:
-        raise _refuse(f"{what} names the subject {named}, not {subject_digest}", field="bundle.subject")
+        raise OciError(f"{what} names the subject {named}, not {subject_digest}", field="bundle.subject")
     layers = [item for item in manifest.get("layers") or [] if isinstance(item, dict)]
     if len(layers) != 1 or layers[0].get("mediaType") != BUNDLE_TYPE:
-        raise _refuse(f"{what} must hold exactly one {BUNDLE_TYPE} layer", field="bundle")
+        raise OciError(f"{what} must hold exactly one {BUNDLE_TYPE} layer", field="bundle")
     try:
         data = client.blob(
             repository, str(layers[0].get("digest")), size=layers[0].get("size"), max_bytes=MAX_BUNDLE_BYTES
         )
     except OciError as exc:
-        raise _refuse(f"{what}: its bundle blob cannot be read: {exc}", field="bundle") from None
+        raise OciError(f"{what}: its bundle blob cannot be read: {exc}", field="bundle") from None
     annotations = manifest.get("annotations") if isinstance(manifest.get("annotations"), dict) else {}
     return data, str(annotations.get(PREDICATE_ANNOTATION, ""))
 
@@ -171,23 +141,15 @@ def open_bundle(data: bytes, key: ec.EllipticCurvePublicKey, subject_digest: str
     """The statement of a bundle signed by `key` about `subject_digest`; refused naming the field."""
     document = _document(data, what)
     if document.get("mediaType") != BUNDLE_TYPE:
-        raise _refuse(f"{what} is not a {BUNDLE_TYPE} document", field="bundle.mediaType")
+        raise OciError(f"{what} is not a {BUNDLE_TYPE} document", field="bundle.mediaType")
     hint = ((document.get("verificationMaterial") or {}).get("publicKey") or {}).get("hint")
     if hint is not None and hint != key_hint(key):
-        raise _refuse(f"{what} names the key {hint}, not the given public key", field="bundle.verificationMaterial")
-    envelope = document.get("dsseEnvelope")
-    try:
-        body = base64.b64decode(str(envelope["payload"]), validate=True)
-        signatures = [str(item["sig"]) for item in envelope["signatures"]]
-        payload_type = str(envelope["payloadType"])
-    except (TypeError, KeyError, ValueError):
-        raise _refuse(f"{what} holds no well-formed DSSE envelope", field="bundle.dsseEnvelope") from None
-    if payload_type != INTOTO_PAYLOAD_TYPE or not any(verify(key, pae(payload_type, body), s) for s in signatures):
-        raise _refuse(f"{what}: the signature does not verify with the given public key", field="bundle.signature")
+        raise OciError(f"{what} names the key {hint}, not the given public key", field="bundle.verificationMaterial")
+    body = dsse.opened(document.get("dsseEnvelope"), key, what, "bundle.signature", "bundle.dsseEnvelope")
     about = _document(body, f"{what} statement")
-    subjects = [s.get("digest", {}).get("sha256") for s in about.get("subject") or [] if isinstance(s, dict)]
+    subjects = subject_digests(about)
     if about.get("_type") != STATEMENT_TYPE or subject_digest.split(":", 1)[1] not in subjects:
-        raise _refuse(f"{what} is about {subjects}, not {subject_digest}", field="bundle.subject")
+        raise OciError(f"{what} is about {subjects}, not {subject_digest}", field="bundle.subject")
     return about
 
 
@@ -201,14 +163,14 @@ def signed_statements(
     if not found:
         return None
     if len(found) > MAX_BUNDLES:
-        raise _refuse(f"{len(found)} bundles refer to {subject_digest}; at most {MAX_BUNDLES}", field="bundle")
+        raise OciError(f"{len(found)} bundles refer to {subject_digest}; at most {MAX_BUNDLES}", field="bundle")
     statements: dict[str, dict[str, Any]] = {}
     for item in found:
         digest = str(item.get("digest"))
         data, announced = _bundle_blob(client, repository, digest, subject_digest)
         about = open_bundle(data, key, subject_digest, f"bundle {digest}")
         if about.get("predicateType") != announced:
-            raise _refuse(
+            raise OciError(
                 f"bundle {digest} announces {announced!r} but signs {about.get('predicateType')!r}",
                 field="bundle.predicateType",
             )

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 
 BLOCK = 512
 ZERO_BLOCK = bytes(BLOCK)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 DOCKER_HUB = "registry-1.docker.io"

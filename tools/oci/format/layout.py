@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tools.oci.errors import OciError
+from tools.oci.format.errors import OciError
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

@@ -1,5 +1,6 @@
-"""A LeaderWorkerSet's group as the LWS v0.9.0 controller and its pod webhook make it, and the
-kubelet's $(VAR) expansion: what runs the generated manifests where neither exists.
+"""LeaderWorkerSet's facts, the one home: the labels and variables deploy's manifests name, the
+group's pods as the LWS v0.9.0 controller and its pod webhook make them, and the kubelet's
+$(VAR) expansion (what tools/dev/podman_group plays where neither exists).
 
 Each fact cites its source in kubernetes-sigs/lws at v0.9.0:
 - pods: the leader StatefulSet is named after the set, its pod `<set>-<group>`; each group's
@@ -28,9 +29,13 @@ from typing import Any
 from tools.deploy.errors import DeployError
 
 PREFIX = "leaderworkerset.sigs.k8s.io/"
-NAME, GROUP_INDEX, WORKER_INDEX = PREFIX + "name", PREFIX + "group-index", PREFIX + "worker-index"
-GROUP_KEY, REVISION = PREFIX + "group-key", PREFIX + "template-revision-hash"
-SIZE, LEADER_NAME = PREFIX + "size", PREFIX + "leader-name"
+NAME_LABEL, GROUP_INDEX_LABEL = PREFIX + "name", PREFIX + "group-index"
+WORKER_INDEX_LABEL, GROUP_KEY_LABEL = PREFIX + "worker-index", PREFIX + "group-key"
+REVISION_LABEL = PREFIX + "template-revision-hash"
+SIZE_ANNOTATION, LEADER_NAME_ANNOTATION = PREFIX + "size", PREFIX + "leader-name"
+# What LWS injects into every container, ahead of the container's own variables, so `$(NAME)`
+# in those expands.
+LEADER_ADDRESS, GROUP_SIZE, WORKER_INDEX = "LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX"
 EXPANSION = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
@@ -46,12 +51,17 @@ def group_pods(lws: dict[str, Any], group: int = 0) -> list[dict[str, Any]]:
     leader = f"{name}-{group}"
     # LWS hashes its ControllerRevision; nothing in a pod reads the value, so any stable one serves.
     revision = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
-    common = {NAME: name, GROUP_INDEX: str(group), GROUP_KEY: group_key(namespace, leader), REVISION: revision}
+    common = {
+        NAME_LABEL: name,
+        GROUP_INDEX_LABEL: str(group),
+        GROUP_KEY_LABEL: group_key(namespace, leader),
+        REVISION_LABEL: revision,
+    }
     pods = [
         _pod(template.get("leaderTemplate") or template["workerTemplate"], leader, namespace, name, 0, size, common)
     ]
     for index in range(1, size):
-        extra = {LEADER_NAME: leader}
+        extra = {LEADER_NAME_ANNOTATION: leader}
         pods.append(_pod(template["workerTemplate"], f"{leader}-{index}", namespace, name, index, size, common, extra))
     return pods
 
@@ -68,19 +78,19 @@ def _pod(
 ) -> dict[str, Any]:
     spec = copy.deepcopy(template["spec"])
     spec["hostname"], spec["subdomain"] = pod_name, subdomain
-    leader = f"{labels[NAME]}-{labels[GROUP_INDEX]}"
+    leader = f"{labels[NAME_LABEL]}-{labels[GROUP_INDEX_LABEL]}"
     injected = [
-        {"name": "LWS_LEADER_ADDRESS", "value": f"{leader}.{subdomain}.{namespace}"},
-        {"name": "LWS_GROUP_SIZE", "value": str(size)},
-        {"name": "LWS_WORKER_INDEX", "value": str(index)},
+        {"name": LEADER_ADDRESS, "value": f"{leader}.{subdomain}.{namespace}"},
+        {"name": GROUP_SIZE, "value": str(size)},
+        {"name": WORKER_INDEX, "value": str(index)},
     ]
     for container in spec["containers"] + spec.get("initContainers", []):
         own = [item for item in container.get("env", []) if item["name"] not in {i["name"] for i in injected}]
         container["env"] = copy.deepcopy(injected) + own
     metadata = copy.deepcopy(template.get("metadata", {}))
     metadata["name"], metadata["namespace"] = pod_name, namespace
-    metadata["labels"] = {**metadata.get("labels", {}), **labels, WORKER_INDEX: str(index)}
-    metadata["annotations"] = {**metadata.get("annotations", {}), SIZE: str(size), **(annotations or {})}
+    metadata["labels"] = {**metadata.get("labels", {}), **labels, WORKER_INDEX_LABEL: str(index)}
+    metadata["annotations"] = {**metadata.get("annotations", {}), SIZE_ANNOTATION: str(size), **(annotations or {})}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

@@ -1,0 +1,36 @@
+"""In-toto v1 statements, the one builder and the one subject reader: the image's SLSA
+provenance (build/provenance.py), the model artifact's (tools/model/push.py) and the statements
+Sigstore bundles carry (signing/bundles.py) are made here, and every verifier reads a
+statement's subjects here (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"
+
+
+def statement(subjects: Iterable[tuple[str, str]], predicate_type: str, predicate: dict[str, Any]) -> dict[str, Any]:
+    """A statement about each (name, "sha256:<hex>") subject; an empty name is left out, as the
+    spec allows for a subject named by its digest alone."""
+    listed = []
+    for name, digest in subjects:
+        entry: dict[str, Any] = {"name": name} if name else {}
+        entry["digest"] = {"sha256": digest.split(":", 1)[1]}
+        listed.append(entry)
+    return {"_type": STATEMENT_TYPE, "subject": listed, "predicateType": predicate_type, "predicate": predicate}
+
+
+def subject_digests(document: dict[str, Any]) -> list[str]:
+    """The sha256 hex digests an untrusted statement names, whatever else its subjects hold."""
+    subjects = document.get("subject")
+    if not isinstance(subjects, list):
+        return []
+    found = []
+    for subject in subjects:
+        digest = subject.get("digest") if isinstance(subject, dict) else None
+        if isinstance(digest, dict) and isinstance(digest.get("sha256"), str):
+            found.append(digest["sha256"])
+    return found
