@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
+import signal
 import sys
-from typing import Callable, TypeVar
+import threading
+from typing import Callable, Iterator, TypeVar
 
 Command = TypeVar("Command", bound=Callable[..., int])
 
@@ -66,3 +70,34 @@ def refusing_main(command: Command) -> Command:
             return report_error(exc)
 
     return refusing  # type: ignore[return-value]
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def ending_at_once_on_stop(program: str) -> Iterator[None]:
+    """While inside, SIGTERM or SIGINT ends `program` at once: one JSON line, exit 128 + signal.
+
+    In a container the program is PID 1, and the kernel gives PID 1 no default action: without a
+    handler SIGTERM is dropped, and the runtime waits out the pod's grace period
+    (terminationGracePeriodSeconds, 120 s) before its SIGKILL. Ending at once is what that SIGKILL
+    does, only sooner: every write before the engine runs is crash-safe already (downloads resume
+    from their .part files; receipts, verdicts and the status file are written atomically). An
+    engine brings its own handlers (boot's serve forwards the signal to SGLang's group). Outside
+    the main thread (a test calling main() from a worker) nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        line = {"ok": False, "error": f"{program}: stopped by {signal.Signals(signum).name}", "field": "signal"}
+        os.write(2, (json.dumps(line) + "\n").encode())
+        os._exit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

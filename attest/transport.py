@@ -38,6 +38,9 @@ import httpx
 
 _budget = threading.local()
 BODY_READ_BYTES = 1 << 20
+# The answers another attempt may change, for the hub and the registries alike: a timeout, Too
+# Early (RFC 8470), too many requests, and the server and gateway failures (RFC 9110 §15.6).
+RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 @dataclass

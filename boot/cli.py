@@ -23,7 +23,7 @@ import httpx
 
 from attest.baked import load_baked
 from attest.engine import ENGINE_DISTRIBUTIONS, engine_search_path, find_installed
-from attest.errors import AttestError, refusing_main, report_refusal
+from attest.errors import AttestError, ending_at_once_on_stop, refusing_main, report_refusal
 from attest.pins import check_engine_identity, check_model_revision
 from attest.primitives import writable_dir
 from attest.settings import note_default
@@ -49,6 +49,11 @@ def check_image_pins(settings: BootSettings, command: str) -> list[str]:
 
 @refusing_main
 def main(argv: Sequence[str] | None = None) -> int:
+    with ending_at_once_on_stop("boot"):  # PID 1 in its pod: a stop must not wait out the grace period
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if any(arg in ("-h", "--help") for arg in args) or args[:1] == ["help"]:
         print(__doc__ + help_table())

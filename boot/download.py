@@ -29,14 +29,13 @@ from attest.files import write_atomic
 from attest.hashing import new_digest
 from attest.lock import LockedFile
 from attest.reader import read_json_file
-from attest.transport import answer_deadline, retry_after
+from attest.transport import RETRY_STATUS, answer_deadline, retry_after
 from attest.tree import place, stat_regular
 from boot.errors import BootError
 
 # Written bytes are pushed to disk every this many bytes, so the fsync before the rename
 # finds little left to write: durability overlaps the transfer instead of following it.
 WRITEBACK_BYTES = 64 << 20
-RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 PART_SUFFIX = ".part"
 RECORD_SUFFIX = ".part.json"
 MAX_RECORD_BYTES = 4096
@@ -207,7 +206,7 @@ def _accept(response: httpx.Response, partial: _Partial, revision: str, progress
         message = f"{item.path}: the hub answered HTTP {status}"
         if status == 416:
             partial.restart(progress)
-        if status not in RETRYABLE_STATUS and status != 416:
+        if status not in RETRY_STATUS and status != 416:
             raise BootError(message, field=item.path)
         raise _Retry(message, after=retry_after(response.headers) if status in (429, 503) else None)
     _check_commit(response, item, revision)

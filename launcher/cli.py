@@ -15,7 +15,7 @@ from typing import Callable, Mapping, Sequence
 
 from attest.baked import baked_path, load_baked
 from attest.engine import engine_search_path
-from attest.errors import AttestError, refusing_main, report_refusal
+from attest.errors import AttestError, ending_at_once_on_stop, refusing_main, report_refusal
 from attest.primitives import require_writable_cache_env
 from attest.settings import note_default
 from attest.status import report_refused, write_status
@@ -55,6 +55,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 @refusing_main
 def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> int:
+    with ending_at_once_on_stop("launcher"):  # PID 1 in its pod until it becomes vLLM
+        return _launch(argv, execve)
+
+
+def _launch(argv: Sequence[str] | None, execve: ExecFn) -> int:
     args = parse_args(argv)
     os.environ.update(OFFLINE_ENV)
     explain = args.explain

@@ -7,13 +7,13 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from attest.redact import REDACTED
 from launcher.checkpoint import CheckpointInspection
 from launcher.engine_probe import API_KEY_ENV, SERVE_ENTRIES, VllmCapabilities
 from launcher.errors import LauncherError
 from launcher.selection import Decision
 from launcher.settings import LauncherSettings
 
-REDACTED = "<redacted>"
 # Forced for the engine: nothing may reach a hub or phone home.
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",

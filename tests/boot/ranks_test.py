@@ -211,3 +211,31 @@ def test_an_earlier_runs_refusal_is_still_ignored(tmp_path: Path, capsys, keyed:
         _rank(tmp_path)
     assert refused.value.field == "RANK_WAIT_TIMEOUT_S"
     assert "ignoring" in capsys.readouterr().err
+
+
+def test_a_stop_signal_ends_a_waiting_rank_at_once(tmp_path: Path) -> None:
+    """As PID 1 of its pod a rank gets no default action for SIGTERM: without boot's handler the
+    signal is dropped and the pod takes its whole grace period to stop. Here the rank waits for
+    rank 0 (600 s allowed) and SIGTERM ends it at once, exit 143, one JSON line naming it."""
+    import subprocess
+    import sys
+
+    env = {**_env(tmp_path, NODE_RANK="1", RANK_WAIT_TIMEOUT_S="600"), "PYTHONPATH": os.pathsep.join(sys.path)}
+    (tmp_path / "model").mkdir()
+    rank = subprocess.Popen([sys.executable, "-m", "boot", "prepare"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)  # settings read, lock checked: waiting for rank 0's verdict
+        assert rank.poll() is None, rank.stderr.read() if rank.stderr else ""
+        started = time.monotonic()
+        rank.send_signal(15)
+        code = rank.wait(timeout=10)
+        took = time.monotonic() - started
+    finally:
+        rank.kill()
+    stderr = rank.stderr.read() if rank.stderr else ""
+    assert code == 143 and took < 2, (code, took, stderr[-2000:])
+    assert json.loads(stderr.strip().splitlines()[-1]) == {
+        "ok": False,
+        "error": "boot: stopped by SIGTERM",
+        "field": "signal",
+    }

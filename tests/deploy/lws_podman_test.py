@@ -59,6 +59,7 @@ WHAT_THE_CLUSTER_GIVES = (
     "the Secrets deepseek-spark-api-key and deepseek-spark-rank-key, made as docs/running.md tells podman users",
 )
 LEADER_ADDRESS = "127.0.0.1"
+STOP_BOUND_S = 30  # three pods stopped, each PID 1 ending on SIGTERM; the grace period is 120 s
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +215,13 @@ def test_the_generated_group_runs_under_podman(tmp_path: Path, hub: LoopbackHub,
         for pod in pods:
             assert API_KEY not in podman.logs(container_of(pod)) and RANK_KEY not in podman.logs(container_of(pod))
         print(json.dumps({"lws_podman_play_to_ready_s": round(took, 1)}))
+        # The pods stopped as `kubectl delete` stops them: SIGTERM to each PID 1 (boot), which
+        # ends at once whatever it is doing, not after the 120 s grace period (podman 5 waits it).
+        stopping = time.monotonic()
+        podman("kube", "down", str(played), timeout=180)
+        down_s = time.monotonic() - stopping
+        print(json.dumps({"lws_podman_kube_down_s": round(down_s, 1)}))
+        assert down_s < STOP_BOUND_S, f"kube down took {down_s:.0f} s"
     finally:
         podman("kube", "down", str(played), check=False)
 

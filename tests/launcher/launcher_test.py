@@ -95,7 +95,7 @@ def test_key_on_the_command_line_only_when_vllm_cannot_read_it_from_env(world: L
     assert "VLLM_API_KEY" not in env
     report = result.report
     assert report["api_key_transport"] == "command_line"
-    assert report["server_argv"][report["server_argv"].index("--api-key") + 1] == "<redacted>"
+    assert report["server_argv"][report["server_argv"].index("--api-key") + 1] == "[REDACTED]"
     assert KEY not in result.stdout + result.stderr
     assert "readable by local processes through /proc" in report["warnings"][0]
 
@@ -263,6 +263,46 @@ def test_real_process_exits_2_with_json_on_refusal(world: LauncherWorld) -> None
         "ok": False,
         "field": "MODEL_REVISION",
         "error": "MODEL_REVISION must be an immutable 40-character commit SHA, got 'main'",
+    }
+
+
+def test_a_stop_signal_ends_the_launcher_at_once_before_vllm_runs(world: LauncherWorld, tmp_path: Path) -> None:
+    """As PID 1 of its pod the launcher gets no default action for SIGTERM: without its handler a
+    stop during checks waits out the pod's grace period. Here the engine's interpreter is slow to
+    answer the probe; SIGTERM ends the launcher at once, exit 143, one JSON line naming it."""
+    import signal
+    import time
+
+    slow = tmp_path / "slow-python"
+    slow.write_text(f'#!/bin/sh\nsleep 20\nexec {sys.executable} "$@"\n')
+    slow.chmod(0o755)
+    world.env["OMNI_ENGINE_PYTHON"] = str(slow)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "launcher", "--inspect-only"],
+        env=_subprocess_env(world, [str(world.site)]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        time.sleep(3)  # the checkpoint checked: waiting for the engine's interpreter
+        assert launcher.poll() is None
+        started = time.monotonic()
+        launcher.send_signal(signal.SIGTERM)
+        code = launcher.wait(timeout=10)
+        took = time.monotonic() - started
+        stderr = launcher.stderr.read() if launcher.stderr else ""
+    finally:
+        try:
+            os.killpg(launcher.pid, signal.SIGKILL)  # the slow interpreter it left behind
+        except ProcessLookupError:
+            pass
+    assert code == 143 and took < 2, (code, took, stderr[-2000:])
+    assert json.loads(stderr.strip().splitlines()[-1]) == {
+        "ok": False,
+        "error": "launcher: stopped by SIGTERM",
+        "field": "signal",
     }
 
 

@@ -943,11 +943,11 @@ def test_server_limits_on_both_sides(world: LauncherWorld, name: str, change, fi
 @pytest.mark.parametrize(
     "argv,printed",
     [
-        (["vllm", "--api-key", "s3cret"], ["vllm", "--api-key", "<redacted>"]),
-        (["vllm", "--api-key", "s3cret", "--port", "1"], ["vllm", "--api-key", "<redacted>", "--port", "1"]),
-        (["vllm", "--api-key=s3cret"], ["vllm", "<redacted>"]),
+        (["vllm", "--api-key", "s3cret"], ["vllm", "--api-key", "[REDACTED]"]),
+        (["vllm", "--api-key", "s3cret", "--port", "1"], ["vllm", "--api-key", "[REDACTED]", "--port", "1"]),
+        (["vllm", "--api-key=s3cret"], ["vllm", "[REDACTED]"]),
         (["vllm", "--api-key"], ["vllm", "--api-key"]),
-        (["--api-key", "a", "--api-key", "b"], ["--api-key", "<redacted>", "--api-key", "<redacted>"]),
+        (["--api-key", "a", "--api-key", "b"], ["--api-key", "[REDACTED]", "--api-key", "[REDACTED]"]),
     ],
 )
 def test_the_printed_server_command_never_shows_the_key(argv: list[str], printed: list[str]) -> None:

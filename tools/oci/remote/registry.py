@@ -23,7 +23,7 @@ from typing import Iterator
 
 import httpx
 
-from attest.transport import DeadlineTransport, ProxyRefused, answer_deadline, retry_after
+from attest.transport import RETRY_STATUS, DeadlineTransport, ProxyRefused, answer_deadline, retry_after
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
 from tools.oci.format.reference import DIGEST_RE
@@ -37,7 +37,6 @@ ACCEPT_MANIFESTS = ", ".join((OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_L
 # size; documents read without a descriptor (manifests) have a per-kind cap.
 MAX_MANIFEST_BYTES = 4 << 20
 MAX_UNSIZED_BLOB_BYTES = 16 << 20
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DOCUMENT_DEADLINE_S = 120.0
 BLOB_MIN_DEADLINE_S = 120.0
 BLOB_MIN_BYTES_PER_S = 256 << 10
