@@ -25,7 +25,7 @@ from tests.fixtures.manifests import (
     service_monitor_schema,
     validate_core,
 )
-from tools.deploy.contract import read_contract
+from tools.deploy import read_contract
 
 SPARK = ("--repository", "registry.example/omni/ds", "--model-pvc", "ds-models")
 QWEN = ("--repository", "registry.example/omni/qwen", "--model-pvc", "qwen-models")

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from tools.deploy.emit import GENERATED_MARKER, dump, render
+from tools.deploy import GENERATED_MARKER, dump, render
 
 AMBIGUOUS = [
     "0o17", "017", "0x1F", "1e3", "1E3", "1_000", "12:30", "190:20:30", ".inf", "-.Inf", ".NaN", "1.5",

@@ -37,8 +37,7 @@ from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.oci import SKOPEO
 from tests.fixtures.podman import Podman
 from tests.fixtures.registry import LoopbackRegistry, free_port
-from tools.deploy.contract import read_contract
-from tools.deploy.lws import group_pods
+from tools.deploy import group_pods, read_contract
 from tools.dev.podman_group.cli import EDITS, OLD_PODMAN, read_lws
 
 RUNNER = Path(os.environ["SPARK_PODMAN_MANIFESTS"])

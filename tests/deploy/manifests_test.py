@@ -29,9 +29,7 @@ from tests.fixtures.manifests import (
     validate_core,
 )
 from tests.fixtures.pins import qwen_pins
-from tools.deploy.contract import read_contract
-from tools.deploy.errors import DeployError
-from tools.deploy.manifests import Options, resources
+from tools.deploy import DeployError, Options, read_contract, resources
 from tools.oci.build.image import assemble, load_pins_checked
 from tools.oci.format.errors import OciError
 from tools.oci.push_record import record_push
@@ -431,7 +429,7 @@ def test_every_hardware_profile_has_a_deployment_target() -> None:
     from typing import get_args
 
     from attest.pins import HardwarePin
-    from tools.deploy.targets import TARGETS
+    from tools.deploy import TARGETS
 
     assert set(get_args(HardwarePin.model_fields["profile"].annotation)) == set(TARGETS)
 
@@ -568,14 +566,14 @@ def test_the_skips_stay_the_operators_beside_a_model_volume_of_their_own() -> No
 def test_the_pinned_artifact_is_the_default_model_volume_and_another_digest_is_refused(tmp_path: Path) -> None:
     import argparse
 
-    from tools.deploy.cli import _model_image
+    from tools.deploy.cli import model_image
 
     artifact = {"repository": "registry.example/models/qwen", "tag": "v1", "digest": "sha256:" + "6" * 64}
     pins = qwen_pins(model={"id": "Qwen/Qwen3.8-27B", "revision": "a" * 40, "artifact": artifact})
     contract = read_contract(_layout(tmp_path, pins))
 
     def chosen(**flags: str) -> str:
-        return _model_image(
+        return model_image(
             contract, argparse.Namespace(**{"model_image": "", "model_pvc": "", "model_host_path": "", **flags})
         )
 

@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.fixtures.manifests import generate, refusal
-from tools.deploy.errors import DeployError
-from tools.deploy.names import is_label_value, is_qualified_name, qualified_name
+from tools.deploy import DeployError, is_label_value, is_qualified_name, qualified_name
 
 QWEN = ("--repository", "registry.example/omni/qwen", "--model-pvc", "qwen-models")
 # apimachinery pkg/util/validation/validation.go, as written there.

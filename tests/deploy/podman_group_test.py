@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools.deploy.errors import DeployError
-from tools.deploy.lws import GROUP_KEY_LABEL, expand_env, group_key, group_pods, k8s_expand
+from tools.deploy import GROUP_KEY_LABEL, DeployError, expand_env, group_key, group_pods, k8s_expand
 from tools.dev.podman_group.cli import podman_pods, read_lws
 
 RUNNER = Path(os.environ["SPARK_MANIFESTS"])

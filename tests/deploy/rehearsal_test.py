@@ -27,8 +27,7 @@ from tests.fixtures.deepseek import SHARDS, tiny_repo
 from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.qwen import make_fake_tool
 from tests.fixtures.registry import free_port
-from tools.deploy.contract import read_contract
-from tools.deploy.lws import GROUP_KEY_LABEL, group_key, k8s_expand
+from tools.deploy import GROUP_KEY_LABEL, group_key, k8s_expand, read_contract
 
 RUNNER = Path(os.environ["SPARK_MANIFESTS"])
 LAYOUT = Path("tests/deploy/deepseek_spark_pinned.layout")

@@ -225,3 +225,20 @@ def test_no_package_has_an_import_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": set()}) == []
     for package in ("attest", "boot", "launcher", "tools/deploy", "tools/oci", "tools/oci/signing", "tools/model"):
         assert _cycle(_module_imports(ROOT / package)) == [], package
+
+
+def test_tests_use_deploy_only_through_its_public_api() -> None:
+    """tools/deploy's public names are its `__all__` (and the command, tools.deploy.cli): no test
+    reaches into another module, so the modules can move without the tests noticing."""
+    import ast
+
+    import tools.deploy
+
+    assert all(hasattr(tools.deploy, name) for name in tools.deploy.__all__)
+    reached = []
+    for source in sorted(ROOT.glob("tests/**/*.py")):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tools.deploy."):
+                if node.module != "tools.deploy.cli":
+                    reached.append(f"{source.relative_to(ROOT)}: {node.module}")
+    assert reached == []

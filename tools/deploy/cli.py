@@ -233,7 +233,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _model_image(contract: ImageContract, args: argparse.Namespace) -> str:
+def model_image(contract: ImageContract, args: argparse.Namespace) -> str:
     """--model-image, else the pinned artifact where no other model volume is named; a given one
     must be the pinned artifact's digest (a mirror's repository may differ)."""
     artifact = contract.baked.pins.model.artifact
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             dist_port=whole_number("--dist-port", args.dist_port),
             startup_timeout_s=whole_number("--startup-timeout", args.startup_timeout),
             env=dict(args.env),
-            model_image=_model_image(contract, args),
+            model_image=model_image(contract, args),
             kubernetes_version=args.kubernetes_version,
             scheduling=_scheduling(args),
             network_policy=args.network_policy,
