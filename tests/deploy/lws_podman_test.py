@@ -214,6 +214,11 @@ def test_the_generated_group_runs_under_podman(tmp_path: Path, hub: LoopbackHub,
         for pod in pods:
             assert API_KEY not in podman.logs(container_of(pod)) and RANK_KEY not in podman.logs(container_of(pod))
         print(json.dumps({"lws_podman_play_to_ready_s": round(took, 1)}))
+        # podman restarts every container (restartPolicy Always), as LWS recreates the group: it
+        # serves again on the same verified model. (Taking the pods down while podman 5.4 is still
+        # restarting them races its restart handling and leaves their processes behind.)
+        _leader_ready_after_acceptance(podman, pods[0], 180)
+        _workers_ready_on_rank_0s_verdict(podman, pods[1:])
         # The pods stopped as `kubectl delete` stops them: SIGTERM to each PID 1 (boot), which
         # ends at once whatever it is doing, not after the 120 s grace period (podman 5 waits it).
         stopping = time.monotonic()
