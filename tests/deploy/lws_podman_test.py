@@ -35,7 +35,7 @@ import yaml
 from tests.fixtures.deepseek import tiny_repo
 from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.oci import SKOPEO
-from tests.fixtures.podman import Podman
+from tests.fixtures.podman import Podman, wait_until
 from tests.fixtures.registry import LoopbackRegistry, free_port
 from tools.deploy import group_pods, read_contract
 from tools.dev.podman_group.cli import EDITS, OLD_PODMAN, read_lws
@@ -172,15 +172,6 @@ def _leader_ready_after_acceptance(engine: Podman, leader: dict[str, Any], deadl
         time.sleep(0.2)
 
 
-def _within(check, deadline_s: float) -> bool:
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > deadline_s:
-            return False
-        time.sleep(0.5)
-    return True
-
-
 def _down(engine: Podman, container: str, restarts_before: int) -> bool:
     """Whether the container's run ended: podman restarted it (restartPolicy Always), or it stopped."""
     state = engine("inspect", "--format", "{{.State.Status}} {{.RestartCount}}", container, check=False)
@@ -232,7 +223,9 @@ def test_the_generated_group_runs_under_podman(tmp_path: Path, hub: LoopbackHub,
 
 def _workers_ready_on_rank_0s_verdict(engine: Podman, workers: list[dict[str, Any]]) -> None:
     for rank, worker in enumerate(workers, start=1):
-        if not _within(lambda worker=worker: _ready(engine, worker), 60):
+        try:
+            wait_until(lambda worker=worker: _ready(engine, worker), 60, f"rank {rank} ready", every_s=0.5)
+        except AssertionError:
             answer = probe(engine, worker, "readinessProbe")
             state = engine("ps", "--all", "--format", "{{.Names}} {{.Status}}").stdout
             pytest.fail(
