@@ -1,4 +1,5 @@
-"""Where an Omni image keeps its baked pins (/etc/omni/image.json), and reading them.
+"""Where an Omni image keeps its baked pins (/etc/omni/image.json) and its checkpoint lock, and
+reading the pins: the one home of both paths, for the image build and the programs alike.
 
 Kept apart from the pin models (attest.pins): a process outside an image, or one that only
 needs the path, loads no model at all.
@@ -17,6 +18,9 @@ if TYPE_CHECKING:
 
 BAKED_PATH_ENV = "OMNI_IMAGE_JSON"
 BAKED_PATH = "/etc/omni/image.json"
+# Where a release image bakes its checkpoint lock (the image build writes it, boot's
+# CHECKPOINT_LOCK defaults to it).
+BAKED_LOCK_PATH = "/etc/omni/checkpoint.lock.json"
 
 
 def baked_path() -> Path:

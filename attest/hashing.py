@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
-import threading
-import time
 from pathlib import Path
-from typing import Callable, Iterable, TextIO
+from typing import Callable, Iterable
 
 from attest.errors import AttestError
+from attest.progress import Progress
 
 CHUNK = 4 * 1024 * 1024
-PROGRESS_AFTER_BYTES = 1 << 30  # below this, hashing is quick enough to stay quiet
 
 
 SHA256 = "sha256"
@@ -68,50 +65,6 @@ def sha256_file(path: Path, *, on_bytes: Callable[[int], None] | None = None) ->
     return digest_file(path, SHA256, on_bytes=on_bytes)
 
 
-class Progress:
-    """A single self-overwriting stderr line: done/total bytes, rate, files."""
-
-    def __init__(
-        self, total_bytes: int, total_files: int, label: str, stream: TextIO | None = None, enabled: bool | None = None
-    ) -> None:
-        self.total_bytes, self.total_files, self.label = total_bytes, total_files, label
-        self.stream = stream or sys.stderr
-        self.enabled = total_bytes >= PROGRESS_AFTER_BYTES if enabled is None else enabled
-        self.done_bytes = self.done_files = 0
-        self.started = time.monotonic()
-        self._lock = threading.Lock()
-        self._last = 0.0
-
-    def add_bytes(self, count: int) -> None:
-        with self._lock:
-            self.done_bytes += count
-            self._maybe_print()
-
-    def file_done(self) -> None:
-        with self._lock:
-            self.done_files += 1
-            self._maybe_print(force=self.done_files == self.total_files)
-
-    def _maybe_print(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self.enabled or (not force and now - self._last < 0.5):
-            return
-        self._last = now
-        elapsed = max(now - self.started, 1e-6)
-        rate = self.done_bytes / elapsed / 1e6
-        self.stream.write(
-            f"\r{self.label}: {self.done_files}/{self.total_files} files, "
-            f"{self.done_bytes / 1e9:.2f}/{self.total_bytes / 1e9:.2f} GB, {rate:.0f} MB/s"
-        )
-        if force:
-            self.stream.write("\n")
-        self.stream.flush()
-
-    @property
-    def throughput_mb_s(self) -> float:
-        return self.done_bytes / max(time.monotonic() - self.started, 1e-6) / 1e6
-
-
 def hash_files_parallel(
     paths: Iterable[Path],
     *,
@@ -133,8 +86,8 @@ def hash_files_parallel(
     progress = progress or Progress(sum(sizes.values()), len(paths), label, enabled=progress_enabled)
 
     def one(path: Path) -> tuple[Path, str]:
-        digest = digest_file(path, algorithm_of(path), on_bytes=progress.add_bytes)
-        progress.file_done()
+        digest = digest_file(path, algorithm_of(path), on_bytes=progress.add)
+        progress.item_done()
         return path, digest
 
     from concurrent.futures import ThreadPoolExecutor  # a start that hashes nothing does not pay for it

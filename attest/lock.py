@@ -26,7 +26,7 @@ REVIEWED = "reviewed"
 TRUST_ON_FIRST_USE = "trust-on-first-use"
 MAX_LOCK_BYTES = 32 * 1024 * 1024
 GIT_SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
-# boot's own working names inside the model root (boot/verify.py uses these): partial
+# boot's own working names inside the model root (boot/checkpoint/verify.py uses these): partial
 # downloads, rank 0's published verdict and lock, an artifact's lock. A lock may not name them, or anything under
 # them: a hub could otherwise make boot overwrite, or trust, its own state.
 PARTIAL_DIR = ".omni-partial"

@@ -13,8 +13,7 @@ from typing import Annotated, Any, Mapping
 from pydantic import AfterValidator
 
 from attest.errors import AttestError
-from attest.reader import MAX_JSON_BYTES, read_json_file, refuse_nul
-from attest.redact import UNSHOWN_CATEGORIES
+from attest.reader import MAX_JSON_BYTES, UNSHOWN_CATEGORIES, read_json_file, refuse_nul
 
 REVISION_RE = re.compile(r"^[0-9a-fA-F]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -66,11 +65,6 @@ def read_json_object(path: Path, *, label: str, max_bytes: int = MAX_JSON_BYTES)
 MAX_NAME_BYTES = 1024
 
 
-# Characters a name may not hold: controls, format characters (bidi overrides, zero-width
-# joiners) and line/paragraph separators.
-UNPRINTABLE_CATEGORIES = UNSHOWN_CATEGORIES  # one set: refused in names, escaped when shown
-
-
 def safe_relative_name(name: str, label: str) -> str:
     """A file name relative to a root that can only ever land inside it: POSIX separators,
     no absolute path, no `.` / `..` / empty component, no backslash, and no control or format
@@ -82,8 +76,8 @@ def safe_relative_name(name: str, label: str) -> str:
         problem = "is empty"
     elif len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         problem = f"is longer than {MAX_NAME_BYTES} bytes"
-    elif any(unicodedata.category(char) in UNPRINTABLE_CATEGORIES for char in name):
-        bad = next(char for char in name if unicodedata.category(char) in UNPRINTABLE_CATEGORIES)
+    elif any(unicodedata.category(char) in UNSHOWN_CATEGORIES for char in name):
+        bad = next(char for char in name if unicodedata.category(char) in UNSHOWN_CATEGORIES)
         problem = f"contains a NUL or control character (U+{ord(bad):04X}: Unicode Cc, Cf, Zl or Zp)"
     elif "\\" in name:
         problem = "contains a backslash"

@@ -28,6 +28,9 @@ from typing import Any
 from attest.errors import AttestError
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
+# What Unicode calls control, format and line/paragraph separators: refused in names
+# (attest.primitives, tools.deploy) and escaped wherever untrusted text is shown (attest.edge.redact).
+UNSHOWN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 MAX_JSON_DEPTH = 64
 # The longest integer literal accepted: enough for any size, count or port, far below the
 # length at which int() parsing becomes quadratic or Python refuses it.

@@ -22,13 +22,14 @@ from typing import Sequence
 import httpx
 
 from attest.baked import load_baked
+from attest.edge.refusal import ending_at_once_on_stop, refusing_main, report_refusal
+from attest.edge.settings import help_table, note_default
+from attest.edge.status import report_refused, write_status
 from attest.engine import ENGINE_DISTRIBUTIONS, engine_search_path, find_installed
-from attest.errors import AttestError, ending_at_once_on_stop, refusing_main, report_refusal
+from attest.errors import AttestError
 from attest.pins import check_engine_identity, check_model_revision
 from attest.primitives import writable_dir
-from attest.settings import note_default
-from attest.status import report_refused, write_status
-from boot.settings import REVISION, SETTINGS, BootSettings, help_table
+from boot.settings import REVISION, SETTINGS, BootSettings
 
 COMMANDS = ("run", "prepare", "verify", "health", "smoke")
 
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if any(arg in ("-h", "--help") for arg in args) or args[:1] == ["help"]:
-        print(__doc__ + help_table())
+        print(__doc__ + help_table(SETTINGS))
         return 0
     command = args[0] if args else "run"
     if command not in COMMANDS or (args[1:] and args[1:] != ["--full"]) or (args[1:] and command != "verify"):
@@ -72,57 +73,61 @@ def _run(argv: Sequence[str] | None) -> int:
             writable_dir(settings.state, "STATE_PATH", create=True, default_used="STATE_PATH" in settings.defaults_used)
         for note in check_image_pins(settings, command):
             print(f"pins: {note}", file=sys.stderr)
-        if command == "prepare":
-            from boot.prepare import prepare
-
-            prepare(settings)
-            return 0
-        if command == "verify":
-            from boot.prepare import verify_only
-
-            verify_only(settings, full="--full" in args)
-            return 0
-        from boot.api import Api
-
-        if command == "health":
-            print(json.dumps(Api(settings).get("/health", timeout=10)))
-            return 0
-        if command == "smoke":
-            from boot.api import smoke
-
-            smoke(Api(settings), settings)
-            return 0
-        from boot.api import smoke, warmup
-        from boot.prepare import prepare
-        from boot.serve import serve
-
-        prepare(settings)
-
-        def acceptance() -> None:
-            if not settings.skip_smoke:
-                api = Api(settings)
-                smoke(api, settings)
-                warmup(api, settings)
-
-        return serve(settings, after_healthy=acceptance)
+        return _command(command, args, settings)
     except AttestError as exc:
         if settings is None:
             return report_refusal(exc)
         if command == "run" and exc.field != "HEALTH_LOSS_TIMEOUT_S":  # `lost` is already reported
             report_refused(settings.status_file, program="boot", error=exc)
         return report_refusal(note_default(exc, SETTINGS, settings.defaults_used))
-    except httpx.HTTPStatusError as exc:
+    except httpx.HTTPError as exc:
+        return report_refusal(_local_server_refusal(exc, settings))
+
+
+def _command(command: str, args: list[str], settings: BootSettings) -> int:
+    """One command, its settings read and its pins checked."""
+    if command == "prepare":
+        from boot.prepare import prepare
+
+        prepare(settings)
+        return 0
+    if command == "verify":
+        from boot.prepare import verify_only
+
+        verify_only(settings, full="--full" in args)
+        return 0
+    from boot.serving.api import Api, smoke
+
+    if command == "health":
+        print(json.dumps(Api(settings).get("/health", timeout=10)))
+        return 0
+    if command == "smoke":
+        smoke(Api(settings), settings)
+        return 0
+    from boot.prepare import prepare
+    from boot.serving.api import warmup
+    from boot.serving.serve import serve
+
+    prepare(settings)
+
+    def acceptance() -> None:
+        if not settings.skip_smoke:
+            api = Api(settings)
+            smoke(api, settings)
+            warmup(api, settings)
+
+    return serve(settings, after_healthy=acceptance)
+
+
+def _local_server_refusal(exc: httpx.HTTPError, settings: BootSettings | None) -> AttestError:
+    """The local server's failed answer, naming the variable to look at."""
+    if isinstance(exc, httpx.HTTPStatusError):
         status = exc.response.status_code
         field = "API_KEY" if status in (401, 403) else "SERVER_PORT"
         hint = " (the API key in API_KEY is missing or not the server's)" if field == "API_KEY" else ""
-        return report_refusal(
-            AttestError(f"local server answered HTTP {status} to {exc.request.url}{hint}", field=field)
-        )
-    except httpx.HTTPError as exc:
-        return report_refusal(
-            AttestError(
-                f"local server request failed: {type(exc).__name__}: {exc} "
-                f"(is SGLang up on SERVER_PORT={settings.port}?)",
-                field="SERVER_PORT",
-            )
-        )
+        return AttestError(f"local server answered HTTP {status} to {exc.request.url}{hint}", field=field)
+    port = settings.port if settings is not None else "?"
+    return AttestError(
+        f"local server request failed: {type(exc).__name__}: {exc} (is SGLang up on SERVER_PORT={port}?)",
+        field="SERVER_PORT",
+    )

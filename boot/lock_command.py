@@ -17,11 +17,11 @@ import os
 import sys
 from pathlib import Path
 
-from attest.errors import refusing_main
+from attest.edge.refusal import refusing_main
 from attest.files import require_replaceable, write_atomic
 from attest.lock import REVIEWED
 from attest.primitives import require_revision
-from boot import hub
+from boot.checkpoint import hub
 from boot.errors import BootError
 from boot.settings import REPO, REVISION, url_or_empty
 

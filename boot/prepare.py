@@ -3,7 +3,7 @@
 Rank 0 checks what is on disk against the lock, and only for files that are missing or
 wrong asks the hub: its listing must equal the lock, and each file is hashed as it
 arrives. It then writes the receipt and, in a multi-node group, publishes its verdict for the other
-ranks (boot.ranks). Which lock is verified against: boot.locks.
+ranks (boot.ranks). Which lock is verified against: boot.checkpoint.locks.
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from attest.lock import LOCK_FILE, PARTIAL_DIR
 from attest.pins import BakedImage
 from attest.primitives import writable_dir
 from attest.tree import stat_regular
-from boot import hub
-from boot.download import DownloadProgress, Limits, partial_names
+from boot.checkpoint import hub
+from boot.checkpoint.download import Limits, download_progress, partial_names
+from boot.checkpoint.locks import LockInUse, resolve_lock
+from boot.checkpoint.receipt import Identity, Receipt, load_receipt, save_receipt
+from boot.checkpoint.verify import VerifyReport, check_local, finish, first_problem
+from boot.checkpoint.volume import IMAGE, verify_image_volume
 from boot.errors import BootError
-from boot.locks import LockInUse, resolve_lock
 from boot.ranks import publish, publish_refusal, wait_for_rank0, withdraw_verdicts
-from boot.receipt import Identity, Receipt, load_receipt, save_receipt
 from boot.settings import REVISION, BootSettings
-from boot.verify import VerifyReport, check_local, finish, first_problem
-from boot.volume import IMAGE, verify_image_volume
 
 
 def _limits(settings: BootSettings) -> Limits:
@@ -67,7 +67,7 @@ def _fetch_missing(settings: BootSettings, in_use: LockInUse, names: list[str]) 
         file=sys.stderr,
         flush=True,
     )
-    progress = DownloadProgress(total, len(items), enabled=total >= 64 << 20)
+    progress = download_progress(total, len(items), enabled=total >= 64 << 20)
     with ThreadPoolExecutor(settings.download_workers) as pool:
         futures = [
             pool.submit(

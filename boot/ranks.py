@@ -26,18 +26,18 @@ from typing import Literal
 from pydantic import Field
 
 from attest.documents import Document, parse_document
+from attest.edge.redact import escaped, redact_known
 from attest.errors import AttestError
 from attest.files import canonical_json, write_atomic
 from attest.lock import PUBLISHED_LOCK, REFUSED_MARKER, REVIEWED, TRUST_ON_FIRST_USE, VERIFIED_MARKER
 from attest.pins import BakedImage
 from attest.reader import read_file, read_json_file
-from attest.redact import escaped, redact_known
 from attest.tree import stat_regular
+from boot.checkpoint.locks import LockInUse, checked_lock, load_lock_file, resolve_lock
+from boot.checkpoint.receipt import Receipt, withdraw_receipt
+from boot.checkpoint.verify import check_local, first_problem
 from boot.errors import BootError
-from boot.locks import LockInUse, checked_lock, load_lock_file, resolve_lock
-from boot.receipt import Receipt, withdraw_receipt
 from boot.settings import REVISION, BootSettings
-from boot.verify import check_local, first_problem
 
 POLL_S = 5.0
 KEY_MIN_BYTES = 32

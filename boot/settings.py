@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from attest.settings import (
+from attest.baked import BAKED_LOCK_PATH
+from attest.edge.settings import (
     Setting,
     ascii_integer,
     flag,
@@ -29,9 +30,7 @@ from attest.settings import (
     text,
     token,
 )
-from attest.settings import help_table as _help_table
-from attest.settings import markdown_table as _markdown_table
-from attest.status import STATUS_SETTING
+from attest.edge.status import STATUS_SETTING
 from boot.errors import BootError
 
 REPO = "deepseek-ai/DeepSeek-V4.1-Flash"
@@ -39,7 +38,7 @@ REVISION = "fb2764a5cf321eaa5070ca8f9e892818f477c16d"
 CONTEXT_RANGE = (4096, 1048576)
 OFFLOAD_MODES = ("nvme", "ram")
 NO_KEY = ("", "none", "off", "dummy", "0")
-DEFAULT_LOCK_PATH = "/etc/omni/checkpoint.lock.json"
+DEFAULT_LOCK_PATH = BAKED_LOCK_PATH
 
 
 def seconds(raw: str, variable: str) -> float:
@@ -353,12 +352,3 @@ class BootSettings:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-
-def help_table() -> str:
-    return _help_table(SETTINGS)
-
-
-def markdown_table() -> str:
-    """docs/boot.md's table of boot's settings (tests/system/docs_test.py keeps them equal)."""
-    return _markdown_table(SETTINGS)

@@ -1,5 +1,5 @@
 """Fail-closed, local-files-only vLLM launcher for Qwen3.8-27B on one MI300X.
-It runs in the image and must not import `vllm` or `torch` (either can initialise an accelerator), `boot`, `tools` or `tests`.
+It runs in the image beside vLLM and never imports it (or torch: either can initialise an accelerator).
 
 It never downloads a model and never invokes a shell. It verifies a pinned checkpoint
 attestation, probes the installed vLLM by metadata and source files, selects autoregressive,

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Sequence
 
 from attest.documents import CHECKPOINT_ATTESTATION_FILE
-from attest.errors import AttestError, refusing_main, report_refusal
+from attest.edge.refusal import refusing_main, report_refusal
+from attest.errors import AttestError
 from attest.files import canonical_json, require_replaceable, write_atomic
 from launcher.checkpoint import build_checkpoint_attestation
 from launcher.target import DEFAULT_PROFILE, PROFILE_SETTING, load_target_profile, shipped_profiles

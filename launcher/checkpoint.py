@@ -197,6 +197,34 @@ def _native_mtp(
     return True, "one native MTP layer and its indexed weight groups are present"
 
 
+def _max_position_embeddings(text_config: dict, prefix: str) -> int:
+    value = text_config.get("max_position_embeddings")
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise LauncherError(
+            "target max_position_embeddings is invalid", field=f"config.json:{prefix}max_position_embeddings"
+        )
+    return value
+
+
+def _attestation(manifest_path: Path, expected_manifest_sha256: str | None) -> CheckpointAttestation:
+    """The checkpoint attestation, read once: its pin is checked on exactly the bytes parsed."""
+    if not os.path.lexists(refuse_nul(manifest_path, "QWEN_CHECKPOINT_MANIFEST_PATH")):
+        raise LauncherError(
+            f"exact checkpoint attestation is missing; expected {CHECKPOINT_ATTESTATION_FILE} at {manifest_path}",
+            field="QWEN_CHECKPOINT_MANIFEST_PATH",
+        )
+    expected = (
+        require_sha256(expected_manifest_sha256, "QWEN_CHECKPOINT_MANIFEST_SHA256") if expected_manifest_sha256 else ""
+    )
+    read = read_file(manifest_path, label=ATTESTATION, max_bytes=MAX_JSON_BYTES)
+    if expected and read.sha256 != expected:
+        raise LauncherError(
+            f"checkpoint attestation SHA-256 does not match its external pin (pinned {expected}, found {read.sha256})",
+            field="QWEN_CHECKPOINT_MANIFEST_SHA256",
+        )
+    return parse_document(CheckpointAttestation, loads_object(read.data, label=ATTESTATION), label=ATTESTATION)
+
+
 def inspect_target_checkpoint(
     model_path: Path,
     *,
@@ -216,28 +244,8 @@ def inspect_target_checkpoint(
     config_path = child_file(root, "config.json", label="target config")
     config, config_sha = _read_json(config_path, "target config")
     text_config, prefix = _exact_text_config(config, profile)
-    max_model_len = text_config.get("max_position_embeddings")
-    if not isinstance(max_model_len, int) or isinstance(max_model_len, bool) or max_model_len <= 0:
-        raise LauncherError(
-            "target max_position_embeddings is invalid", field=f"config.json:{prefix}max_position_embeddings"
-        )
-    manifest_path = manifest_path or root / CHECKPOINT_ATTESTATION_FILE
-    if not os.path.lexists(refuse_nul(manifest_path, "QWEN_CHECKPOINT_MANIFEST_PATH")):
-        raise LauncherError(
-            f"exact checkpoint attestation is missing; expected {CHECKPOINT_ATTESTATION_FILE} at {manifest_path}",
-            field="QWEN_CHECKPOINT_MANIFEST_PATH",
-        )
-    expected = (
-        require_sha256(expected_manifest_sha256, "QWEN_CHECKPOINT_MANIFEST_SHA256") if expected_manifest_sha256 else ""
-    )
-    # One read: the pin is checked on exactly the bytes that are parsed (no swap in between).
-    read = read_file(manifest_path, label=ATTESTATION, max_bytes=MAX_JSON_BYTES)
-    if expected and read.sha256 != expected:
-        raise LauncherError(
-            f"checkpoint attestation SHA-256 does not match its external pin (pinned {expected}, found {read.sha256})",
-            field="QWEN_CHECKPOINT_MANIFEST_SHA256",
-        )
-    manifest = parse_document(CheckpointAttestation, loads_object(read.data, label=ATTESTATION), label=ATTESTATION)
+    max_model_len = _max_position_embeddings(text_config, prefix)
+    manifest = _attestation(manifest_path or root / CHECKPOINT_ATTESTATION_FILE, expected_manifest_sha256)
     if manifest.model_id != model_id:
         raise LauncherError("checkpoint attestation model_id does not match MODEL_ID", field=f"{ATTESTATION}.model_id")
     if manifest.revision != revision:

@@ -14,17 +14,18 @@ import sys
 from typing import Callable, Mapping, Sequence
 
 from attest.baked import baked_path, load_baked
+from attest.edge.refusal import ending_at_once_on_stop, refusing_main, report_refusal
+from attest.edge.settings import help_table, note_default
+from attest.edge.status import report_refused, write_status
 from attest.engine import engine_search_path
-from attest.errors import AttestError, ending_at_once_on_stop, refusing_main, report_refusal
+from attest.errors import AttestError
 from attest.primitives import require_writable_cache_env
-from attest.settings import note_default
-from attest.status import report_refused, write_status
 from launcher.checkpoint import inspect_target_checkpoint
 from launcher.engine_probe import probe_installed_vllm
 from launcher.hardware import detect_nvidia_gpus, detect_rocm_architectures
 from launcher.selection import explanation_table, select_mode
 from launcher.server import OFFLINE_ENV, build_server_command
-from launcher.settings import SETTINGS, LauncherSettings, help_table
+from launcher.settings import SETTINGS, LauncherSettings
 from launcher.target import PROFILE_SETTING, select_target_profile
 
 ExecFn = Callable[[str, Sequence[str], Mapping[str, str]], None]
@@ -36,7 +37,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description="Fail-closed, local-files-only vLLM launcher for Qwen3.8-27B on one MI300X (or the target "
         "profile the image pins). Settings come from the environment (below); any doubt exits 2 with a JSON "
         "refusal on stderr.",
-        epilog="settings (environment variables):\n" + help_table(),
+        epilog="settings (environment variables):\n" + help_table(SETTINGS),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -57,6 +58,43 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None, *, execve: ExecFn = os.execve) -> int:
     with ending_at_once_on_stop("launcher"):  # PID 1 in its pod until it becomes vLLM
         return _launch(argv, execve)
+
+
+def _pin_checks(baked, settings: LauncherSettings, vllm) -> list[str]:
+    if not baked:
+        return [f"not running from an Omni image (no {baked_path()}): pins not checked"]
+    from launcher.image_pins import check_image_pins  # pin models load only inside an image
+
+    return check_image_pins(baked, settings, vllm)
+
+
+def _warnings(settings: LauncherSettings, profile, command) -> list[str]:
+    """What the report and stderr warn of: weak defaults, a test-only profile, a key in the wrong
+    variable or on the command line."""
+    warnings = settings.warnings()
+    if profile.test_only:
+        warnings.append(f"the target profile {profile.name} is for tests only: {profile.hardware.description}")
+    if os.environ.get("API_KEY"):
+        warnings.append("API_KEY is set but this launcher reads QWEN_API_KEY (API_KEY is boot's): it is ignored")
+    if command.api_key_transport == "command_line":
+        warnings.append(
+            "the installed vLLM does not read VLLM_API_KEY: the API key is on the server's command "
+            "line, readable by local processes through /proc"
+        )
+    return warnings
+
+
+def _findings(target, vllm, hardware, nvidia, decision, command) -> dict:
+    """What the launcher found and decided, as the report shows it (no secret: the argv redacted)."""
+    return {
+        "checkpoint": target.public_dict(),
+        "vllm": vllm.public_dict(),
+        "hardware_arches": list(hardware),
+        "nvidia_gpus": list(nvidia),
+        "decision": decision.public_dict(),
+        "server_argv": command.redacted_argv(),
+        "api_key_transport": command.api_key_transport,
+    }
 
 
 def _launch(argv: Sequence[str] | None, execve: ExecFn) -> int:
@@ -80,12 +118,7 @@ def _launch(argv: Sequence[str] | None, execve: ExecFn) -> int:
             profile=profile,
         )
         vllm = probe_installed_vllm(engine_search_path(settings.engine_python))
-        if baked:
-            from launcher.image_pins import check_image_pins  # pin models load only inside an image
-
-            pin_checks = check_image_pins(baked, settings, vllm)
-        else:
-            pin_checks = [f"not running from an Omni image (no {baked_path()}): pins not checked"]
+        pin_checks = _pin_checks(baked, settings, vllm)
         needs_rocm = settings.required_gpu_arch or settings.requested_mode == "dflash2_canary" or explain
         hardware = detect_rocm_architectures() if needs_rocm else ()
         nvidia = detect_nvidia_gpus()
@@ -103,26 +136,11 @@ def _launch(argv: Sequence[str] | None, execve: ExecFn) -> int:
         "ok": True,
         "offline_only": True,
         "will_start_model": not inspect_only,
-        "checkpoint": target.public_dict(),
-        "vllm": vllm.public_dict(),
-        "hardware_arches": list(hardware),
-        "nvidia_gpus": list(nvidia),
-        "decision": decision.public_dict(),
-        "server_argv": command.redacted_argv(),
-        "api_key_transport": command.api_key_transport,
+        **_findings(target, vllm, hardware, nvidia, decision, command),
         "image_pins": pin_checks,
         "writable": writable,
     }
-    warnings = settings.warnings()
-    if profile.test_only:
-        warnings.append(f"the target profile {profile.name} is for tests only: {profile.hardware.description}")
-    if os.environ.get("API_KEY"):
-        warnings.append("API_KEY is set but this launcher reads QWEN_API_KEY (API_KEY is boot's): it is ignored")
-    if command.api_key_transport == "command_line":
-        warnings.append(
-            "the installed vLLM does not read VLLM_API_KEY: the API key is on the server's command "
-            "line, readable by local processes through /proc"
-        )
+    warnings = _warnings(settings, profile, command)
     if warnings:
         report["warnings"] = warnings
         for warning in warnings:

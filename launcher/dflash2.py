@@ -48,14 +48,8 @@ def _drafter(target: CheckpointInspection) -> DrafterProfile:
     return target.profile.dflash2
 
 
-def _verify_speculator(settings: LauncherSettings, target: CheckpointInspection) -> Path:
-    drafter = _drafter(target)
-    if settings.dflash2_path is None:
-        raise LauncherError("DFLASH2_SPECULATOR_PATH is required", field="DFLASH2_SPECULATOR_PATH")
-    root = local_root(settings.dflash2_path, label="DFLASH2_SPECULATOR_PATH")
-    revision = require_revision(settings.dflash2_revision, "DFLASH2_SPECULATOR_REVISION")
-    config_path = child_file(root, "config.json", label="DFlash2 config")
-    config, config_read = read_json_file(config_path, label="DFlash2 config")
+def _check_config(config: dict, drafter, target: CheckpointInspection) -> None:
+    """The drafter's config.json: its architecture, model type and the exact published shape."""
     if config.get("architectures") != [drafter.architecture]:
         raise LauncherError(
             f"DFlash2 config does not declare {drafter.architecture}", field="DFlash2 config.architectures"
@@ -82,6 +76,35 @@ def _verify_speculator(settings: LauncherSettings, target: CheckpointInspection)
         raise LauncherError(
             "DFlash2 config does not match the exact published drafter shape", field="DFlash2 config.dflash_config"
         )
+
+
+def _check_weight_file(root: Path, manifest: SpeculatorAttestation, drafter) -> None:
+    """The one weight file the attestation lists: its exact name, size and SHA-256."""
+    for item in manifest.weight_files:
+        if item.path != drafter.weight_file:
+            raise LauncherError(
+                f"DFlash2 weight file must be exactly {drafter.weight_file}", field=f"{SPECULATOR}.weight_files.0.path"
+            )
+        weight_path = child_file(root, item.path, label="DFlash2 weight file")
+        if weight_path.stat().st_size != item.size:
+            raise LauncherError(
+                "DFlash2 weight file size does not match its attestation", field=f"{SPECULATOR}.weight_files.0.size"
+            )
+        if sha256_file(weight_path) != item.sha256:
+            raise LauncherError(
+                "DFlash2 weight SHA-256 does not match its attestation", field=f"{SPECULATOR}.weight_files.0.sha256"
+            )
+
+
+def _verify_speculator(settings: LauncherSettings, target: CheckpointInspection) -> Path:
+    drafter = _drafter(target)
+    if settings.dflash2_path is None:
+        raise LauncherError("DFLASH2_SPECULATOR_PATH is required", field="DFLASH2_SPECULATOR_PATH")
+    root = local_root(settings.dflash2_path, label="DFLASH2_SPECULATOR_PATH")
+    revision = require_revision(settings.dflash2_revision, "DFLASH2_SPECULATOR_REVISION")
+    config_path = child_file(root, "config.json", label="DFlash2 config")
+    config, config_read = read_json_file(config_path, label="DFlash2 config")
+    _check_config(config, drafter, target)
     manifest_path = root / SPECULATOR_ATTESTATION_FILE
     expected_manifest_sha = require_sha256(settings.dflash2_manifest_sha256, "DFLASH2_MANIFEST_SHA256")
     if not os.path.lexists(manifest_path):
@@ -112,20 +135,7 @@ def _verify_speculator(settings: LauncherSettings, target: CheckpointInspection)
         raise LauncherError(
             "DFlash2 attestation must list its one exact weight file", field=f"{SPECULATOR}.weight_files"
         )
-    for item in manifest.weight_files:
-        if item.path != drafter.weight_file:
-            raise LauncherError(
-                f"DFlash2 weight file must be exactly {drafter.weight_file}", field=f"{SPECULATOR}.weight_files.0.path"
-            )
-        weight_path = child_file(root, item.path, label="DFlash2 weight file")
-        if weight_path.stat().st_size != item.size:
-            raise LauncherError(
-                "DFlash2 weight file size does not match its attestation", field=f"{SPECULATOR}.weight_files.0.size"
-            )
-        if sha256_file(weight_path) != item.sha256:
-            raise LauncherError(
-                "DFlash2 weight SHA-256 does not match its attestation", field=f"{SPECULATOR}.weight_files.0.sha256"
-            )
+    _check_weight_file(root, manifest, drafter)
     return root
 
 

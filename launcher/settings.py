@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from attest.documents import CHECKPOINT_ATTESTATION_FILE
-from attest.primitives import LOOPBACK_HOSTS
-from attest.profile import DTYPE_ALIASES, DTYPES, PROFILE_NAME_RE
-from attest.settings import (
+from attest.edge.settings import (
     Setting,
     ascii_decimal,
     ascii_integer,
@@ -28,9 +26,9 @@ from attest.settings import (
     shown,
     text,
 )
-from attest.settings import help_table as _help_table
-from attest.settings import markdown_table as _markdown_table
-from attest.status import STATUS_SETTING
+from attest.edge.status import STATUS_SETTING
+from attest.primitives import LOOPBACK_HOSTS
+from attest.profile import DTYPE_ALIASES, DTYPES, PROFILE_NAME_RE
 from launcher.errors import LauncherError
 from launcher.target import DEFAULT_PROFILE, PROFILE_SETTING
 
@@ -293,12 +291,3 @@ class LauncherSettings:
     def warnings(self) -> list[str]:
         """Defaults in use that weaken security: the report says so."""
         return default_warnings(SETTINGS, self.defaults_used)
-
-
-def help_table() -> str:
-    return _help_table(SETTINGS)
-
-
-def markdown_table() -> str:
-    """docs/launcher.md's table of the launcher's settings (tests/system/docs_test.py keeps them equal)."""
-    return _markdown_table(SETTINGS)

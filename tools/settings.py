@@ -9,8 +9,8 @@ Starlark cannot import this module, so the test checks their names in the .bzl f
 
 from __future__ import annotations
 
-from attest import settings as declared
-from attest.settings import Setting, text
+from attest.edge import settings as declared
+from attest.edge.settings import Setting, text
 
 GATE_API_KEY = "OMNI_GATE_API_KEY"
 SIGNING_KEY_FILE = "OMNI_SIGNING_KEY_FILE"
@@ -164,12 +164,3 @@ PIN = tuple(
 
 def tools_help(declarations: tuple[Setting, ...]) -> str:
     return "environment:\n" + declared.help_table(declarations)
-
-
-def help_table() -> str:
-    return declared.help_table(SETTINGS)
-
-
-def markdown_table() -> str:
-    """docs/release.md's table of the tools' environment (tests/system/docs_test.py keeps them equal)."""
-    return declared.markdown_table(SETTINGS)

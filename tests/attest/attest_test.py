@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import stat
@@ -15,7 +14,7 @@ from attest.documents import CheckpointAttestation, parse_document
 from attest.errors import AttestError
 from attest.export_schemas import SCHEMAS
 from attest.files import canonical_json, write_atomic
-from attest.hashing import Progress, hash_files_parallel, sha256_file
+from attest.hashing import hash_files_parallel, sha256_file
 from attest.primitives import (
     MAX_TMPDIR_BYTES,
     child_file,
@@ -24,6 +23,7 @@ from attest.primitives import (
     require_sha256,
     require_writable_cache_env,
 )
+from attest.progress import Progress
 from attest.speculation import DFlash2Gate, SpeculatorAttestation
 from tests.fixtures.qwen import gate_document
 
@@ -168,11 +168,11 @@ def test_parallel_hashing_matches_single_and_reports_progress(tmp_path: Path) ->
         paths.append(path)
     digests = hash_files_parallel(paths, label="t", workers=3)
     assert digests == {path: sha256_file(path) for path in paths}
-    stream = io.StringIO()
-    progress = Progress(total_bytes=10, total_files=1, label="verifying", stream=stream, enabled=True)
-    progress.add_bytes(10)
-    progress.file_done()
-    assert "verifying: 1/1 files" in stream.getvalue() and stream.getvalue().endswith("\n")
+    lines: list[str] = []
+    progress = Progress(10, 1, "verifying", enabled=True, emit=lines.append)
+    progress.add(10)
+    progress.item_done()
+    assert lines[-1].startswith("verifying: 1/1 files, 0.00/0.00 GB")
 
 
 def test_write_atomic_sets_mode_from_the_first_byte_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -263,7 +263,7 @@ def test_the_first_invalid_field_in_schema_order_is_the_one_reported() -> None:
 
 
 def test_an_unexpected_error_is_one_bounded_redacted_json_line(capsys, monkeypatch) -> None:
-    from attest.errors import report_unexpected
+    from attest.edge.refusal import report_unexpected
 
     monkeypatch.setenv("HF_TOKEN", "hf_sekret_value")
     message = "x" * 499 + "yz" + " hf_sekret_value"
@@ -279,7 +279,7 @@ def test_an_unexpected_error_is_one_bounded_redacted_json_line(capsys, monkeypat
 
 @pytest.mark.parametrize("secret,hidden", [("abc", False), ("abcd", True)])
 def test_secrets_shorter_than_four_characters_are_switches_not_secrets(secret: str, hidden: bool) -> None:
-    from attest.redact import redactor
+    from attest.edge.redact import redactor
 
     assert (redactor([secret])(f"value={secret}") == "value=[REDACTED]") is hidden
 
@@ -288,7 +288,7 @@ TRICKY_SECRET = "it's \"ké\\y"  # a quote of each kind, a backslash, a space an
 
 
 def test_every_escaped_spelling_of_a_secret_is_known_longest_first() -> None:
-    from attest.redact import secret_forms
+    from attest.edge.redact import secret_forms
 
     forms = secret_forms(TRICKY_SECRET)
     assert set(forms) == {
@@ -309,7 +309,7 @@ def test_the_redactor_hides_the_secret_in_every_encoding_that_prints_it() -> Non
     import shlex
     from urllib.parse import quote
 
-    from attest.redact import redactor
+    from attest.edge.redact import redactor
 
     redact = redactor([TRICKY_SECRET, ""])
     for printed in (

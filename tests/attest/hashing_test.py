@@ -4,26 +4,16 @@ hashing, unreadable files, and the progress line's thresholds."""
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from attest.errors import AttestError
-from attest.hashing import (
-    CHUNK,
-    GIT_SHA1,
-    PROGRESS_AFTER_BYTES,
-    SHA256,
-    Progress,
-    digest_fd,
-    digest_file,
-    hash_files_parallel,
-    new_digest,
-    sha256_file,
-)
+from attest.hashing import CHUNK, GIT_SHA1, SHA256, digest_fd, digest_file, hash_files_parallel, new_digest, sha256_file
+from attest.progress import PROGRESS_AFTER_BYTES, Progress
 
 SIZES = [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 7]
 
@@ -107,29 +97,39 @@ def test_progress_is_quiet_below_the_threshold_and_prints_at_it() -> None:
     assert Progress(PROGRESS_AFTER_BYTES - 1, 1, "x").enabled is False
     assert Progress(PROGRESS_AFTER_BYTES, 1, "x").enabled is True
     assert Progress(0, 1, "x", enabled=True).enabled is True
-    stream = io.StringIO()
-    progress = Progress(2000, 2, "hashing", stream=stream, enabled=True)
-    progress.add_bytes(1000)
-    first = stream.getvalue()
-    assert first.startswith("\rhashing: 0/2 files, 0.00/0.00 GB") and not first.endswith("\n")
-    progress.add_bytes(500)  # within 0.5 s of the last line: not printed again
-    assert stream.getvalue() == first
-    progress.file_done()
-    progress.file_done()  # the last file always prints, and ends the line
-    assert stream.getvalue().endswith("2/2 files, 0.00/0.00 GB, " + stream.getvalue().rsplit(", ", 1)[1])
-    assert stream.getvalue().endswith("MB/s\n") and progress.done_bytes == 1500 and progress.done_files == 2
-    assert progress.throughput_mb_s > 0
-    quiet = io.StringIO()
-    silent = Progress(2000, 1, "x", stream=quiet, enabled=False)
-    silent.add_bytes(10)
-    silent.file_done()
-    assert quiet.getvalue() == ""
+    lines: list[str] = []
+    progress = Progress(2000, 2, "hashing", enabled=True, emit=lines.append)
+    progress.add(1000)
+    assert len(lines) == 1 and lines[0].startswith("hashing: 0/2 files, 0.00/0.00 GB, ")
+    progress.add(500)  # within a second of the last line: not printed again
+    assert len(lines) == 1
+    progress.item_done()
+    progress.item_done("last")  # the last item always prints
+    assert (
+        len(lines) == 2 and lines[1].startswith("hashing: 2/2 files, 0.00/0.00 GB, ") and lines[1].endswith(" (last)")
+    )
+    assert (progress.done_bytes, progress.done_items) == (1500, 2) and progress.throughput_mb_s > 0
+    quiet: list[str] = []
+    silent = Progress(2000, 1, "x", enabled=False, emit=quiet.append)
+    silent.add(10)
+    silent.item_done()
+    assert quiet == []
+
+
+def test_progress_counts_this_runs_rate_apart_from_resumed_bytes() -> None:
+    lines: list[str] = []
+    progress = Progress(2_000_000_000, 1, "", unit="blobs", enabled=True, interval_s=0, emit=lines.append)
+    progress.add_resumed(1_000_000_000)
+    progress.add(500_000_000)
+    progress.item_done("uploaded")
+    assert lines == [lines[0]] and lines[0].startswith("1/1 blobs, 1.50/2.00 GB (1.00 GB resumed), ")
+    assert progress.throughput_mb_s < progress.done_bytes / 1e6 / max(time.monotonic() - progress.started, 1e-6)
 
 
 def test_progress_writes_to_stderr_by_default(capsys) -> None:
     progress = Progress(10, 1, "hashing", enabled=True)
-    progress.file_done()
-    assert capsys.readouterr().err.startswith("\rhashing: 1/1 files")
+    progress.item_done()
+    assert capsys.readouterr().err.startswith("hashing: 1/1 files")
 
 
 def test_a_callers_progress_receives_the_bytes_and_files(tmp_path: Path) -> None:
@@ -139,4 +139,4 @@ def test_a_callers_progress_receives_the_bytes_and_files(tmp_path: Path) -> None
         paths[-1].write_bytes(b"x" * (index + 1))
     progress = Progress(6, 3, "x", enabled=False)
     hash_files_parallel(paths, label="x", progress=progress)
-    assert (progress.done_bytes, progress.done_files) == (6, 3)
+    assert (progress.done_bytes, progress.done_items) == (6, 3)

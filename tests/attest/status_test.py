@@ -1,4 +1,4 @@
-"""attest.status: the verdict document the launcher and boot write for the probes, and the
+"""attest.edge.status: the verdict document the launcher and boot write for the probes, and the
 probe that reads it. Hostile documents are refused naming the field; live means every named
 process runs (a reused pid is not the old process); ready means accepted and, where a port
 is named, /health answering 200 on loopback; the probe's whole run has one deadline."""
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from attest.edge.status import PROBE_DEADLINE_S, judge, main, start_time, write_status
 from attest.errors import AttestError
-from attest.status import PROBE_DEADLINE_S, judge, main, start_time, write_status
 from tests.fixtures.openai_server import ScriptedOpenAI
 
 
@@ -257,19 +257,19 @@ def test_only_the_main_process_tree_can_declare_the_verdict(tmp_path: Path) -> N
 INTRUDER = """
 import json, os, subprocess, sys
 from pathlib import Path
-from attest.status import start_time, write_status
+from attest.edge.status import start_time, write_status
 status = Path(sys.argv[1])
 write_status(status, program="boot", stage="starting", pids=[os.getpid()])  # the program, PID 1
 assert os.getpid() == 1
 # Another process in the container (here a grandchild, as an exec'd shell would be a stranger)
 # declares `accepted` with its own pid.
-forge = ("import os, sys; from pathlib import Path; from attest.status import write_status; "
+forge = ("import os, sys; from pathlib import Path; from attest.edge.status import write_status; "
          "write_status(Path(sys.argv[1]), program='boot', stage='accepted', pids=[os.getpid()])")
 subprocess.run([sys.executable, "-c", forge, str(status)], check=True)
-probe = subprocess.run([sys.executable, "-m", "attest.status", "live"], capture_output=True, text=True,
+probe = subprocess.run([sys.executable, "-m", "attest.edge.status", "live"], capture_output=True, text=True,
                        env={**os.environ, "OMNI_STATUS_FILE": str(status), "OMNI_STATUS_MAIN_PID": "1"})
 write_status(status, program="boot", stage="accepted", pids=[os.getpid()])  # the program's own verdict
-own = subprocess.run([sys.executable, "-m", "attest.status", "live"], capture_output=True, text=True,
+own = subprocess.run([sys.executable, "-m", "attest.edge.status", "live"], capture_output=True, text=True,
                      env={**os.environ, "OMNI_STATUS_FILE": str(status), "OMNI_STATUS_MAIN_PID": "1"})
 print(json.dumps({"code": probe.returncode, "out": probe.stdout, "own": [own.returncode, own.stdout]}))
 """

@@ -1,4 +1,4 @@
-"""The registry transport (attest/transport.py): httpcore's public pool under httpx,
+"""The registry transport (attest/edge/transport.py): httpcore's public pool under httpx,
 proxies from the environment per request, a SOCKS proxy refused naming its variable, and
 httpcore's errors surfacing as httpx's."""
 
@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from attest.transport import DeadlineTransport, answer_deadline
+from attest.edge.transport import DeadlineTransport, answer_deadline
 from tests.fixtures.fault_proxy import Trickler
 from tests.fixtures.loopback import LoopbackHTTPServer
 from tools.oci.format.errors import OciError

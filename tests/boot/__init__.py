@@ -1,3 +1,3 @@
 """The tests of `boot`: prepare, verify, serve and the API acceptance, against a loopback hub and stand-in
-SGLang servers. They must not import `sglang` or `torch`.
+SGLang servers.
 """

@@ -9,8 +9,8 @@ from unittest import mock
 
 import pytest
 
-from boot.api import Api, looks_like_latin_prose, smoke, vision_png, warmup
 from boot.errors import BootError
+from boot.serving.api import Api, looks_like_latin_prose, smoke, vision_png, warmup
 from boot.settings import BootSettings
 from tests.fixtures.deepseek import boot_env
 from tests.fixtures.openai_server import GoodModel, ScriptedOpenAI, completion, has_image

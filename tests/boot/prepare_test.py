@@ -13,10 +13,10 @@ from unittest import mock
 import pytest
 
 from attest.lock import PARTIAL_DIR, VERIFIED_MARKER
+from boot.checkpoint.receipt import RECEIPT
 from boot.cli import main as boot_main
 from boot.errors import BootError
 from boot.prepare import prepare
-from boot.receipt import RECEIPT
 from boot.settings import REVISION, BootSettings
 from tests.fixtures.deepseek import SHARDS, boot_env, tiny_repo, write_lock
 from tests.fixtures.hub import HubRepo, LoopbackHub
@@ -464,7 +464,7 @@ def test_a_correctly_signed_receipt_for_another_revision_or_lock_is_refused(
 ) -> None:
     """Signed with the real key (as a receipt written by another configuration would be): only
     the binding checks can refuse it."""
-    from boot.receipt import Receipt, save_receipt
+    from boot.checkpoint.receipt import Receipt, save_receipt
 
     pinned = _reviewed(tmp_path)
     with LoopbackHub(tiny_repo()) as hub:

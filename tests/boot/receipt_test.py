@@ -1,4 +1,4 @@
-"""boot.receipt: what a receipt binds, what makes it refused, and its limits on both sides."""
+"""boot.checkpoint.receipt: what a receipt binds, what makes it refused, and its limits on both sides."""
 
 from __future__ import annotations
 
@@ -8,8 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from boot.checkpoint.receipt import (
+    RECEIPT,
+    RECEIPT_KEY,
+    Identity,
+    Receipt,
+    load_receipt,
+    save_receipt,
+    withdraw_receipt,
+)
 from boot.errors import BootError
-from boot.receipt import RECEIPT, RECEIPT_KEY, Identity, Receipt, load_receipt, save_receipt, withdraw_receipt
 
 LOCK = "ab" * 32
 REVISION = "cd" * 20

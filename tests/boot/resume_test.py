@@ -18,7 +18,7 @@ from unittest import mock
 import pytest
 
 from attest.lock import PARTIAL_DIR
-from boot.download import DownloadProgress
+from boot.checkpoint.download import download_progress
 from boot.errors import BootError
 from boot.prepare import prepare
 from boot.settings import BootSettings
@@ -243,7 +243,7 @@ def test_a_socks_proxy_is_refused_naming_its_variable(tmp_path: Path) -> None:
 
 def test_progress_counts_hashed_bytes_only(capsys) -> None:
     gb = 1_000_000_000
-    progress = DownloadProgress(gb, 1, enabled=True)
+    progress = download_progress(gb, 1, enabled=True)
     progress.add_resumed(gb * 4 // 10)
     for count in (gb * 3 // 10, -gb * 7 // 10, gb):  # a restart from byte 0 gives its bytes back
         progress.last = 0

@@ -16,11 +16,11 @@ from unittest import mock
 import httpx
 import pytest
 
-from attest.status import judge
+from attest.edge.status import judge
 from boot.errors import BootError
-from boot.serve import check_bind, check_ram_offload, server_command, sglang_args
+from boot.serving.serve import check_bind, check_ram_offload, server_command, sglang_args
+from boot.serving.state import store_api_key
 from boot.settings import BootSettings
-from boot.state import store_api_key
 from tests.fixtures.deepseek import boot_env
 from tests.fixtures.qwen import make_fake_tool
 from tests.fixtures.tools import recorded_timeouts
@@ -265,18 +265,36 @@ def _wait_for(path: Path, timeout: float = 20) -> None:
         time.sleep(0.05)
 
 
-def test_run_serves_smokes_and_forwards_sigterm_to_the_process_group(tmp_path: Path) -> None:
-    markers = tmp_path / "markers"
-    markers.mkdir()
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _fake_engine(tmp_path: Path, pythonpath: str) -> Path:
+    """An engine interpreter that ignores `-m sglang.launch_server` and runs the fake SGLang with
+    the test's own path; a GB10 nvidia-smi beside it."""
     bin_dir = tmp_path / "bin"
     make_fake_tool(bin_dir, "nvidia-smi", "NVIDIA GB10, 122880")
-    pythonpath = os.pathsep.join(p for p in sys.path if p)
     engine = bin_dir / "engine-python"
-    # Ignores `-m sglang.launch_server` and runs the fake with the test's own path.
     engine.write_text(
         f'#!/bin/sh\nshift 2\nPYTHONPATH="{pythonpath}" exec "{sys.executable}" -m tests.fixtures.fake_sglang "$@"\n'
     )
     engine.chmod(0o755)
+    return engine
+
+
+def test_run_serves_smokes_and_forwards_sigterm_to_the_process_group(tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    pythonpath = os.pathsep.join(p for p in sys.path if p)
+    engine = _fake_engine(tmp_path, pythonpath)
+    bin_dir = engine.parent
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     env = boot_env(
@@ -321,15 +339,8 @@ def test_run_serves_smokes_and_forwards_sigterm_to_the_process_group(tmp_path: P
     assert f"Key is in {tmp_path / 'state'}/api-key." in log
     assert "fake sglang starting with:" in log and "--api-key [REDACTED]" in log
     assert KEY not in log
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # the child in the engine's group got SIGTERM too
-        try:
-            os.kill(child, 0)
-            time.sleep(0.05)
-        except ProcessLookupError:
-            break
-    else:
-        pytest.fail("the engine's child survived: SIGTERM did not reach the process group")
+    # The child in the engine's group got SIGTERM too.
+    assert _gone_within(child, 10), "the engine's child survived: SIGTERM did not reach the process group"
     engine_env = (markers / "env.txt").read_text().split()
     assert "API_KEY" not in engine_env and "DSV41_SOURCE" in engine_env
     launch = json.loads((tmp_path / "state" / "launch.json").read_text())
@@ -365,7 +376,7 @@ def test_the_key_is_redacted_in_every_escaped_form(secret: str) -> None:
     import shlex
     from urllib.parse import quote
 
-    from boot.serve import redactor
+    from boot.serving.serve import redactor
 
     redact = redactor(secret)
     for printed in (
@@ -383,7 +394,8 @@ def test_the_key_is_redacted_in_every_escaped_form(secret: str) -> None:
 
 
 def test_a_refusal_never_prints_a_secret_from_the_environment(tmp_path: Path, capsys) -> None:
-    from attest.errors import AttestError, report_refusal
+    from attest.edge.refusal import report_refusal
+    from attest.errors import AttestError
 
     secret = 'sk-"leaky\\key'
     with mock.patch.dict(os.environ, {"API_KEY": secret}):
@@ -394,7 +406,7 @@ def test_a_refusal_never_prints_a_secret_from_the_environment(tmp_path: Path, ca
 
 # --- the guards before SGLang starts, each on both sides -----------------------------------
 def test_gpu_lines_come_from_nvidia_smi_within_thirty_seconds(tmp_path: Path, monkeypatch) -> None:
-    from boot.serve import gpu_lines
+    from boot.serving.serve import gpu_lines
 
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     with pytest.raises(BootError, match="nvidia-smi could not list the GPUs") as missing:
@@ -459,7 +471,7 @@ def test_two_nodes_are_multi_node(tmp_path: Path) -> None:
 
 
 def test_a_missing_table_is_a_note_that_says_what_happens_instead(tmp_path: Path) -> None:
-    from boot.serve import _table
+    from boot.serving.serve import _table
 
     notes: list[str] = []
     assert _table(None, "DSPARK_SPS_TABLE", notes) is None and notes == []
@@ -495,7 +507,7 @@ def _client(statuses: list[int], seen: list) -> httpx.Client:
 
 
 def test_wait_healthy_polls_until_health_answers(tmp_path: Path) -> None:
-    from boot.serve import wait_healthy
+    from boot.serving.serve import wait_healthy
 
     seen: list = []
     with _client([503, 500, 200], seen) as client:
@@ -504,7 +516,7 @@ def test_wait_healthy_polls_until_health_answers(tmp_path: Path) -> None:
 
 
 def test_wait_healthy_names_a_server_that_exited(tmp_path: Path) -> None:
-    from boot.serve import wait_healthy
+    from boot.serving.serve import wait_healthy
 
     with _client([], []) as client, pytest.raises(BootError, match="SGLang exited with code 7") as caught:
         wait_healthy(_settings(tmp_path), _Server(7), client, poll_s=0)
@@ -512,7 +524,7 @@ def test_wait_healthy_names_a_server_that_exited(tmp_path: Path) -> None:
 
 
 def test_wait_healthy_gives_up_after_ready_timeout(tmp_path: Path) -> None:
-    from boot.serve import wait_healthy
+    from boot.serving.serve import wait_healthy
 
     seen: list = []
     started = time.monotonic()
@@ -546,7 +558,7 @@ class _WatchedServer(_Server):
 
 
 def test_the_watch_forgives_a_short_health_gap(tmp_path: Path) -> None:
-    from boot.serve import watch_group
+    from boot.serving.serve import watch_group
 
     seen: list = []
     settings = _settings(tmp_path, HEALTH_LOSS_TIMEOUT_S="2", OMNI_STATUS_FILE=str(tmp_path / "status.json"))
@@ -557,7 +569,7 @@ def test_the_watch_forgives_a_short_health_gap(tmp_path: Path) -> None:
 
 
 def test_a_group_that_stops_answering_is_lost_within_the_timeout(tmp_path: Path) -> None:
-    from boot.serve import watch_group
+    from boot.serving.serve import watch_group
 
     status = tmp_path / "status.json"
     settings = _settings(tmp_path, HEALTH_LOSS_TIMEOUT_S="1", OMNI_STATUS_FILE=str(status))

@@ -1,4 +1,4 @@
-"""boot.verify's checks one by one, on checkpoints and locks the test writes: each way a
+"""boot.checkpoint.verify's checks one by one, on checkpoints and locks the test writes: each way a
 file can be wrong, each way the weight index can be wrong, and files changing underneath."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from unittest import mock
 import pytest
 
 from attest.documents import parse_document
-from attest.hashing import Progress
 from attest.lock import CheckpointLock, LockedFile
-from boot import verify
+from attest.progress import Progress
+from boot.checkpoint import verify
+from boot.checkpoint.receipt import Identity, Receipt
 from boot.errors import BootError
-from boot.receipt import Identity, Receipt
 from boot.settings import REVISION
 
 INDEX = verify.WEIGHT_INDEX

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from attest.lock import ARTIFACT_LOCK
-from boot.receipt import RECEIPT
+from boot.checkpoint.receipt import RECEIPT
 from tests.fixtures.deepseek import SHARDS, boot_env, tiny_repo, write_lock
 
 

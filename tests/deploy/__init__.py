@@ -1,3 +1,1 @@
-"""The tests of `tools.deploy`: generated manifests checked by Kubernetes' schemas and a 3-rank rehearsal.
-They must not import `vllm`, `sglang` or `torch`.
-"""
+"""The tests of `tools.deploy`: generated manifests checked by Kubernetes' schemas and a 3-rank rehearsal."""

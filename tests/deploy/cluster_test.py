@@ -1,5 +1,5 @@
 """What a real GPU cluster needs beyond valid YAML (docs/running.md#on-a-real-cluster): probes
-whose readiness is the program's own verdict (attest.status) on every container, metrics for
+whose readiness is the program's own verdict (attest.edge.status) on every container, metrics for
 Prometheus (scrape annotations, the opt-in ServiceMonitor checked against the pinned
 prometheus-operator CRD), and the kustomize base of --output-dir, rendered by the real
 `kubectl kustomize` and compared with the single-file output."""
@@ -59,8 +59,8 @@ def test_every_container_has_probes_and_readiness_is_the_programs_verdict() -> N
             assert env["OMNI_STATUS_FILE"] == STATUS_FILE  # in the pod's own /tmp emptyDir
             assert any(m["mountPath"] == "/tmp" for m in container["volumeMounts"])
             ready = container["readinessProbe"]
-            assert ready["exec"]["command"] == [*shim(name), "attest.status", "ready"], role
-            assert ready["timeoutSeconds"] >= 5  # attest.status bounds itself to 4 s
+            assert ready["exec"]["command"] == [*shim(name), "attest.edge.status", "ready"], role
+            assert ready["timeoutSeconds"] >= 5  # attest.edge.status bounds itself to 4 s
         api = found[serving]
         port = api["ports"][0]["containerPort"]
         # Liveness stays the engine's own /health: distinct from readiness, which waits for acceptance.
@@ -72,7 +72,7 @@ def test_every_container_has_probes_and_readiness_is_the_programs_verdict() -> N
             else:
                 validate_core(item)
     worker = found["worker"]
-    live = [*shim("deepseek_spark"), "attest.status", "live"]
+    live = [*shim("deepseek_spark"), "attest.edge.status", "live"]
     assert worker["livenessProbe"]["exec"]["command"] == live and worker["startupProbe"]["exec"]["command"] == live
     startup = worker["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 21600 + 3600  # the leader's budget

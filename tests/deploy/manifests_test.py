@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from attest.errors import AttestError
 from attest.pins import load_pins
 from tests.fixtures.manifests import (
     CLUSTER_VERSIONS,
@@ -31,7 +32,6 @@ from tests.fixtures.manifests import (
 from tests.fixtures.pins import qwen_pins
 from tools.deploy import DeployError, Options, read_contract, resources
 from tools.oci.build.image import assemble, load_pins_checked
-from tools.oci.format.errors import OciError
 from tools.oci.push_record import record_push
 
 
@@ -91,7 +91,7 @@ def test_the_qwen_deployment_is_what_the_image_says(tmp_path: Path) -> None:
     assert model["persistentVolumeClaim"] == {"claimName": "qwen-models", "readOnly": True}
     for probe in ("startupProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/health", "port": 8103}
-    assert container["readinessProbe"]["exec"]["command"][-2:] == ["attest.status", "ready"]
+    assert container["readinessProbe"]["exec"]["command"][-2:] == ["attest.edge.status", "ready"]
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 3600  # a 27B load from a cold cache
     assert deployment["spec"]["strategy"] == {"type": "Recreate"} and deployment["spec"]["replicas"] == 1
@@ -230,7 +230,7 @@ def test_the_image_comes_from_the_last_push_of_that_digest(tmp_path: Path) -> No
 
 
 def test_an_unpinned_image_is_refused_as_a_release_build_refuses_it() -> None:
-    with pytest.raises(OciError) as release:
+    with pytest.raises(AttestError) as release:
         load_pins_checked(Path("images/qwen_mi300x.pins.json"), release=True)
     refused = refusal(
         generate("qwen_mi300x", "--model-pvc", "m", "--repository", "r.example/q", runner=UNPINNED_RUNNER)
@@ -280,9 +280,9 @@ QWEN = ("--repository", "r.example/q", "--model-pvc", "m")
         (("--image", "r.example/q@sha256:" + "0" * 64 + "\n---", "--model-pvc", "m"), "--image", "control char"),
         (("--image", "r.example/q:-t@sha256:" + "0" * 64, "--model-pvc", "m"), "--image", "the tag '-t'"),
         # Names label by label, host paths that are no system tree.
-        (QWEN + ("--secret", "a..b"), "--secret", "DNS labels joined by '.'"),
-        (QWEN + ("--secret", "a.-b"), "--secret", "DNS labels joined by '.'"),
-        (QWEN + ("--secret", "a" * 64), "--secret", "DNS labels joined by '.'"),
+        (QWEN + ("--secret", "a..b"), "--secret", "not a Kubernetes object name (a DNS subdomain"),
+        (QWEN + ("--secret", "a.-b"), "--secret", "not a Kubernetes object name (a DNS subdomain"),
+        (QWEN + ("--secret", "a" * 254), "--secret", "at most 253 characters"),
         (("--repository", "r.example/q", "--model-pvc", ".".join(["a" * 63] * 5)), "--model-pvc", "at most 253"),
         *[
             (("--repository", "r.example/q", "--model-host-path", path), "--model-host-path", says)

@@ -1,8 +1,9 @@
-"""tools/deploy/names.py: every key a flag names (node selector, toleration, namespace
-selector, ServiceMonitor label) is checked with apimachinery's qualified-name grammar, the one
-module every flag uses, so a manifest never holds a key the API server refuses: a table of bad
+"""tools/deploy/k8s_names.py: every object name and every key a flag names (node selector,
+toleration, namespace selector, ServiceMonitor label) is checked with apimachinery's grammars, the
+one module every flag uses, so a manifest never holds a key the API server refuses: a table of bad
 keys through the real generator, each refused naming its flag, and Hypothesis properties against
-a transcription of validation.go's IsQualifiedName and IsValidLabelValue."""
+a transcription of validation.go's IsDNS1123Label, IsDNS1123Subdomain, IsQualifiedName and
+IsValidLabelValue."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.fixtures.manifests import generate, refusal
-from tools.deploy import DeployError, is_label_value, is_qualified_name, qualified_name
+from tools.deploy import DeployError, is_dns_label, is_dns_subdomain, is_label_value, is_qualified_name, qualified_name
 
 QWEN = ("--repository", "registry.example/omni/qwen", "--model-pvc", "qwen-models")
 # apimachinery pkg/util/validation/validation.go, as written there.
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def apimachinery_is_qualified_name(value: str) -> bool:
@@ -39,6 +41,13 @@ def apimachinery_is_valid_label_value(value: str) -> bool:
 
 
 KEY_ALPHABET = "abcZ09-_./"
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(alphabet="ab09-.Z_", max_size=12) | st.integers(0, 300).map(lambda n: "a" * n))
+def test_object_names_are_judged_as_apimachinery_judges_them(name: str) -> None:
+    assert is_dns_subdomain(name) == (len(name) <= 253 and DNS1123_SUBDOMAIN.fullmatch(name) is not None)
+    assert is_dns_label(name) == (len(name) <= 63 and DNS1123_LABEL.fullmatch(name) is not None)
 
 
 @settings(max_examples=2000, deadline=None)

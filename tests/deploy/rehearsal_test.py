@@ -21,8 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from attest.edge.status import MAIN_PID_VARIABLE, judge
 from attest.lock import REFUSED_MARKER, VERIFIED_MARKER
-from attest.status import MAIN_PID_VARIABLE, judge
 from tests.fixtures.deepseek import SHARDS, tiny_repo
 from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.qwen import make_fake_tool
@@ -178,9 +178,12 @@ class Group:
     def probe(self, index: int, verb: str) -> subprocess.CompletedProcess:
         """The manifest's exec probe, run as the kubelet runs it: in the pod's environment."""
         (container,) = self.lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"]
-        assert container["readinessProbe"]["exec"]["command"][-2:] == ["attest.status", "ready"]
+        assert container["readinessProbe"]["exec"]["command"][-2:] == ["attest.edge.status", "ready"]
         return subprocess.run(
-            [sys.executable, "-m", "attest.status", verb], env=self.probe_envs[index], capture_output=True, text=True
+            [sys.executable, "-m", "attest.edge.status", verb],
+            env=self.probe_envs[index],
+            capture_output=True,
+            text=True,
         )
 
     def log(self, index: int) -> str:

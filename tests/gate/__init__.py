@@ -1,3 +1,3 @@
 """The tests of `tools.gate`: corpus, parity, benchmark, the judge and the OpenAI client, against scripted
-loopback servers. They must not import `vllm`, `sglang` or `torch`.
+loopback servers.
 """

@@ -1,3 +1,3 @@
 """The tests of `launcher`: its refusals, hostile inputs, the engine probe over fake installed
-distributions and the server command it builds. They must not import `vllm` or `torch`.
+distributions and the server command it builds.
 """

@@ -703,7 +703,7 @@ def test_nvidia_smi_lines_need_a_name_and_a_compute_capability(tmp_path: Path, m
 def test_the_verdict_for_the_probes_is_written_only_when_vllm_is_about_to_start(
     world: LauncherWorld, tmp_path: Path
 ) -> None:
-    from attest.status import judge, read_status
+    from attest.edge.status import judge, read_status
 
     status = tmp_path / "run" / "omni-status.json"
     world.env["OMNI_STATUS_FILE"] = str(status)

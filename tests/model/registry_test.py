@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from attest.errors import AttestError
 from attest.lock import ARTIFACT_LOCK, PARTIAL_DIR
 from tests.fixtures.cosign import verifiers
 from tests.fixtures.model import REVISION, checkpoint_files, write_checkpoint
@@ -397,7 +398,7 @@ def test_a_planted_partial_directory_link_is_refused_and_nothing_written_through
     elsewhere.mkdir()
     dest.mkdir()
     (dest / ".omni-partial").symlink_to(elsewhere, target_is_directory=True)
-    with pytest.raises(ModelError) as refused:
+    with pytest.raises(AttestError) as refused:  # the run-lock's own refusal, reported as is
         pull(
             f"{world.host}/models/planted@{report.image_digest}",
             dest,

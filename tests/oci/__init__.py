@@ -1,3 +1,3 @@
 """The tests of `tools.oci` and the OCI rules: layers, images, pushes, verification, registry
-authentication and hostile registries, on a loopback docker-registry. They must not import `vllm`, `sglang` or `torch`.
+authentication and hostile registries, on a loopback docker-registry.
 """

@@ -17,7 +17,7 @@ NEVER = (
     "tools/oci/run_image.py",
     "tools/model/",
     "tools/pin/",
-    "attest/transport.py",
+    "attest/edge/transport.py",
 )
 NEVER_PACKAGES = ("httpx", "httpcore", "cryptography", "isal", "publicsuffixlist")
 

@@ -1,3 +1,1 @@
-"""The tests of `tools.pin`: the pin command against a loopback registry and hub.
-They must not import `vllm`, `sglang` or `torch`.
-"""
+"""The tests of `tools.pin`: the pin command against a loopback registry and hub."""

@@ -14,8 +14,8 @@ import pytest
 
 from attest.engine import find_installed
 from attest.pins import load_pins
+from boot.checkpoint.hub import fetch_model_info
 from boot.errors import BootError
-from boot.hub import fetch_model_info
 from tests.fixtures.fault_proxy import Trickler
 from tests.fixtures.hub import HubRepo, LoopbackHub
 from tests.fixtures.registry import LoopbackRegistry

@@ -193,7 +193,7 @@ def hub():
     )
 )
 def test_hub_metadata(hub: LoopbackHub, body: bytes) -> None:
-    from boot.hub import fetch_listing
+    from boot.checkpoint.hub import fetch_listing
     from boot.settings import REPO, REVISION
 
     hub.repo.raw_metadata = body

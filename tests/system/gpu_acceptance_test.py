@@ -68,7 +68,7 @@ def boot_settings(tmp_path: Path):
 
 
 def test_boot_smoke_on_the_live_server(boot_settings) -> None:
-    from boot.api import Api, smoke
+    from boot.serving.api import Api, smoke
 
     smoke(Api(boot_settings), boot_settings)
     assert (
@@ -77,7 +77,7 @@ def test_boot_smoke_on_the_live_server(boot_settings) -> None:
 
 
 def test_warm_up_batch_returns_latin_prose(boot_settings) -> None:
-    from boot.api import Api, warmup
+    from boot.serving.api import Api, warmup
 
     garbled = warmup(Api(boot_settings), boot_settings)
     assert garbled == [], f"garbled batch output: {garbled}"

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attest.redact import learn, redact_known, redactor, secret_forms
+from attest.edge.redact import learn, redact_known, redactor, secret_forms
 from tests.fixtures.loopback import LoopbackHTTPServer
 from tests.fixtures.registry import credential_helper, no_credentials
 from tools.gate.openai_client import Deadline, DeadlinePassed, Endpoint, PeerError
@@ -469,7 +469,7 @@ def test_the_bounded_reader_returns_a_body_within_its_cap_and_refuses_one_past_i
 ) -> None:
     """However a peer splits its body into pieces, what is read is exactly the body when it fits
     the cap, and a refusal naming the document when it does not (never a silent cut)."""
-    from tools.oci.remote.bodies import read_bounded
+    from attest.edge.bodies import read_bounded
 
     def pieces():
         offset = 0
@@ -486,7 +486,7 @@ def test_the_bounded_reader_returns_a_body_within_its_cap_and_refuses_one_past_i
         assert read_bounded(response, limit, "the document") == body
     else:
         with pytest.raises(OciError, match="the document is larger than"):
-            read_bounded(response, limit, "the document")
+            read_bounded(response, limit, "the document", error=OciError)
 
 
 class _Pieces(httpx.SyncByteStream):

@@ -148,7 +148,7 @@ def test_boot_verifies_and_checks_health_as_uid_1000_on_a_read_only_root(tmp_pat
 
 @pytest.mark.parametrize("name", ["qwen_mi300x", "deepseek_spark_amd64_test"])
 def test_the_probe_runs_from_the_images_own_shim_as_uid_1000(tmp_path: Path, name: str) -> None:
-    """The manifests' exec probe: the entrypoint's shim with `attest.status` (tools/deploy/pods.py)."""
+    """The manifests' exec probe: the entrypoint's shim with `attest.edge.status` (tools/deploy/pods.py)."""
     rootfs, config = _unpack(name, tmp_path)
     for mount_point in ("proc", "sys", "dev"):  # what a runtime creates for its mounts
         (rootfs / mount_point).mkdir(exist_ok=True)
@@ -170,7 +170,7 @@ def test_the_probe_runs_from_the_images_own_shim_as_uid_1000(tmp_path: Path, nam
     env["OMNI_STATUS_FILE"] = "/tmp/omni-status.json"
 
     def probe(verb: str) -> subprocess.CompletedProcess:
-        argv = [*config["Entrypoint"][:-1], "attest.status", verb]
+        argv = [*config["Entrypoint"][:-1], "attest.edge.status", verb]
         command = confined(rootfs, argv, {"/tmp": ("ro", status)}, user=USER, system=True)
         return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
 

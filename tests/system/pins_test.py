@@ -147,7 +147,7 @@ def test_pins_edited_in_one_place_change_labels_baked_file_and_provenance(tmp_pa
 
 def test_release_builds_refuse_empty_pins(tmp_path: Path) -> None:
     with pytest.raises(
-        OciError,
+        AttestError,
         match=r"release build refused: base.digest, engine.commit or engine.record_sha256, "
         r"model.revision, speculator.revision are empty in qwen_mi300x.pins.json",
     ):
@@ -155,20 +155,20 @@ def test_release_builds_refuse_empty_pins(tmp_path: Path) -> None:
     assert load_pins_checked(Path("images/qwen_mi300x.pins.json"), release=False)["engine"]["commit"] == ""
     bad = tmp_path / "bad.pins.json"
     bad.write_text(json.dumps(qwen_pins(engine__commit="v0.18")))
-    with pytest.raises(OciError, match="engine.commit: Value error, must be empty"):
+    with pytest.raises(AttestError, match="engine.commit: Value error, must be empty"):
         load_pins_checked(bad, release=False)
     # An engine named by its RECORD alone is pinned (PyPI wheels record no full commit).
     by_record = tmp_path / "record.pins.json"
     by_record.write_text(json.dumps(qwen_pins(engine__commit="", engine__record_sha256="ab" * 32)))
     assert load_pins_checked(by_record, release=True)["engine"]["record_sha256"] == "ab" * 32
     by_record.write_text(json.dumps(qwen_pins(engine__record_sha256="xyz")))
-    with pytest.raises(OciError, match="engine.record_sha256: Value error"):
+    with pytest.raises(AttestError, match="engine.record_sha256: Value error"):
         load_pins_checked(by_record, release=False)
 
 
 def test_the_deepseek_release_needs_a_reviewed_checkpoint_lock(tmp_path: Path) -> None:
     with pytest.raises(
-        OciError,
+        AttestError,
         match=r"release build refused: base.digest, engine.commit or engine.record_sha256, "
         r"model.lock_sha256 are empty in deepseek_spark.pins.json",
     ) as caught:
@@ -443,7 +443,7 @@ def test_verify_cli_refuses_a_tag_and_prints_json(pushed, capsys) -> None:
 def test_every_pin_field_refuses_a_malformed_value_by_name(tmp_path: Path, override, field: str, message: str) -> None:
     path = tmp_path / "bad.pins.json"
     path.write_text(json.dumps(qwen_pins(**override)))
-    with pytest.raises(OciError) as caught:
+    with pytest.raises(AttestError) as caught:
         load_pins_checked(path, release=False)
     assert caught.value.field.endswith(field) and message in str(caught.value), (caught.value.field, str(caught.value))
 

@@ -78,6 +78,17 @@ def _explain_in_the_unpacked_image(tmp_path: Path) -> None:
     assert "native_mtp       yes       *" in explained.stderr
 
 
+def _wait_for_registry(port: int, registry: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v2/", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline and registry.poll() is None, "docker-registry did not start"
+            time.sleep(0.1)
+
+
 def test_the_quick_start_runs_end_to_end(tmp_path: Path, monkeypatch) -> None:
     if os.geteuid() != 0:
         pytest.skip(f"the quick start chroots into the unpacked image: needs root (uid {os.geteuid()})")
@@ -116,14 +127,7 @@ def test_the_quick_start_runs_end_to_end(tmp_path: Path, monkeypatch) -> None:
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v2/", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline and registry.poll() is None, "docker-registry did not start"
-                time.sleep(0.1)
+        _wait_for_registry(port, registry)
         pushed = subprocess.run(
             [str(runner), "--push", f"127.0.0.1:{port}/omni/qwen"],
             capture_output=True,

@@ -115,7 +115,7 @@ def test_node_rank_must_be_below_nnodes() -> None:
         BootSettings.from_env({"NNODES": "3", "NODE_RANK": "3"})
 
 
-# --- attest.settings: the parsers every command's settings are declared with -----------------
+# --- attest.edge.settings: the parsers every command's settings are declared with -----------------
 def _refusal(parse, raw: str) -> str:
     with pytest.raises(AttestError) as caught:
         parse(raw, "VAR")
@@ -124,7 +124,7 @@ def _refusal(parse, raw: str) -> str:
 
 
 def test_text_is_at_most_4096_bytes_without_nul_and_stripped() -> None:
-    from attest import settings
+    from attest.edge import settings
 
     assert settings.text(" v ", "VAR") == "v"
     assert settings.text("a" * 4096, "VAR") == "a" * 4096
@@ -136,7 +136,7 @@ def test_text_is_at_most_4096_bytes_without_nul_and_stripped() -> None:
 
 
 def test_a_token_is_1_to_128_safe_characters() -> None:
-    from attest import settings
+    from attest.edge import settings
 
     assert settings.token(" aZ9_.:+- ", "VAR") == "aZ9_.:+-"
     assert settings.token("t" * 128, "VAR") == "t" * 128
@@ -145,7 +145,7 @@ def test_a_token_is_1_to_128_safe_characters() -> None:
 
 
 def test_a_refusal_shows_80_characters_of_the_value_at_most() -> None:
-    from attest import settings
+    from attest.edge import settings
 
     assert settings.shown("x" * 80) == repr("x" * 80)
     assert settings.shown("x" * 81) == repr("x" * 77 + "...")
@@ -178,7 +178,7 @@ IN_RANGE, NOT_AN_INTEGER = "an integer in 5..10", "an integer in ASCII digits"
     ],
 )
 def test_an_integer_has_at_most_12_digits_and_both_bounds(raw: str, value) -> None:
-    from attest import settings
+    from attest.edge import settings
 
     parse = settings.integer(5, 10)
     if isinstance(value, int):
@@ -188,7 +188,7 @@ def test_an_integer_has_at_most_12_digits_and_both_bounds(raw: str, value) -> No
 
 
 def test_an_integer_without_an_upper_bound_and_with_its_own_wording() -> None:
-    from attest import settings
+    from attest.edge import settings
 
     unbounded = settings.integer(-2)
     assert unbounded("-2", "VAR") == -2 and unbounded("999999999999", "VAR") == 999999999999
@@ -201,7 +201,7 @@ def test_an_integer_without_an_upper_bound_and_with_its_own_wording() -> None:
 
 
 def test_a_real_refuses_what_its_predicate_or_float_refuses() -> None:
-    from attest import settings
+    from attest.edge import settings
 
     accept = lambda value: 0 < value <= 1  # noqa: E731
     assert settings.real("0.5", "VAR", "in (0, 1]", accept) == 0.5
@@ -210,7 +210,7 @@ def test_a_real_refuses_what_its_predicate_or_float_refuses() -> None:
 
 
 def test_choice_lower_cases_only_when_asked_and_names_options_then_aliases() -> None:
-    from attest import settings
+    from attest.edge import settings
 
     exact = settings.choice("a", "b", aliases={"x": "a"})
     assert exact(" a ", "VAR") == "a" and exact("x", "VAR") == "a"
@@ -221,7 +221,7 @@ def test_choice_lower_cases_only_when_asked_and_names_options_then_aliases() -> 
 
 
 def test_read_settings_records_defaults_and_keeps_the_command_error_type() -> None:
-    from attest import settings
+    from attest.edge import settings
 
     class CommandError(AttestError):
         pass
@@ -295,7 +295,7 @@ def test_read_settings_records_defaults_and_keeps_the_command_error_type() -> No
     ],
 )
 def test_only_the_true_words_are_true(raw, result: bool) -> None:
-    from attest import settings
+    from attest.edge import settings
 
     assert settings.is_true(raw) is result
     if raw is not None:

@@ -20,9 +20,10 @@ import os
 import sys
 from pathlib import Path
 
-from attest.errors import AttestError, refusing_main, report_refusal
+from attest.edge.redact import known_secrets, redacting_output
+from attest.edge.refusal import refusing_main, report_refusal
+from attest.errors import AttestError
 from attest.files import write_atomic
-from attest.redact import known_secrets, redacting_output
 from tools.deploy.contract import ImageContract, read_contract
 from tools.deploy.emit import render
 from tools.deploy.errors import DeployError
@@ -66,10 +67,7 @@ def _image_reference(contract: ImageContract, image: str, repository: str) -> st
                 field="--repository",
             )
         return f"{repository}@{contract.digest}"
-    try:
-        pushed = last_push(contract.digest)
-    except OciError as exc:
-        raise DeployError(str(exc), field=exc.field) from None
+    pushed = last_push(contract.digest)
     if pushed is None:
         raise DeployError(
             f"{contract.digest} was never pushed from here: push it (bazel run //images:{contract.name} "
@@ -156,23 +154,8 @@ def _output_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="deploy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--layout", type=Path, required=True, help=argparse.SUPPRESS)
-    parser.add_argument("--label", default="deploy", help=argparse.SUPPRESS)
-    parser.add_argument("--image", default="", help="REGISTRY/REPO@sha256:... (the built image's digest)")
-    parser.add_argument("--repository", default="", help="REGISTRY/REPO: the built digest there")
-    parser.add_argument("--namespace", default="default", help="namespace of every resource (default: default)")
-    parser.add_argument(
-        "--test-image",
-        action="store_true",
-        help="generate for an image labelled omni.test_only (the CPU engine image): local try-outs only",
-    )
-    parser.add_argument(
-        "--secret", default="", help="Secret holding the API key under key 'api-key' (default: <image>-api-key)"
-    )
+def _model_flags(parser: argparse.ArgumentParser) -> None:
+    """Where the checkpoint comes from: an image volume, a claim or a host directory."""
     parser.add_argument(
         "--model-image",
         default="",
@@ -196,6 +179,10 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="Secret with the hub token under key 'token' (multi-node rank 0 downloads)",
     )
+
+
+def _group_flags(parser: argparse.ArgumentParser) -> None:
+    """The multi-node group: its key, its network, rank 0's port."""
     parser.add_argument(
         "--rank-key-secret",
         default="",
@@ -214,6 +201,27 @@ def _parser() -> argparse.ArgumentParser:
         help="multi-node: a Multus network (NetworkAttachmentDefinition) for RDMA; adds IPC_LOCK",
     )
     parser.add_argument("--dist-port", default="20000", help="multi-node: rank 0's process-group port")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="deploy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--layout", type=Path, required=True, help=argparse.SUPPRESS)
+    parser.add_argument("--label", default="deploy", help=argparse.SUPPRESS)
+    parser.add_argument("--image", default="", help="REGISTRY/REPO@sha256:... (the built image's digest)")
+    parser.add_argument("--repository", default="", help="REGISTRY/REPO: the built digest there")
+    parser.add_argument("--namespace", default="default", help="namespace of every resource (default: default)")
+    parser.add_argument(
+        "--test-image",
+        action="store_true",
+        help="generate for an image labelled omni.test_only (the CPU engine image): local try-outs only",
+    )
+    parser.add_argument(
+        "--secret", default="", help="Secret holding the API key under key 'api-key' (default: <image>-api-key)"
+    )
+    _model_flags(parser)
+    _group_flags(parser)
     parser.add_argument(
         "--startup-timeout",
         default="0",
@@ -270,6 +278,53 @@ def _image_volume_note(options: Options) -> None:
         )
 
 
+def _options(contract: ImageContract, args: argparse.Namespace) -> Options:
+    """The flags, each checked, as the generator's options."""
+    return Options(
+        image=_image_reference(contract, args.image, args.repository),
+        namespace=args.namespace,
+        secret=args.secret,
+        model_pvc=args.model_pvc,
+        model_host_path=args.model_host_path,
+        hf_token_secret=args.hf_token_secret,
+        rank_key_secret=args.rank_key_secret,
+        network=args.network,
+        rdma_network=args.rdma_network,
+        dist_port=whole_number("--dist-port", args.dist_port),
+        startup_timeout_s=whole_number("--startup-timeout", args.startup_timeout),
+        env=dict(args.env),
+        model_image=model_image(contract, args),
+        kubernetes_version=args.kubernetes_version,
+        scheduling=_scheduling(args),
+        network_policy=args.network_policy,
+        api_from=dict(label_pair(text, "--api-from-namespace") for text in args.api_from_namespace),
+        disruption_budget=args.pod_disruption_budget,
+        service_monitor=args.service_monitor,
+        service_monitor_labels=dict(label_pair(text, "--service-monitor-label") for text in args.service_monitor_label),
+    )
+
+
+def _write(args: argparse.Namespace, items: list[dict], rendered, image: str, contract: ImageContract) -> None:
+    """A kustomize base (--output-dir), one file deploy owns (--output), or stdout."""
+    kinds = ", ".join(f"{item['kind']}/{item['metadata']['name']}" for item in items)
+    if args.output_dir:
+        directory = _output_path(args.output_dir)
+        files = write_base(directory, items, render=rendered, image=image, annotations=provenance(contract))
+        print(f"deploy: wrote {kinds} to {directory} ({len(files)} files; kubectl apply -k)", file=sys.stderr)
+    elif args.output:
+        path = _output_path(args.output)
+        if os.path.lexists(path) and generated_by_deploy(path) is None:
+            raise DeployError(
+                f"--output {path} exists and is not a manifest deploy wrote, or was changed since; it was left as "
+                "it is (choose another path, or move it aside)",
+                field="--output",
+            )
+        write_atomic(path, rendered(items).encode())
+        print(f"deploy: wrote {kinds} to {path} (image {image})", file=sys.stderr)
+    else:
+        sys.stdout.write(rendered(items))
+
+
 @refusing_main
 def main(argv: list[str] | None = None) -> int:
     redacting_output()
@@ -277,30 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         contract = read_contract(args.layout, test_image=args.test_image)
         check_pins(contract)
-        options = Options(
-            image=_image_reference(contract, args.image, args.repository),
-            namespace=args.namespace,
-            secret=args.secret,
-            model_pvc=args.model_pvc,
-            model_host_path=args.model_host_path,
-            hf_token_secret=args.hf_token_secret,
-            rank_key_secret=args.rank_key_secret,
-            network=args.network,
-            rdma_network=args.rdma_network,
-            dist_port=whole_number("--dist-port", args.dist_port),
-            startup_timeout_s=whole_number("--startup-timeout", args.startup_timeout),
-            env=dict(args.env),
-            model_image=model_image(contract, args),
-            kubernetes_version=args.kubernetes_version,
-            scheduling=_scheduling(args),
-            network_policy=args.network_policy,
-            api_from=dict(label_pair(text, "--api-from-namespace") for text in args.api_from_namespace),
-            disruption_budget=args.pod_disruption_budget,
-            service_monitor=args.service_monitor,
-            service_monitor_labels=dict(
-                label_pair(text, "--service-monitor-label") for text in args.service_monitor_label
-            ),
-        )
+        options = _options(contract, args)
         items = resources(contract, options, known_secrets())
         _image_volume_note(options)
         pins = contract.baked.pins
@@ -314,24 +346,8 @@ def main(argv: list[str] | None = None) -> int:
                 model=f"{pins.model.id}@{pins.model.revision}",
             )
 
-        kinds = ", ".join(f"{item['kind']}/{item['metadata']['name']}" for item in items)
-        if args.output_dir:
-            directory = _output_path(args.output_dir)
-            files = write_base(directory, items, render=rendered, image=options.image, annotations=provenance(contract))
-            print(f"deploy: wrote {kinds} to {directory} ({len(files)} files; kubectl apply -k)", file=sys.stderr)
-        elif args.output:
-            path = _output_path(args.output)
-            if os.path.lexists(path) and generated_by_deploy(path) is None:
-                raise DeployError(
-                    f"--output {path} exists and is not a manifest deploy wrote, or was changed since; it was left as "
-                    "it is (choose another path, or move it aside)",
-                    field="--output",
-                )
-            write_atomic(path, rendered(items).encode())
-            print(f"deploy: wrote {kinds} to {path} (image {options.image})", file=sys.stderr)
-        else:
-            sys.stdout.write(rendered(items))
-    except (AttestError, OciError) as exc:
+        _write(args, items, rendered, options.image, contract)
+    except AttestError as exc:  # OciError included
         return report_refusal(exc)
     except OSError as exc:
         flag = "--output-dir" if args.output_dir else "--output"

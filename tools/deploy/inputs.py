@@ -9,9 +9,9 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
-from attest.primitives import UNPRINTABLE_CATEGORIES
+from attest.reader import UNSHOWN_CATEGORIES
 from tools.deploy.errors import DeployError
-from tools.deploy.names import dns_label, dns_subdomain
+from tools.deploy.k8s_names import dns_label, dns_subdomain
 from tools.deploy.scheduling import Scheduling, check_scheduling, label_pair
 from tools.oci.format.errors import OciError
 from tools.oci.format.reference import Reference
@@ -129,7 +129,7 @@ def check_model_image(options: Options) -> None:
 def model_host_path(value: str) -> str:
     """The host directory, normalised; refused when relative, climbing, or a system tree."""
     flag = "--model-host-path"
-    if any(unicodedata.category(char) in UNPRINTABLE_CATEGORIES for char in value):
+    if any(unicodedata.category(char) in UNSHOWN_CATEGORIES for char in value):
         raise DeployError(f"{flag} {value!r} has a control character", field=flag)
     if not value.startswith("/") or ".." in value.split("/"):
         raise DeployError(f"{flag} {value!r} must be an absolute path without '..'", field=flag)
@@ -164,7 +164,7 @@ def check_env(name: str, value: str, managed: dict[str, str], secrets: tuple[str
         raise DeployError(
             f"--env {name}: a secret never goes in a manifest's plain value; put it in a Secret", field=name
         )
-    if any(unicodedata.category(char) in UNPRINTABLE_CATEGORIES for char in value):
+    if any(unicodedata.category(char) in UNSHOWN_CATEGORIES for char in value):
         raise DeployError(f"--env {name}: the value has a control character", field=name)
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from attest.edge.status import MAIN_PID_VARIABLE, STATUS_FILE_VARIABLE
 from attest.errors import AttestError
 from attest.pins import release_refusal
-from attest.status import MAIN_PID_VARIABLE, STATUS_FILE_VARIABLE
 from boot import settings as boot_settings
 from launcher import settings as launcher_settings
 from tools.deploy import lws
@@ -42,7 +42,7 @@ def _setting(settings: tuple, name: str) -> Any:
 
 
 # Beside an image volume, boot verifies every rank's copy against the image's pinned lock: no
-# variable may skip that or name another lock (boot refuses the skips too, boot/volume.py).
+# variable may skip that or name another lock (boot refuses the skips too, boot/checkpoint/volume.py).
 IMAGE_VOLUME_FIXED = {
     "SKIP_PREPARE": "is refused beside an image volume: every rank verifies its own copy",
     "SKIP_VERIFY": "is refused beside an image volume: every rank verifies its own copy",
@@ -258,14 +258,9 @@ def _boot_pods(
     return leader, worker
 
 
-def _boot_resources(contract: ImageContract, options: Options, target: Target) -> list[dict[str, Any]]:
-    name, port = k8s_name(contract.name), _port(contract)
-    annotations = provenance(contract)
-    if options.rdma_network:
-        annotations["k8s.v1.cni.cncf.io/networks"] = options.rdma_network
-    default_port = int(_setting(boot_settings.SETTINGS, "SERVER_PORT").default)
-    if port != default_port:
-        raise DeployError(f"the image exposes {port} but boot listens on {default_port}", field="config.ExposedPorts")
+def _group_env(contract: ImageContract, options: Options, name: str) -> list[dict[str, Any]]:
+    """What every rank of the group is told: its place in the group (from LWS's variables), the
+    status probe's files, the secrets by reference, the model source and rank 0's key."""
     group = [
         {"name": "NNODES", "value": f"$({lws.GROUP_SIZE})"},
         {"name": "NODE_RANK", "value": f"$({lws.WORKER_INDEX})"},
@@ -277,13 +272,24 @@ def _boot_resources(contract: ImageContract, options: Options, target: Target) -
     ]
     if options.hf_token_secret:
         group.append(_secret_env("HF_TOKEN", options.hf_token_secret, HF_TOKEN_SECRET_KEY))
-    # With the artifact's image volume every rank verifies its own read-only copy (boot.volume).
+    # With the artifact's image volume every rank verifies its own read-only copy (boot.checkpoint.volume).
     group.append({"name": "MODEL_SOURCE", "value": "image" if options.model_image else "hub"})
     group += [
         {"name": "RANK_KEY_FILE", "value": f"{RANK_KEY_DIR}/{RANK_KEY_SECRET_KEY}"},
         {"name": "RANK_GROUP", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{lws.GROUP_KEY_LABEL}']"}}},
     ]
-    env = group + _operator_env(options)
+    return group
+
+
+def _boot_resources(contract: ImageContract, options: Options, target: Target) -> list[dict[str, Any]]:
+    name, port = k8s_name(contract.name), _port(contract)
+    annotations = provenance(contract)
+    if options.rdma_network:
+        annotations["k8s.v1.cni.cncf.io/networks"] = options.rdma_network
+    default_port = int(_setting(boot_settings.SETTINGS, "SERVER_PORT").default)
+    if port != default_port:
+        raise DeployError(f"the image exposes {port} but boot listens on {default_port}", field="config.ExposedPorts")
+    env = _group_env(contract, options, name) + _operator_env(options)
     leader, worker = _boot_pods(contract, options, target, env, port)
     labels = _labels(name, "server")
     group_set = {

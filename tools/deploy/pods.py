@@ -6,18 +6,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from attest.status import HEALTH_PATH
+from attest.edge.status import HEALTH_PATH
 from tools.deploy.contract import ImageContract
 from tools.deploy.errors import DeployError
 from tools.deploy.inputs import Options, model_host_path
-from tools.deploy.names import DNS_LABEL_RE
+from tools.deploy.k8s_names import is_dns_label
 from tools.deploy.scheduling import container_resources, pod_fields
 from tools.deploy.targets import Target
 
 # Grace for the engines to drain: both programs forward SIGTERM to the engine's process group.
 TERMINATION_GRACE_S = 120
 PROBE_PERIOD_S = 10
-# attest.status bounds its own run to 4 s; the kubelet kills it after this.
+# attest.edge.status bounds its own run to 4 s; the kubelet kills it after this.
 STATUS_PROBE_TIMEOUT_S = 5
 STATUS_VOLUME = "/tmp"
 STATUS_FILE = STATUS_VOLUME + "/omni-status.json"
@@ -29,7 +29,7 @@ RANK_KEY_DIR = "/etc/omni/rank-key"
 
 def k8s_name(image: str) -> str:
     name = image.replace("_", "-").lower()
-    if not DNS_LABEL_RE.fullmatch(name):
+    if not is_dns_label(name):
         raise DeployError(f"image name {image!r} does not make a Kubernetes name ({name!r})", field="image")
     return name
 
@@ -44,15 +44,15 @@ def _http_probe(port: int, period_s: int, timeout_s: int, failures: int) -> dict
 
 
 def status_command(contract: ImageContract, program: str, verb: str) -> list[str]:
-    """The image's own entry shim running the status probe (attest.status): the entrypoint is
-    `<shim...> <program>`, so the probe is `<shim...> attest.status <verb>`."""
+    """The image's own entry shim running the status probe (attest.edge.status): the entrypoint is
+    `<shim...> <program>`, so the probe is `<shim...> attest.edge.status <verb>`."""
     if len(contract.entrypoint) < 2 or contract.entrypoint[-1] != program:
         raise DeployError(
             f"the image's entrypoint is {list(contract.entrypoint)}; expected Omni's shim ending in {program!r}, "
             "which also runs the probes",
             field="config.Entrypoint",
         )
-    return [*contract.entrypoint[:-1], "attest.status", verb]
+    return [*contract.entrypoint[:-1], "attest.edge.status", verb]
 
 
 def _exec_probe(command: list[str], period_s: int, failures: int) -> dict[str, Any]:
@@ -69,7 +69,7 @@ def probes(contract: ImageContract, program: str, port: int, startup_s: int) -> 
     return {
         # Until the engine first answers: checkpoint checks, downloads and the model load.
         "startupProbe": _http_probe(port, PROBE_PERIOD_S, 5, math.ceil(startup_s / PROBE_PERIOD_S)),
-        # Traffic only once the program's own verdict is in (attest.status) and /health answers.
+        # Traffic only once the program's own verdict is in (attest.edge.status) and /health answers.
         "readinessProbe": _exec_probe(status_command(contract, program, "ready"), PROBE_PERIOD_S, 3),
         # A loaded engine under a long prefill answers slowly: 2.5 minutes of silence, not one.
         "livenessProbe": _http_probe(port, 30, 10, 5),
@@ -152,6 +152,22 @@ def _image_volume(volumes: list, mounts: list, name: str, path: str, model_path:
     mounts.append({"name": "model", "mountPath": model_path, "readOnly": True})
 
 
+def _pod_security(contract: ImageContract, model_writable: bool) -> dict[str, Any]:
+    """The pod's securityContext: the image's own non-root user and groups."""
+    security: dict[str, Any] = {
+        "runAsNonRoot": True,
+        "runAsUser": contract.uid,
+        "runAsGroup": contract.gid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if contract.groups:
+        security["supplementalGroups"] = [gid for _, gid in contract.groups]
+    if model_writable:  # a fresh volume is root's: the download needs it group-writable
+        security["fsGroup"] = contract.gid
+        security["fsGroupChangePolicy"] = "OnRootMismatch"
+    return security
+
+
 def pod_spec(
     contract: ImageContract,
     options: Options,
@@ -164,17 +180,7 @@ def pod_spec(
     serves_api: bool = True,
 ) -> dict[str, Any]:
     volumes, mounts = _volumes(contract, options, target, model_writable=model_writable)
-    security: dict[str, Any] = {
-        "runAsNonRoot": True,
-        "runAsUser": contract.uid,
-        "runAsGroup": contract.gid,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-    if contract.groups:
-        security["supplementalGroups"] = [gid for _, gid in contract.groups]
-    if model_writable:  # a fresh volume is root's: the download needs it group-writable
-        security["fsGroup"] = contract.gid
-        security["fsGroupChangePolicy"] = "OnRootMismatch"
+    security = _pod_security(contract, model_writable)
     container_security: dict[str, Any] = {
         "runAsNonRoot": True,
         "privileged": False,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.deploy.errors import DeployError
-from tools.deploy.names import dns_subdomain, is_label_value, qualified_name
+from tools.deploy.k8s_names import dns_subdomain, is_label_value, qualified_name
 from tools.deploy.targets import Target
 
 # A resource quantity as the API reads one: a decimal with a binary or decimal suffix.

@@ -1,2 +1,2 @@
 """Generators of the documentation's reference sections (docs/images.md: the public rules).
-Standard library only: it reads .bzl files as text and must not import `attest`, `boot`, `launcher` or `tools.oci`."""
+Standard library only: it reads .bzl files as text."""

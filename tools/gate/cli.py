@@ -26,10 +26,11 @@ from urllib.parse import urlsplit
 import httpx
 
 from attest.documents import parse_document
-from attest.errors import AttestError, refusing_main
+from attest.edge.redact import redacting_output
+from attest.edge.refusal import refusing_main
+from attest.errors import AttestError
 from attest.files import canonical_json, require_replaceable, write_atomic
 from attest.primitives import require_revision
-from attest.redact import redacting_output
 from attest.speculation import DFlash2Gate
 from tools.gate.benchmark import MIN_SAMPLES, run_benchmark
 from tools.gate.corpus import CORPUS, CORPUS_SHA256, PARITY_CASES, benchmark_request

@@ -7,21 +7,10 @@ import hashlib
 import json
 from typing import Any
 
+from attest.requests import ANSWER_FORMAT, LOOKUP_TOOL
+
 PARITY_CASES = ("greedy", "sampling", "tool_json", "stop_and_cancel")
 
-LOOKUP_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "lookup_fixture",
-        "description": "Retrieve a stored test value.",
-        "parameters": {
-            "type": "object",
-            "properties": {"key": {"type": "string"}},
-            "required": ["key"],
-            "additionalProperties": False,
-        },
-    },
-}
 
 # Each case: the request body (model added at run time) and how outputs are compared.
 CORPUS: tuple[dict[str, Any], ...] = (
@@ -100,19 +89,7 @@ CORPUS: tuple[dict[str, Any], ...] = (
         "request": {
             "temperature": 0,
             "max_tokens": 64,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": "answer",
-                    "strict": True,
-                    "schema": {
-                        "type": "object",
-                        "properties": {"answer": {"type": "integer"}},
-                        "required": ["answer"],
-                        "additionalProperties": False,
-                    },
-                },
-            },
+            "response_format": ANSWER_FORMAT,
             "messages": [{"role": "user", "content": "Return an object whose answer is the integer 42."}],
         },
     },

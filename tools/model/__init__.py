@@ -1,4 +1,3 @@
 """Models as OCI artifacts: a checkpoint lock's files packed one per tar layer under a ModelPack
 manifest and a plain image manifest, pushed, signed, pulled and verified against the lock.
-It must not import `launcher`, `boot`, `tools.deploy` or `tests`.
 """

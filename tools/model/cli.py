@@ -22,8 +22,8 @@ import os
 import sys
 from pathlib import Path
 
-from attest.errors import refusing_main
-from attest.redact import redacting_output
+from attest.edge.redact import redacting_output
+from attest.edge.refusal import refusing_main
 from tools.model.artifact import PLATFORMS
 from tools.model.errors import ModelError
 from tools.model.pack import load_lock_bytes, pack, read_pack, summary, write_pack

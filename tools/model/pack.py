@@ -16,8 +16,8 @@ from typing import Any
 from attest.documents import parse_document
 from attest.errors import AttestError
 from attest.files import canonical_json, write_atomic
-from attest.hashing import Progress
 from attest.lock import MAX_LOCK_BYTES, CheckpointLock, load_lock
+from attest.progress import Progress
 from attest.reader import loads_object
 from tools.model.artifact import Artifact, build, read_lock_layer
 from tools.model.errors import ModelError
@@ -55,9 +55,9 @@ def pack(
 
     def one(item) -> FileLayer:
         try:
-            return hash_file_layer(model, item, progress.add_bytes)
+            return hash_file_layer(model, item, progress.add)
         finally:
-            progress.file_done()
+            progress.item_done()
 
     with ThreadPoolExecutor(max(1, jobs)) as pool:
         files = list(pool.map(one, lock.files))

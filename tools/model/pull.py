@@ -15,7 +15,6 @@ import itertools
 import os
 import re
 import shutil
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from attest.errors import AttestError
 from attest.files import exclusive_run
 from attest.hashing import digest_fd, new_digest
 from attest.lock import ARTIFACT_LOCK, MAX_LOCK_BYTES, PARTIAL_DIR, WORKING_NAMES, CheckpointLock, LockedFile
+from attest.progress import Progress
 from attest.tree import open_regular, place, walk_files
 from tools.model.artifact import check_manifest, lock_descriptor, parse_manifest, read_lock_layer
 from tools.model.errors import ModelError
@@ -33,7 +33,7 @@ from tools.model.pack import parse_lock
 from tools.oci.format.errors import OciError
 from tools.oci.format.reference import Reference
 from tools.oci.format.tar_reader import TarStream, read_members
-from tools.oci.remote.bodies import Pieces
+from tools.oci.remote.pieces import Pieces
 from tools.oci.remote.registry import RegistryClient, client_for
 
 PULL_JOBS = 4
@@ -205,11 +205,8 @@ def _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress) -> 
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ModelError(f"{dest} cannot be created: {exc.strerror}", field="DIR") from None
-    try:
-        with exclusive_run(dest / PARTIAL_DIR, what=f"DIR {dest}", field=PARTIAL_DIR):
-            return _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress)
-    except AttestError as exc:
-        raise ModelError(str(exc), field=exc.field) from None
+    with exclusive_run(dest / PARTIAL_DIR, what=f"DIR {dest}", field=PARTIAL_DIR):
+        return _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress)
 
 
 def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress) -> dict[str, Any]:
@@ -221,7 +218,8 @@ def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress) ->
     pairs = list(zip(layers, sorted(lock.files, key=lambda item: item.path)))
     kept = [item.path for _, item in pairs if _placed_matches(dest, item)]
     wanted = [(layer, item) for layer, item in pairs if item.path not in kept]
-    total, guard, done = sum(layer["size"] for layer, _ in wanted), threading.Lock(), [0, 0]
+    total = sum(layer["size"] for layer, _ in wanted)
+    shown = Progress(total, len(wanted), "", enabled=progress is not None, interval_s=0, emit=progress or print)
 
     def fetch(pair: tuple[dict[str, Any], LockedFile]) -> None:
         layer, item = pair
@@ -238,10 +236,8 @@ def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress) ->
                 f"{item.path} cannot be written under {dest}: {exc.strerror or exc}", field=item.path
             ) from None
         place(temporary, dest, item.path)
-        with guard:
-            done[0], done[1] = done[0] + 1, done[1] + layer["size"]
-            if progress is not None:
-                progress(f"{done[0]}/{len(wanted)} files, {done[1] / 1e6:.1f}/{total / 1e6:.1f} MB ({item.path})")
+        shown.add(layer["size"])
+        shown.item_done(item.path)
 
     with ThreadPoolExecutor(max(1, min(jobs, len(wanted) or 1))) as pool:
         list(pool.map(fetch, wanted))

@@ -9,7 +9,6 @@ digest `pack` computed from the lock-checked file.
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, Callable
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from attest.lock import ARTIFACT_LOCK, CheckpointLock
+from attest.progress import Progress
 from tools.model.artifact import Artifact, build, hub_url
 from tools.model.errors import ModelError
 from tools.model.layers import FileLayer, FileLayerStream, layer_size, stream_file_layer
@@ -85,21 +85,9 @@ def provenance(artifact: Artifact, name: str) -> dict[str, Any]:
     return statement(subjects, SLSA_PROVENANCE, predicate)
 
 
-class _Progress:
-    """One line per blob sent: count, megabytes, what happened."""
-
-    def __init__(self, blobs: int, total: int, progress: Callable[[str], None] | None) -> None:
-        self.blobs, self.total, self.progress = blobs, total, progress
-        self.done, self.bytes, self.lock = 0, 0, threading.Lock()
-
-    def sent(self, digest: str, size: int, what: str) -> None:
-        with self.lock:
-            self.done, self.bytes = self.done + 1, self.bytes + size
-            if self.progress is not None:
-                self.progress(
-                    f"{self.done}/{self.blobs} blobs, {self.bytes / 1e6:.1f}/{self.total / 1e6:.1f} MB "
-                    f"({what} {digest[:19]}…)"
-                )
+def _shown(blobs: int, total: int, progress: Callable[[str], None] | None) -> Progress:
+    """A line per blob sent (when the caller takes progress)."""
+    return Progress(total, blobs, "", unit="blobs", enabled=progress is not None, interval_s=0, emit=progress or print)
 
 
 def _target(target: str, tags: list[str]) -> tuple[Reference, list[str]]:
@@ -171,12 +159,13 @@ def push_artifact(
     ref, tags = _target(target, list(tags))
     with client_for(ref.registry, client) as client:
         report = PushReport(f"{ref.registry}/{ref.repository}", artifact.image_digest, artifact.model_digest)
-        shown = _Progress(len(artifact.files), sum(layer.size for layer in artifact.files), progress)
+        shown = _shown(len(artifact.files), sum(layer.size for layer in artifact.files), progress)
 
         def send(layer) -> None:
             present = _send(client, ref.repository, layer.digest, layer.size, FileLayerStream(model, layer.item))
             (report.present if present else report.uploaded).append(layer.digest)
-            shown.sent(layer.digest, layer.size, "present" if present else "uploaded")
+            shown.add(layer.size)
+            shown.item_done(f"{'present' if present else 'uploaded'} {layer.digest[:19]}…")
 
         _parallel(jobs, send, list(artifact.files))
         return _publish(client, ref, artifact, tags, key, report, legacy_signatures)
@@ -202,13 +191,14 @@ def push_checkpoint(
     ref, tags = _target(target, list(tags))
     with client_for(ref.registry, client) as client:
         report = PushReport(f"{ref.registry}/{ref.repository}", "", "")
-        shown = _Progress(len(lock.files), sum(layer_size(item.size) for item in lock.files), progress)
+        shown = _shown(len(lock.files), sum(layer_size(item.size) for item in lock.files), progress)
 
         def send(item) -> FileLayer:
             size = layer_size(item.size)
             digest = client.upload_hashing(ref.repository, lambda: stream_file_layer(model, item), size)
             report.uploaded.append(digest)
-            shown.sent(digest, size, "uploaded")
+            shown.add(size)
+            shown.item_done(f"uploaded {digest[:19]}…")
             return FileLayer(item, digest, size)
 
         files = _parallel(jobs, send, list(lock.files))

@@ -28,10 +28,7 @@ def signed(client: RegistryClient, ref: Reference, public_key: Path, layout: str
     """The signature of `ref.digest`, then its provenance statement (both verified), from the
     Sigstore bundles or cosign's legacy tags (`layout`: auto, bundles, legacy), and which."""
     key = load_public_key(public_key)
-    try:
-        return signed_provenance(client, ref, key, layout)
-    except OciError as exc:
-        raise ModelError(str(exc), field=exc.field) from None
+    return signed_provenance(client, ref, key, layout)
 
 
 def _diff_ids(client: RegistryClient, ref: Reference, manifest: dict[str, Any], modelpack: bool) -> list[str]:

@@ -2,5 +2,5 @@
 reference, tar reader and members: shared by all), `build/` (the programs Bazel's actions run),
 `remote/` (the registry stack), `signing/` (keys, legacy tags, bundles), and here the commands
 (push, verify, run_image, build_diff, push_record) on top of them all.
-It must not import `launcher`, `boot` or `tests`. Neither `build` nor `remote` imports the other.
+Neither `build` nor `remote` imports the other (docs/development.md#floors).
 """

@@ -14,14 +14,14 @@ import argparse
 import json
 import re
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from attest.errors import refusing_main
-from attest.redact import redacting_output
+from attest.edge.redact import redacting_output
+from attest.edge.refusal import refusing_main
+from attest.progress import Progress
 from tools.oci.build.index import read_index
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
@@ -143,19 +143,14 @@ def _send_blobs(sender: _BlobSender, blobs: list[dict], jobs: int, progress: Cal
     """Every blob, up to `jobs` at a time, with progress; outcomes in manifest order (the first
     failure is raised)."""
     total = sum(blob["size"] for blob in blobs)
-    done = {"blobs": 0, "bytes": 0}
-    lock = threading.Lock()
+    shown = Progress(
+        total, len(blobs), "", unit="blobs", enabled=progress is not None, interval_s=0, emit=progress or print
+    )
 
     def tracked(blob: dict) -> tuple[str, str]:
         outcome = sender.send(blob)
-        with lock:
-            done["blobs"] += 1
-            done["bytes"] += blob["size"]
-            if progress is not None:
-                progress(
-                    f"{done['blobs']}/{len(blobs)} blobs, {done['bytes'] / 1e6:.1f}/{total / 1e6:.1f} MB "
-                    f"({outcome[0]} {blob['digest'][:19]}…)"
-                )
+        shown.add(blob["size"])
+        shown.item_done(f"{outcome[0]} {blob['digest'][:19]}…")
         return outcome
 
     with ThreadPoolExecutor(max_workers=min(jobs, len(blobs))) as pool:

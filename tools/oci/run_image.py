@@ -18,8 +18,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from attest.errors import refusing_main
-from attest.redact import redacting_output
+from attest.edge.redact import redacting_output
+from attest.edge.refusal import refusing_main
 from tools.oci.build.index import platform_name, read_index
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from attest.documents import parse_document
-from attest.errors import AttestError, refusing_main
+from attest.edge.redact import redacting_output
+from attest.edge.refusal import refusing_main
 from attest.pins import ImagePins
-from attest.redact import redacting_output
 from tools.oci.build.image import BAKED_DEST, TITLE, pin_labels
 from tools.oci.build.provenance import resolved
 from tools.oci.format.errors import OciError, refusing_object
@@ -238,6 +238,27 @@ def signed_provenance(
     return attested(client, ref, key, statements)[SLSA_PROVENANCE], accepted_layout(statements)
 
 
+def _check_provenance(statement: dict[str, Any], baked: dict[str, Any]) -> None:
+    """The signed provenance names the very pins baked into the image: the same document, and the
+    same engine commit, model revision, base and model artifact."""
+    pins = baked["pins"]
+    if statement["predicate"]["buildDefinition"]["externalParameters"].get("pins") != pins:
+        raise OciError("the provenance's pins differ from the pins baked into the image", field="provenance.pins")
+    artifact = pins["model"].get("artifact")
+    for name, digest_key, pinned in (
+        ("engine", "gitCommit", pins["engine"]["commit"]),
+        ("model", "gitCommit", pins["model"]["revision"]),
+        ("base", "sha256", baked["base_digest"].split(":", 1)[-1]),
+        *((("model-artifact", "sha256", artifact["digest"].split(":", 1)[-1]),) if artifact else ()),
+    ):
+        recorded = resolved(statement, name).get(digest_key, "")
+        if recorded != pinned:
+            raise OciError(
+                f"provenance {name} is {recorded or 'unrecorded'}, the image pins {pinned or 'nothing'}",
+                field=f"provenance.{name}",
+            )
+
+
 def verify_image(
     reference: str, public_key: Path, client: RegistryClient | None = None, layout: str = "auto"
 ) -> dict[str, Any]:
@@ -265,25 +286,8 @@ def verify_image(
         statement = evidence[SLSA_PROVENANCE]
 
         pins = baked["pins"]
-        try:
-            typed_pins = parse_document(ImagePins, pins, label=f"{BAKED_DEST} pins")
-        except AttestError as exc:
-            raise OciError(str(exc), field=exc.field) from None
-        if statement["predicate"]["buildDefinition"]["externalParameters"].get("pins") != pins:
-            raise OciError("the provenance's pins differ from the pins baked into the image", field="provenance.pins")
-        artifact = pins["model"].get("artifact")
-        for name, digest_key, pinned in (
-            ("engine", "gitCommit", pins["engine"]["commit"]),
-            ("model", "gitCommit", pins["model"]["revision"]),
-            ("base", "sha256", baked["base_digest"].split(":", 1)[-1]),
-            *((("model-artifact", "sha256", artifact["digest"].split(":", 1)[-1]),) if artifact else ()),
-        ):
-            recorded = resolved(statement, name).get(digest_key, "")
-            if recorded != pinned:
-                raise OciError(
-                    f"provenance {name} is {recorded or 'unrecorded'}, the image pins {pinned or 'nothing'}",
-                    field=f"provenance.{name}",
-                )
+        typed_pins = parse_document(ImagePins, pins, label=f"{BAKED_DEST} pins")
+        _check_provenance(statement, baked)
         labels = (config.get("config") or {}).get("Labels") or {}
         for label, value in pin_labels(pins).items():
             if labels.get(label) != value:

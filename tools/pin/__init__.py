@@ -1,2 +1,2 @@
 """tools/pin: fills an image's pin document from the registry and the hub, and checks it.
-Imports attest, boot.hub, tools.oci and tools.model; it must not import `launcher`, `tests` or an engine (`vllm`, `sglang`)."""
+The hub through boot's checkpoint API, the registry through tools.oci."""

@@ -37,13 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from attest.documents import parse_document
-from attest.errors import AttestError, refusing_main
+from attest.edge.redact import redacting_output
+from attest.edge.refusal import refusing_main
+from attest.errors import AttestError
 from attest.files import write_atomic
 from attest.pins import ImagePins
 from attest.reader import MAX_JSON_BYTES, loads_object, read_file
-from attest.redact import redacting_output
 from boot.settings import url_or_empty
-from tools.oci.format.errors import OciError
 from tools.oci.format.reference import Reference
 from tools.pin.artifact import ArtifactUpstream, resolve_artifact
 from tools.pin.upstream import Upstream, engine_pins, lock_summary, resolve_base, resolve_model
@@ -172,9 +172,9 @@ def _artifact(
     pin = parse_document(ArtifactPin, pinned, label="model.artifact")
     try:
         return resolve_artifact(pin, "", model_id, model, deadline=deadline)
-    except OciError as exc:
+    except AttestError as exc:  # the registry's and the hub's deadline alike
         if exc.field == "deadline":
-            raise OciError(f"{exc} (--deadline {args.deadline:g} s)", field="--deadline") from None
+            raise AttestError(f"{exc} (--deadline {args.deadline:g} s)", field="--deadline") from None
         raise
 
 
@@ -204,9 +204,9 @@ def run(args: argparse.Namespace) -> int:
             if pins.speculator is not None
             else None
         )
-    except OciError as exc:
+    except AttestError as exc:  # the registry's and the hub's deadline alike
         if exc.field == "deadline":
-            raise OciError(f"{exc} (--deadline {args.deadline:g} s)", field="--deadline") from None
+            raise AttestError(f"{exc} (--deadline {args.deadline:g} s)", field="--deadline") from None
         raise
     artifact = _artifact(args, current, pins.model.id, model, deadline)
     proposed, notes = _proposed(current, Upstream(base, model, speculator), artifact)

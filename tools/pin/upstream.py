@@ -18,7 +18,7 @@ from attest.engine import ABBREVIATED, FULL, InstalledDistribution
 from attest.errors import AttestError
 from attest.lock import REVIEWED, CheckpointLock
 from attest.pins import ImagePins, ModelPin
-from boot import hub
+from boot.checkpoint import fetch_model_info, lock_from_listing
 from tools.oci.format.errors import OciError
 from tools.oci.format.reference import Reference
 from tools.oci.remote.layer_files import read_layer_files
@@ -90,10 +90,7 @@ def resolve_base(
             label=f"{label}@{resolved.digest}",
             deadline=deadline,
         )
-    try:
-        installed = engine_identity(files, pins.engine.name, f"{label}@{resolved.digest}")
-    except AttestError as exc:
-        raise OciError(str(exc), field=exc.field) from None
+    installed = engine_identity(files, pins.engine.name, f"{label}@{resolved.digest}")
     if not installed.record_sha256 and installed.commit_kind != FULL:
         raise OciError(
             f"{label}: {installed.dist_info} has no RECORD and no full commit: the engine's identity cannot be pinned",
@@ -106,14 +103,14 @@ def resolve_model(pin: ModelPin, ref: str, endpoint: str, what: str, *, deadline
     """The hub's 40-hex revision for `ref`; with a lock pin, the checkpoint lock at that revision."""
     ref = ref or pin.ref or DEFAULT_MODEL_REF
     try:
-        revision, listing = hub.fetch_model_info(pin.id, ref, stall_s=HUB_STALL_S, endpoint=endpoint, deadline=deadline)
+        revision, listing = fetch_model_info(pin.id, ref, stall_s=HUB_STALL_S, endpoint=endpoint, deadline=deadline)
     except AttestError as exc:
         field = exc.field if exc.field == "deadline" else f"{what}.revision"
         raise OciError(f"{what} {pin.id}@{ref}: {exc}", field=field) from None
     if pin.lock_sha256 is None:
         return ModelUpstream(ref, revision)
     try:
-        lock = hub.lock_from_listing(pin.id, revision, listing, REVIEWED)
+        lock = lock_from_listing(pin.id, revision, listing, REVIEWED)
     except AttestError as exc:
         raise OciError(f"{what} {pin.id}@{revision}: {exc}", field=f"{what}.lock_sha256") from None
     return ModelUpstream(ref, revision, lock, lock.document_bytes())

@@ -64,6 +64,23 @@ def _safe_member(wheel: str, name: str) -> PurePosixPath:
     return path
 
 
+def _write_installed(site: Path, label: str, dist_info: str, written: dict[str, bytes], modes: dict[str, int]) -> None:
+    """The wheel's files into `site`, none over another wheel's, and a RECORD of what was written."""
+    for relative, data in written.items():
+        target = site / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists() or target.is_symlink():
+            raise WheelError(f"{label}: {relative} is already installed by another wheel")
+        target.write_bytes(data)
+        os.chmod(target, modes[relative])
+    rows = [(path, _record_digest(data), str(len(data))) for path, data in sorted(written.items())]
+    rows.append((f"{dist_info}/RECORD", "", ""))
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(sorted(rows))
+    (site / dist_info / "RECORD").write_text(out.getvalue(), encoding="utf-8")
+    os.chmod(site / dist_info / "RECORD", 0o644)
+
+
 def unpack(wheel: Path, site: Path) -> list[str]:
     """Install one wheel into `site`; returns the site-relative paths written."""
     label = wheel.name
@@ -116,19 +133,7 @@ def unpack(wheel: Path, site: Path) -> list[str]:
         written.pop(f"{dist_info}/{name}", None)
     written[f"{dist_info}/INSTALLER"] = INSTALLER
     modes[f"{dist_info}/INSTALLER"] = 0o644
-    for relative, data in written.items():
-        target = site / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists() or target.is_symlink():
-            raise WheelError(f"{label}: {relative} is already installed by another wheel")
-        target.write_bytes(data)
-        os.chmod(target, modes[relative])
-    rows = [(path, _record_digest(data), str(len(data))) for path, data in sorted(written.items())]
-    rows.append((f"{dist_info}/RECORD", "", ""))
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows(sorted(rows))
-    (site / dist_info / "RECORD").write_text(out.getvalue(), encoding="utf-8")
-    os.chmod(site / dist_info / "RECORD", 0o644)
+    _write_installed(site, label, dist_info, written, modes)
     return sorted([*written, f"{dist_info}/RECORD"])
 
 

@@ -49,6 +49,24 @@ def _timed(label: str, run) -> float:
     return seconds
 
 
+def _best_of_two(base: Path, runs: dict) -> dict[str, float]:
+    """Each side's best of two rounds (the first request to a fresh server must not bias (a)),
+    its output removed after each run."""
+    results: dict[str, float] = {}
+    for round_number in (1, 2):
+        print(f" round {round_number}", flush=True)
+        for name, folder in (
+            ("(a) huggingface_hub snapshot_download", "raw"),
+            ("(b) ours: download + verify in one pass", "model"),
+            ("(c) seed: snapshot_download, then hash", "seed"),
+        ):
+            seconds = _timed(name, runs[folder])
+            results[name[:3]] = min(seconds, results.get(name[:3], seconds))
+            shutil.rmtree(base / folder, ignore_errors=True)
+            shutil.rmtree(base / "state", ignore_errors=True)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gb", type=float, default=2.0)
@@ -92,19 +110,7 @@ def main() -> int:
                 )
                 hash_files_parallel([base / "seed" / name for name in repo.files], label="seed verify")
 
-            results: dict[str, float] = {}
-            # Two rounds, best of each: the first request to a fresh server must not bias (a).
-            for round_number in (1, 2):
-                print(f" round {round_number}", flush=True)
-                for name, run, folder in (
-                    ("(a) huggingface_hub snapshot_download", raw, "raw"),
-                    ("(b) ours: download + verify in one pass", ours, "model"),
-                    ("(c) seed: snapshot_download, then hash", seed, "seed"),
-                ):
-                    seconds = _timed(name, run)
-                    results[name[:3]] = min(seconds, results.get(name[:3], seconds))
-                    shutil.rmtree(base / folder, ignore_errors=True)
-                    shutil.rmtree(base / "state", ignore_errors=True)
+            results = _best_of_two(base, {"raw": raw, "model": ours, "seed": seed})
     a, b, c = results["(a)"], results["(b)"], results["(c)"]
     print(f"  best of two: (a) {a:.2f} s, (b) {b:.2f} s, (c) {c:.2f} s")
     print(

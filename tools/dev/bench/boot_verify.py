@@ -21,10 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from boot.locks import resolve_lock
+from boot.checkpoint import VerifyReport, resolve_lock
 from boot.prepare import verify_rank0
 from boot.settings import REPO, REVISION, BootSettings
-from boot.verify import VerifyReport
 from tools.dev.bench.peers import cores as core_count
 from tools.dev.bench.peers import openssl_sha256_per_core_mb_s, require
 

@@ -137,7 +137,7 @@ def _small_files(work: Path, count: int) -> list[tuple[str, str]]:
     ]
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-gb", type=float, default=4.0)
     parser.add_argument("--files", type=int, default=8)
@@ -145,7 +145,25 @@ def main() -> int:
     parser.add_argument("--memory-gb", type=float, default=1.0, help="the artifact pulled into tmpfs")
     parser.add_argument("--speed-seconds", type=int, default=3, help="how long openssl speed measures the limit")
     parser.add_argument("--dd-mb", type=int, default=1024, help="what dd writes to measure the disk")
-    args = parser.parse_args()
+    return parser
+
+
+def _pull_rows(pulls: dict, ceiling: float) -> list[tuple[str, str]]:
+    """A row per pull: its time, its rate against openssl's sha256 on every core, its RSS."""
+    rows = []
+    for (where, size), (pull_s, pull_rss, _) in pulls.items():
+        rate = size / pull_s / 1e6
+        rows.append(
+            (
+                f"tools/model pull + verify of {size / 1e9:.2g} GB, to {where}",
+                f"{pull_s:.2f} s, {rate:.0f} MB/s ({rate / ceiling * 100:.0f}% of openssl), {pull_rss} MB RSS",
+            )
+        )
+    return rows
+
+
+def main() -> int:
+    args = _parser().parse_args()
     peers = require("model_artifact", "crane", "docker-registry", "openssl", "dd")
     rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
@@ -190,14 +208,7 @@ def main() -> int:
             ("pack + push / crane push", f"{(pack_s + push_s) / crane_s:.2f}x"),
         ]
         ceiling = openssl_sha256_per_core_mb_s(peers["openssl"], args.speed_seconds) * cores()
-        for (where, size), (pull_s, pull_rss, _) in pulls.items():
-            rate = size / pull_s / 1e6
-            rows.append(
-                (
-                    f"tools/model pull + verify of {size / 1e9:.2g} GB, to {where}",
-                    f"{pull_s:.2f} s, {rate:.0f} MB/s ({rate / ceiling * 100:.0f}% of openssl), {pull_rss} MB RSS",
-                )
-            )
+        rows += _pull_rows(pulls, ceiling)
         rows.append((f"openssl speed sha256 ({cores()} cores)", f"{ceiling:.0f} MB/s"))
         rows.append(("disk write (dd, fdatasync)", _disk_write_mb_s(peers["dd"], work, args.dd_mb)))
         rows += _small_files(work, args.small_files)

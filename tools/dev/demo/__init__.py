@@ -1,2 +1,1 @@
-"""The no-GPU quick start's inputs: a synthetic Qwen-shaped checkpoint, a fake vLLM distribution, keys.
-It must not import `vllm`, `torch` or `boot`."""
+"""The no-GPU quick start's inputs: a synthetic Qwen-shaped checkpoint, a fake vLLM distribution, keys."""

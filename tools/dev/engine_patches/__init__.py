@@ -1,2 +1,2 @@
 """Patches made in the open to engine files (the CPU lane's torchvision fix), each with its note.
-A build action: standard library only, it must not import `attest`, `launcher`, `boot`, `tools.oci` or `tests`."""
+A build action: standard library only."""

@@ -1,2 +1,2 @@
 """The generated LeaderWorkerSet's group as Pods podman plays on one machine (docs/running.md).
-It reads deploy's YAML and writes Pods: it must not import `boot`, `launcher` or `tools.oci`."""
+It reads deploy's YAML and writes Pods."""

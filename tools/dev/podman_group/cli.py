@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from attest.errors import refusing_main
+from attest.edge.refusal import refusing_main
 from attest.files import write_atomic
 from attest.reader import read_file
 from tools.deploy.errors import DeployError

@@ -1,2 +1,2 @@
 """The tiny Qwen3.5-shaped checkpoint the CPU engine lane serves, written byte for byte (no torch).
-A build action: standard library only, it must not import `torch`, `attest` or `tests`."""
+A build action: standard library only."""

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from attest.baked import BAKED_LOCK_PATH, BAKED_PATH
+from attest.errors import AttestError
 from tools.oci.build.layer import source_date_epoch
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import (
@@ -39,8 +41,8 @@ from tools.oci.format.layout import (
 )
 
 TOOLKIT_VERSION = "0.1.0"
-BAKED_DEST = "/etc/omni/image.json"
-CHECKPOINT_LOCK_DEST = "/etc/omni/checkpoint.lock.json"  # boot's CHECKPOINT_LOCK default
+BAKED_DEST = BAKED_PATH
+CHECKPOINT_LOCK_DEST = BAKED_LOCK_PATH
 TITLE = "org.opencontainers.image.title"
 CONFIG_KEYS = (
     "entrypoint",
@@ -203,17 +205,12 @@ def pin_labels(pins: dict[str, Any]) -> dict[str, str]:
 
 
 def load_pins_checked(path: Path, release: bool) -> dict[str, Any]:
-    from attest.errors import AttestError
     from attest.pins import load_pins, release_refusal
 
-    try:
-        pins = load_pins(path)
-    except AttestError as exc:
-        raise OciError(str(exc), field=exc.field) from None
+    pins = load_pins(path)
     empty = pins.empty_pins()
     if release and empty:
-        refusal = release_refusal(empty, path.name)
-        raise OciError(str(refusal), field=refusal.field)
+        raise release_refusal(empty, path.name)
     return pins.model_dump(mode="json")
 
 
@@ -294,6 +291,41 @@ def _baked_layer(
     return desc, blob
 
 
+def _with_baked_layer(
+    output: Path,
+    spec: dict[str, Any],
+    layers: list[tuple[dict[str, Any], Path]],
+    base: dict[str, Any],
+    pins: dict[str, Any],
+    checkpoint_lock: bytes | None,
+) -> dict[str, Any]:
+    """The spec with the pins' labels and runtime contract; the baked layer (the pins, the layers
+    built before it, the lock) appended to `layers`."""
+    spec, runtime = _runtime_contract(spec, pins)
+    spec = {
+        **spec,
+        "labels": {**(spec.get("labels") or {}), **pin_labels(pins)},
+        "layer_names": [*(spec.get("layer_names") or [f"layer {i}" for i in range(len(layers))]), BAKED_DEST],
+    }
+    built = [layer["digest"] for layer in base["manifest"]["layers"]] + [desc["digest"] for desc, _ in layers]
+    output.mkdir(parents=True, exist_ok=True)
+    layers.append(_baked_layer(output, pins, base.get("digest", ""), built, checkpoint_lock, runtime))
+    return spec
+
+
+def _link_blobs(
+    output: Path, base: dict[str, Any], base_layers: list[dict[str, Any]], layers: list[tuple[dict[str, Any], Path]]
+) -> None:
+    """Every layer's blob into the layout: the base's (when it is a local layout) and ours."""
+    if base["layout"] is not None:
+        for layer in base_layers:
+            link_blob(output, blob_path(base["layout"], layer["digest"]), layer["digest"])
+    for desc, blob in layers:
+        if not blob.is_file():
+            raise OciError(f"layer blob {blob} is missing", field=str(blob))
+        link_blob(output, blob, desc["digest"])
+
+
 def assemble(
     output: Path,
     spec: dict[str, Any],
@@ -308,18 +340,8 @@ def assemble(
     base = _load_base(base_dir)
     created = _rfc3339(source_date_epoch())
     layers = list(layers)
-    runtime = None
     if pins is not None:
-        spec, runtime = _runtime_contract(spec, pins)
-        spec = {
-            **spec,
-            "labels": {**(spec.get("labels") or {}), **pin_labels(pins)},
-            "layer_names": [*(spec.get("layer_names") or [f"layer {i}" for i in range(len(layers))]), BAKED_DEST],
-        }
-        built = [layer["digest"] for layer in base["manifest"]["layers"]] + [desc["digest"] for desc, _ in layers]
-        output.mkdir(parents=True, exist_ok=True)
-        desc, blob = _baked_layer(output, pins, base.get("digest", ""), built, checkpoint_lock, runtime)
-        layers.append((desc, blob))
+        spec = _with_baked_layer(output, spec, layers, base, pins, checkpoint_lock)
     descriptors = [desc for desc, _ in layers]
     config = _build_config(base["config"], spec, descriptors, created)
     if not config.get("os") or not config.get("architecture"):
@@ -335,13 +357,7 @@ def assemble(
         }
         for layer in base["manifest"]["layers"]
     ]
-    if base["layout"] is not None:
-        for layer in base_layers:
-            link_blob(output, blob_path(base["layout"], layer["digest"]), layer["digest"])
-    for desc, blob in layers:
-        if not blob.is_file():
-            raise OciError(f"layer blob {blob} is missing", field=str(blob))
-        link_blob(output, blob, desc["digest"])
+    _link_blobs(output, base, base_layers, layers)
     annotations = {"org.opencontainers.image.created": created, **(spec.get("annotations") or {})}
     if base.get("digest"):
         annotations["org.opencontainers.image.base.digest"] = base["digest"]
@@ -391,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         pins = load_pins_checked(args.pins, args.release) if args.pins else None
         lock = checked_lock(args.checkpoint_lock, pins) if pins else None
         result = assemble(args.output, json.loads(args.config_spec.read_text()), layers, args.base, pins, lock)
-    except OciError as exc:
+    except AttestError as exc:  # OciError and the pins' refusals alike
         print(f"image: {exc}", file=sys.stderr)
         return 2
     if args.digest_file:

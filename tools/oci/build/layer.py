@@ -203,7 +203,7 @@ def write_layer(
 
 
 def source_date_epoch() -> int:
-    # ASCII digits only, as attest.settings.ascii_integer (build tools import only the standard
+    # ASCII digits only, as attest.edge.settings.ascii_integer (build tools import only the standard
     # library): int() would also take "１", "1_0" and spaces.
     raw = os.environ.get("SOURCE_DATE_EPOCH", "0")
     if not re.fullmatch(r"[0-9]{1,12}", raw):

@@ -23,7 +23,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from attest.errors import refusing_main
+from attest.edge.refusal import refusing_main
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import BASE_SIDECAR, OCI_INDEX, blob_path, read_layout
 from tools.oci.format.reference import Reference

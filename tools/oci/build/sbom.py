@@ -46,26 +46,9 @@ def _package(
     }
 
 
-def _build_sbom(
-    name: str, digest: str, debian: list[dict[str, Any]], wheels: list[dict[str, Any]], release: str = "bookworm"
-) -> dict[str, Any]:
-    created = datetime.datetime.fromtimestamp(source_date_epoch(), datetime.timezone.utc)
-    image_id = "SPDXRef-Image"
-    packages = [
-        {
-            "SPDXID": image_id,
-            "name": name,
-            "versionInfo": digest,
-            "downloadLocation": "NOASSERTION",
-            "primaryPackagePurpose": "CONTAINER",
-            "filesAnalyzed": False,
-            "supplier": "Organization: Omni",
-            "checksums": [{"algorithm": "SHA256", "checksumValue": digest.split(":", 1)[1]}],
-            "licenseConcluded": "NOASSERTION",
-            "licenseDeclared": "NOASSERTION",
-            "copyrightText": "NOASSERTION",
-        }
-    ]
+def _dependency_packages(debian: list[dict[str, Any]], wheels: list[dict[str, Any]], release: str) -> list[dict]:
+    """One SPDX package per Debian package and per wheel, in a stable order."""
+    packages = []
     for deb in sorted(debian, key=lambda d: (d["name"], d["architecture"])):
         purl = (
             f"pkg:deb/debian/{deb['name']}@{quote(deb['version'], safe='')}"
@@ -95,6 +78,30 @@ def _build_sbom(
                 "NOASSERTION",
             )
         )
+    return packages
+
+
+def _build_sbom(
+    name: str, digest: str, debian: list[dict[str, Any]], wheels: list[dict[str, Any]], release: str = "bookworm"
+) -> dict[str, Any]:
+    created = datetime.datetime.fromtimestamp(source_date_epoch(), datetime.timezone.utc)
+    image_id = "SPDXRef-Image"
+    packages = [
+        {
+            "SPDXID": image_id,
+            "name": name,
+            "versionInfo": digest,
+            "downloadLocation": "NOASSERTION",
+            "primaryPackagePurpose": "CONTAINER",
+            "filesAnalyzed": False,
+            "supplier": "Organization: Omni",
+            "checksums": [{"algorithm": "SHA256", "checksumValue": digest.split(":", 1)[1]}],
+            "licenseConcluded": "NOASSERTION",
+            "licenseDeclared": "NOASSERTION",
+            "copyrightText": "NOASSERTION",
+        }
+    ]
+    packages += _dependency_packages(debian, wheels, release)
     return {
         "spdxVersion": "SPDX-2.3",
         "dataLicense": "CC0-1.0",

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from attest.errors import AttestError
+from attest.reader import loads_object
 
-class OciError(RuntimeError):
+
+class OciError(AttestError):
     """An image, layer, base or registry operation failed; `field` names the culprit
     (a file, a descriptor, a pin or a reference). `final`: no other attempt could go
     differently (a credential or token refused, the deadline passed), so none is made."""
 
     def __init__(self, message: str, *, field: str = "", final: bool = False) -> None:
-        super().__init__(message)
-        self.field = field
+        super().__init__(message, field=field)
         self.final = final or field in ("deadline", "Retry-After")
 
 
@@ -20,9 +22,6 @@ def refusing_object(data: bytes, what: str, field: str = "") -> dict[str, Any]:
     """A JSON object from untrusted bytes, parsed by the strict reader (attest.reader: duplicate
     keys, NaN, deep nesting and bad UTF-8 refused), else an OciError naming `what` (and `field`,
     default `what`)."""
-    from attest.errors import AttestError
-    from attest.reader import loads_object
-
     try:
         return loads_object(data, label=what)
     except AttestError as exc:

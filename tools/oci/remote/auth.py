@@ -4,7 +4,7 @@ A credential goes only to the registry it was found for: Authorization is attach
 requests whose origin (scheme, host, port) is the registry's own. A token realm on another host
 gets the credential only over https and only within the registry's registrable domain (the
 bundled Public Suffix List); otherwise the token is asked for anonymously, and a refusal says
-why the credential was withheld. Every token is learned by attest.redact.
+why the credential was withheld. Every token is learned by attest.edge.redact.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import time
 
 import httpx
 
-from attest.redact import learn
+from attest.edge.bodies import read_bounded
+from attest.edge.redact import learn
 from tools.oci.format.errors import OciError, refusing_object
-from tools.oci.remote.bodies import read_bounded
 from tools.oci.remote.credentials import Credential, lookup
 from tools.oci.remote.tokens import Token, covers, lifetime, merged
 
@@ -204,7 +204,9 @@ class RegistryAuth:
         try:
             with self._client.stream(url=realm, timeout=30, follow_redirects=False, **ask) as response:
                 status = response.status_code
-                data = read_bounded(response, MAX_TOKEN_BYTES, f"{self.registry} token", deadline=deadline)
+                data = read_bounded(
+                    response, MAX_TOKEN_BYTES, f"{self.registry} token", deadline=deadline, error=OciError
+                )
         except httpx.TimeoutException as exc:
             raise OciError(f"{self.registry}: token service did not answer in time: {exc}", field="registry") from None
         except httpx.HTTPError as exc:

@@ -15,7 +15,7 @@ all, its answer is capped at MAX_HELPER_OUTPUT bytes, it runs in a process group
 that is killed at the deadline (a child left holding its output cannot keep us waiting), and
 a helper that failed is not asked again in the same run. A secret is never printed, logged or
 put on a command line (helpers get the registry on stdin), and every secret found is learned
-by attest.redact, so no later line can print it.
+by attest.edge.redact, so no later line can print it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from attest.redact import learn, learn_basic
+from attest.edge.redact import learn, learn_basic
 from tools.oci.format.errors import OciError
 
 MAX_CONFIG_BYTES = 1 << 20

@@ -6,7 +6,7 @@ Plain HTTP is used only for loopback registries; anything else is HTTPS. Who may
 credential, and the token dance: tools.oci.remote.auth.
 
 Deadlines: every answer's status line and headers arrive within DOCUMENT_DEADLINE_S
-(attest.transport); a document (manifest, token, small blob) is read within
+(attest.edge.transport); a document (manifest, token, small blob) is read within
 DOCUMENT_DEADLINE_S in all, body included; a streamed blob within its size at
 BLOB_MIN_BYTES_PER_S (at least BLOB_MIN_DEADLINE_S); a peer trickling bytes cannot hold a read
 open past them.
@@ -23,12 +23,12 @@ from typing import Iterator
 
 import httpx
 
-from attest.transport import RETRY_STATUS, DeadlineTransport, ProxyRefused, answer_deadline, retry_after
+from attest.edge.bodies import DETAIL_READ_BYTES, error_detail, read_bounded
+from attest.edge.transport import RETRY_STATUS, DeadlineTransport, ProxyRefused, answer_deadline, retry_after
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
 from tools.oci.format.reference import DIGEST_RE
 from tools.oci.remote.auth import LOOKUP, RegistryAuth, is_loopback, origin
-from tools.oci.remote.bodies import DETAIL_READ_BYTES, error_detail, read_bounded
 from tools.oci.remote.credentials import Credential
 from tools.oci.remote.uploads import ATTEMPTS, CHUNKED_UPLOAD_THRESHOLD, UPLOAD_CHUNK_BYTES, BlobUploads, attempt_failed
 
@@ -157,7 +157,11 @@ class RegistryClient(BlobUploads):
         deadline = self._document_deadline()
         try:
             data = read_bounded(
-                response, MAX_MANIFEST_BYTES, f"{self.registry}: the answer to {what}", deadline=deadline
+                response,
+                MAX_MANIFEST_BYTES,
+                f"{self.registry}: the answer to {what}",
+                deadline=deadline,
+                error=OciError,
             )
         except httpx.HTTPError as exc:
             raise OciError(f"{self.registry}: the answer to {what} broke off: {exc}", field="registry") from None
@@ -232,11 +236,15 @@ class RegistryClient(BlobUploads):
         response = self.request("GET", url, repository=repository, stream=True, **kwargs)
         try:
             if response.status_code != 200:
-                detail = error_detail(read_bounded(response, DETAIL_READ_BYTES, what, truncate=True, deadline=deadline))
+                detail = error_detail(
+                    read_bounded(response, DETAIL_READ_BYTES, what, truncate=True, deadline=deadline, error=OciError)
+                )
                 raise OciError(
                     f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(), field=what
                 )
-            return read_bounded(response, limit, f"{self.registry}/{repository}: {what}", deadline=deadline), response
+            return read_bounded(
+                response, limit, f"{self.registry}/{repository}: {what}", deadline=deadline, error=OciError
+            ), response
         except OciError:
             self._within_operation(what)  # the deadline is the answer, when it passed
             raise

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attest.errors import refusing_main
-from attest.redact import redacting_output
+from attest.edge.redact import redacting_output
+from attest.edge.refusal import refusing_main
 from tools.oci.format.errors import OciError, refusing_object
 from tools.oci.format.layout import INDEX_TYPES, canonical, sha256_digest
 from tools.oci.format.reference import Reference

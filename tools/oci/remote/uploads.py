@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
-from attest.redact import redact_known
+from attest.edge.redact import redact_known
 from tools.oci.format.errors import OciError
-from tools.oci.remote.bodies import Pieces
+from tools.oci.remote.pieces import Pieces
 
 if TYPE_CHECKING:
     import threading

@@ -1,6 +1,6 @@
 """The program's own verdict for Kubernetes' probes: a small status document the launcher and
 boot write where OMNI_STATUS_FILE names (never a secret, no key needed to read it), and the
-probe that reads it: `omni-run attest.status ready|live`.
+probe that reads it: `omni-run attest.edge.status ready|live`.
 
 Stages: `starting` (checks and loading under way), `accepted` (the program's verdict: the
 launcher's checks passed and vLLM is exec'd; boot's smoke, warm-up and batch checks passed on
@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from attest.edge.redact import escaped, redact_known
+from attest.edge.settings import Setting, optional_path
 from attest.errors import AttestError
 from attest.files import write_atomic
 from attest.reader import loads_object, read_file
-from attest.redact import escaped, redact_known
-from attest.settings import Setting, optional_path
 
 STATUS_FILE_VARIABLE = "OMNI_STATUS_FILE"
 # The probe's own variable (deploy sets it to 1: the program is the container's PID 1, run in
@@ -237,7 +237,7 @@ def _expire(*_: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1 or args[0] not in ("ready", "live"):
-        print("usage: omni-run attest.status ready|live  (reads the file OMNI_STATUS_FILE names)", file=sys.stderr)
+        print("usage: omni-run attest.edge.status ready|live  (reads the file OMNI_STATUS_FILE names)", file=sys.stderr)
         return 2
     raw = os.environ.get(STATUS_FILE_VARIABLE, "")
     if not raw:

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +23,13 @@ from typing import Any
 
 import httpx
 
+from attest.edge.transport import RETRY_STATUS, answer_deadline, retry_after
 from attest.errors import AttestError
 from attest.files import write_atomic
 from attest.hashing import new_digest
 from attest.lock import LockedFile
+from attest.progress import Progress
 from attest.reader import read_json_file
-from attest.transport import RETRY_STATUS, answer_deadline, retry_after
 from attest.tree import place, stat_regular
 from boot.errors import BootError
 
@@ -51,47 +51,9 @@ class Limits:
     workers: int
 
 
-class DownloadProgress:
-    """One stderr line for long downloads: hashed bytes (resumed ones said apart), MB/s, ETA."""
-
-    def __init__(self, total: int, files: int, *, enabled: bool) -> None:
-        self.total, self.files, self.enabled = total, files, enabled
-        self.done = self.done_files = self.resumed = 0
-        self.started = time.monotonic()
-        self.last = 0.0
-        self.lock = threading.Lock()
-
-    def add(self, count: int) -> None:
-        """`count` bytes hashed (negative: bytes discarded, when a partial file restarts)."""
-        with self.lock:
-            self.done += count
-            now = time.monotonic()
-            if self.enabled and now - self.last >= 1.0:
-                self.last = now
-                self._print(now)
-
-    def add_resumed(self, count: int) -> None:
-        """Bytes a partial file already held, hashed again from disk: done, but not this run's rate."""
-        with self.lock:
-            self.done += count
-            self.resumed += count
-
-    def file_done(self) -> None:
-        with self.lock:
-            self.done_files += 1
-            if self.enabled and self.done_files == self.files:
-                self._print(time.monotonic())
-
-    def _print(self, now: float) -> None:
-        rate = max(self.done - self.resumed, 0) / max(now - self.started, 1e-6)
-        eta = f"{(self.total - self.done) / rate:.0f} s" if rate > 0 else "unknown"
-        resumed = f" ({self.resumed / 1e9:.2f} GB resumed)" if self.resumed else ""
-        print(
-            f"downloading checkpoint: {self.done_files}/{self.files} files, {self.done / 1e9:.2f}/"
-            f"{self.total / 1e9:.2f} GB{resumed}, {rate / 1e6:.1f} MB/s, ETA {eta}",
-            file=sys.stderr,
-            flush=True,
-        )
+def download_progress(total: int, files: int, *, enabled: bool) -> Progress:
+    """The download's progress line: hashed bytes, those resumed from .part files said apart."""
+    return Progress(total, files, "downloading checkpoint", enabled=enabled)
 
 
 class _Retry(Exception):
@@ -118,7 +80,7 @@ class _Partial:
     fresh: bool = True  # no record yet for these bytes
     history: list[str] = field(default_factory=list)
 
-    def restart(self, progress: DownloadProgress) -> None:
+    def restart(self, progress: Progress) -> None:
         """Back to byte 0: the bytes kept so far cannot be continued."""
         progress.add(-self.size)
         self.handle.seek(0)
@@ -156,7 +118,7 @@ def _read_record(partial: _Partial) -> str | None:
     return etag if isinstance(etag, str) and len(etag) <= 256 else None
 
 
-def open_partial(directory: Path, item: LockedFile, progress: DownloadProgress) -> _Partial:
+def open_partial(directory: Path, item: LockedFile, progress: Progress) -> _Partial:
     """The partial file of `item`, its bytes hashed once from disk; a fresh one when there is
     none, or when what is there cannot be continued (no matching record, longer than the lock)."""
     part_name, record_name = partial_names(item)
@@ -199,7 +161,7 @@ def _check_commit(response: httpx.Response, item: LockedFile, revision: str) -> 
             )
 
 
-def _accept(response: httpx.Response, partial: _Partial, revision: str, progress: DownloadProgress) -> None:
+def _accept(response: httpx.Response, partial: _Partial, revision: str, progress: Progress) -> None:
     """Checks the answer against what was asked; restarts the partial file when it cannot continue."""
     item, status = partial.item, response.status_code
     if status not in (200, 206):
@@ -230,7 +192,7 @@ def _accept(response: httpx.Response, partial: _Partial, revision: str, progress
         partial.etag, partial.fresh = etag, False
 
 
-def _append(partial: _Partial, chunk: bytes, progress: DownloadProgress) -> None:
+def _append(partial: _Partial, chunk: bytes, progress: Progress) -> None:
     item = partial.item
     if partial.size + len(chunk) > item.size:
         raise _Retry(f"{item.path}: the hub sent more than the lock's {item.size} bytes")
@@ -247,7 +209,7 @@ def _append(partial: _Partial, chunk: bytes, progress: DownloadProgress) -> None
         partial.flushed = partial.size
 
 
-def _finish(partial: _Partial, progress: DownloadProgress) -> None:
+def _finish(partial: _Partial, progress: Progress) -> None:
     """Every byte is there: the file must be what the lock says, else it starts again."""
     item = partial.item
     partial.handle.flush()
@@ -275,7 +237,7 @@ def fetch_once(
     revision: str,
     limits: Limits,
     deadline: float,
-    progress: DownloadProgress,
+    progress: Progress,
     headers: dict[str, str],
 ) -> None:
     """One attempt: the rest of the file from where the partial file ends, hashed as it is written."""
@@ -352,7 +314,7 @@ def download_file(
     directory: Path,
     limits: Limits,
     deadline: float,
-    progress: DownloadProgress,
+    progress: Progress,
     headers: dict[str, str],
 ) -> os.stat_result:
     """The file, resumed from its partial file and verified against the lock as it arrived, in
@@ -376,7 +338,7 @@ def download_file(
                     field=item.path,
                 ) from None
             found = _placed(partial, model)
-            progress.file_done()
+            progress.item_done()
             return found
     finally:
         if partial.handle is not None and not partial.handle.closed:

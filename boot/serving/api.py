@@ -17,9 +17,10 @@ from typing import Any, Callable
 
 import httpx
 
+from attest.requests import ANSWER_FORMAT, LOOKUP_TOOL
 from boot.errors import BootError
+from boot.serving.state import save
 from boot.settings import BootSettings
-from boot.state import save
 
 SMOKE_TIMEOUT_S = 300
 WARMUP_TIMEOUT_S = 600
@@ -33,19 +34,6 @@ BATCH_PROMPTS = (
     "Describe a quiet morning in a small harbour town in two sentences.",
     "Explain in plain words why the sky is blue.",
 )
-LOOKUP_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "lookup_fixture",
-        "description": "Retrieve a stored test value.",
-        "parameters": {
-            "type": "object",
-            "properties": {"key": {"type": "string"}},
-            "required": ["key"],
-            "additionalProperties": False,
-        },
-    },
-}
 VISION_SIZE = (3024, 588)
 VISION_IMAGE_TOKENS = 1024
 
@@ -105,19 +93,7 @@ def _smoke_structured(api: Api, settings: BootSettings) -> None:
         {
             **common,
             "messages": [{"role": "user", "content": "Return an object whose answer is the integer 42."}],
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": "answer",
-                    "strict": True,
-                    "schema": {
-                        "type": "object",
-                        "properties": {"answer": {"type": "integer"}},
-                        "required": ["answer"],
-                        "additionalProperties": False,
-                    },
-                },
-            },
+            "response_format": ANSWER_FORMAT,
         }
     )
     try:

@@ -21,11 +21,11 @@ from attest.baked import load_baked
 from attest.errors import AttestError
 from attest.lock import ARTIFACT_LOCK
 from attest.tree import open_regular
+from boot.checkpoint.locks import resolve_lock
+from boot.checkpoint.receipt import Receipt, load_receipt, save_receipt
+from boot.checkpoint.verify import VerifyReport, check_local, finish, first_problem
 from boot.errors import BootError
-from boot.locks import resolve_lock
-from boot.receipt import Receipt, load_receipt, save_receipt
 from boot.settings import REVISION, BootSettings
-from boot.verify import VerifyReport, check_local, finish, first_problem
 
 IMAGE = "image"
 

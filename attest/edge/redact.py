@@ -23,6 +23,8 @@ import unicodedata
 from typing import Callable, Iterable, TextIO
 from urllib.parse import quote
 
+from attest.reader import UNSHOWN_CATEGORIES
+
 REDACTED = "[REDACTED]"
 # Environment variables whose values are secrets wherever they appear.
 SECRET_VARIABLES = (
@@ -136,11 +138,6 @@ def redacting_output() -> None:
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, _RedactingStream):
             setattr(sys, name, _RedactingStream(stream))
-
-
-# What Unicode calls control, format and line/paragraph separators (attest.primitives refuses them
-# in names): escaped wherever untrusted text is shown.
-UNSHOWN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
 def escaped(text: str) -> str:

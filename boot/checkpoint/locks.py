@@ -13,7 +13,7 @@ from attest.errors import AttestError
 from attest.files import write_atomic
 from attest.lock import LOCK_FILE, TRUST_ON_FIRST_USE, CheckpointLock, load_lock
 from attest.pins import BakedImage
-from boot import hub
+from boot.checkpoint import hub
 from boot.errors import BootError
 from boot.settings import REPO, REVISION, BootSettings
 

@@ -3,7 +3,7 @@
 Each locked file is reached without following a symlink (attest.tree), must have the
 lock's size and digest (sha256 for LFS files, git blob sha1 otherwise) and be unchanged
 while hashed. Expected digests come only from the lock. A file whose identity matches the
-receipt (boot.receipt) is not re-hashed; `--full` re-hashes everything. Files the lock does
+receipt (boot.checkpoint.receipt) is not re-hashed; `--full` re-hashes everything. Files the lock does
 not list are refused where the engine would load them, listed otherwise.
 """
 
@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attest.errors import AttestError
-from attest.hashing import Progress, digest_fd
+from attest.hashing import digest_fd
 from attest.lock import WORKING_NAMES, CheckpointLock, LockedFile
+from attest.progress import Progress
 from attest.reader import loads_object
 from attest.tree import open_regular, stat_regular, walk_files
+from boot.checkpoint.receipt import Identity, Receipt
 from boot.errors import BootError
-from boot.receipt import Identity, Receipt
 
 WEIGHT_INDEX = "model.safetensors.index.json"
 # Names of ours inside the model root (partial downloads, rank 0's published verdict): attest.lock.
@@ -81,14 +82,14 @@ def _hash_one(model: Path, item: LockedFile, progress: Progress) -> tuple[Identi
             before = os.fstat(fd)
             if before.st_size != item.size:
                 return None, f"Wrong file size: {item.path} (expected {item.size} bytes, found {before.st_size})"
-            digest = digest_fd(fd, item.algorithm, item.size, on_bytes=progress.add_bytes)
+            digest = digest_fd(fd, item.algorithm, item.size, on_bytes=progress.add)
             after = os.fstat(fd)
     except AttestError as exc:
         return None, str(exc)
     except OSError as exc:
         return None, f"{item.path} cannot be read: {exc.strerror or exc}"
     finally:
-        progress.file_done()
+        progress.item_done()
     if (before.st_size, before.st_mtime_ns, before.st_ctime_ns) != (
         after.st_size,
         after.st_mtime_ns,

@@ -1,4 +1,5 @@
-"""Kubernetes names as the API server validates them, one home for every flag that takes one.
+"""Every Kubernetes name grammar the API server checks, in one home, for every flag and every
+generated name that takes one.
 
 The grammar is apimachinery's `pkg/util/validation` (validation.go): a DNS-1123 label (object
 names such as a namespace), a DNS-1123 subdomain (most object names), a qualified name (label,
@@ -24,7 +25,7 @@ MAX_NAME = 63
 
 
 def dns_label(flag: str, value: str) -> None:
-    if not DNS_LABEL_RE.fullmatch(value):
+    if not is_dns_label(value):
         raise DeployError(
             f"{flag} {value!r} is not a DNS label (1-63 lower-case letters, digits or '-', "
             "starting and ending with a letter or digit)",
@@ -32,13 +33,23 @@ def dns_label(flag: str, value: str) -> None:
         )
 
 
+def is_dns_label(value: str) -> bool:
+    """apimachinery's IsDNS1123Label, exactly."""
+    return DNS_LABEL_RE.fullmatch(value) is not None
+
+
+def is_dns_subdomain(value: str) -> bool:
+    """apimachinery's IsDNS1123Subdomain, exactly: the one subdomain check (object names and
+    the prefix of a qualified name)."""
+    return len(value) <= MAX_SUBDOMAIN and DNS_SUBDOMAIN_RE.fullmatch(value) is not None
+
+
 def dns_subdomain(flag: str, value: str) -> None:
-    """A Kubernetes object name: at most 253 characters, each dot-separated label a DNS label
-    (stricter than IsDNS1123Subdomain, which bounds only the whole: every such name passes it)."""
-    if len(value) > MAX_SUBDOMAIN or not all(DNS_LABEL_RE.fullmatch(label) for label in value.split(".")):
+    """A Kubernetes object name, refused naming the flag."""
+    if not is_dns_subdomain(value):
         raise DeployError(
-            f"{flag} {value!r} is not a Kubernetes object name (a DNS subdomain: DNS labels joined by '.', at most "
-            f"{MAX_SUBDOMAIN} characters)",
+            f"{flag} {value!r} is not a Kubernetes object name (a DNS subdomain: lower-case letters, digits, '-' "
+            f"and '.', each part starting and ending with a letter or digit, at most {MAX_SUBDOMAIN} characters)",
             field=flag,
         )
 
@@ -50,7 +61,7 @@ def is_qualified_name(key: str) -> bool:
         return False
     if len(parts) == 2:
         prefix = parts[0]
-        if not prefix or len(prefix) > MAX_SUBDOMAIN or not DNS_SUBDOMAIN_RE.fullmatch(prefix):
+        if not is_dns_subdomain(prefix):
             return False
     name = parts[-1]
     return 0 < len(name) <= MAX_NAME and QUALIFIED_NAME_RE.fullmatch(name) is not None

@@ -18,15 +18,14 @@ from typing import Callable, Sequence
 
 import httpx
 
-from attest import redact
+from attest.edge import redact
+from attest.edge.status import write_status
 from attest.errors import AttestError
 from attest.primitives import LOOPBACK_HOSTS, read_json_object
-from attest.status import write_status
 from boot.errors import BootError
+from boot.serving.state import save, store_api_key
 from boot.settings import CONTEXT_RANGE, REVISION, BootSettings
-from boot.state import save, store_api_key
 
-REDACTED = redact.REDACTED
 RAM_HEADROOM = 24 * 2**30
 # One /health of rank 0's watch: above SGLang's own health-generation timeout (20 s,
 # SGLANG_HEALTH_CHECK_TIMEOUT), so a slow but working group is not taken for a lost one.
@@ -150,40 +149,37 @@ def sglang_args(settings: BootSettings) -> LaunchPlan:
         str(settings.port),
     ]
     notes: list[str] = []
-    if settings.spec_algo:
-        args += [
-            "--speculative-algorithm",
-            settings.spec_algo,
-            "--speculative-dspark-block-size",
-            str(settings.dspark_block_size),
-        ]
-        # Ragged verify needs a profiled SPS cost table (python -m sglang.benchmark.dspark_sps_profiler);
-        # without one the planner verifies everything and DSpark buys nothing.
-        if table := _table(settings.dspark_sps_table, "DSPARK_SPS_TABLE", notes):
-            args += [
-                "--speculative-dspark-sps-table-path",
-                table,
-                "--speculative-dspark-align-verify-tokens-to-graph-tier",
-            ]
-        if sts := _table(settings.dspark_sts_table, "DSPARK_STS_TABLE", notes):
-            args += ["--speculative-dspark-confidence-sts-path", sts]
+    args += _speculative_args(settings, notes)
     if settings.nnodes > 1:
         if not settings.dist_init_addr:
             raise BootError("DIST_INIT_ADDR is required when NNODES>1", field="DIST_INIT_ADDR")
-        args += [
-            "--nnodes",
-            str(settings.nnodes),
-            "--node-rank",
-            str(settings.node_rank),
-            "--dist-init-addr",
-            settings.dist_init_addr,
-        ]
+        args += ["--nnodes", str(settings.nnodes), "--node-rank", str(settings.node_rank)]
+        args += ["--dist-init-addr", settings.dist_init_addr]
     # Pin the KV pool: sized from free memory at load it varies ~2x between boots, and on
     # unified memory a bigger pool comes out of host RAM and stalls the head on reclaim.
     if settings.max_total_tokens:
         args += ["--max-total-tokens", str(settings.max_total_tokens)]
     args += settings.extra_sglang_args
     return LaunchPlan(args=args, offload_mode=settings.offload_mode, notes=tuple(notes))
+
+
+def _speculative_args(settings: BootSettings, notes: list[str]) -> list[str]:
+    """DSpark's flags when SPEC_ALGO asks for it, with its profiled tables where they exist."""
+    if not settings.spec_algo:
+        return []
+    args = [
+        "--speculative-algorithm",
+        settings.spec_algo,
+        "--speculative-dspark-block-size",
+        str(settings.dspark_block_size),
+    ]
+    # Ragged verify needs a profiled SPS cost table (python -m sglang.benchmark.dspark_sps_profiler);
+    # without one the planner verifies everything and DSpark buys nothing.
+    if table := _table(settings.dspark_sps_table, "DSPARK_SPS_TABLE", notes):
+        args += ["--speculative-dspark-sps-table-path", table, "--speculative-dspark-align-verify-tokens-to-graph-tier"]
+    if sts := _table(settings.dspark_sts_table, "DSPARK_STS_TABLE", notes):
+        args += ["--speculative-dspark-confidence-sts-path", sts]
+    return args
 
 
 def redactor(secret: str) -> Callable[[str], str]:
@@ -299,7 +295,7 @@ def serve(
     poll_s: float = 5.0,
 ) -> int:
     """Start SGLang, forward SIGTERM/SIGINT to its group, wait healthy, run `after_healthy`
-    (smoke and warm-up) on rank 0, report the verdict (attest.status), then wait for the
+    (smoke and warm-up) on rank 0, report the verdict (attest.edge.status), then wait for the
     server to end; rank 0 watches the group meanwhile (watch_group)."""
     plan = sglang_args(settings)
     check_bind(settings)

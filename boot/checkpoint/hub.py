@@ -1,8 +1,8 @@
 """The hub as an untrusted peer: its metadata is compared with the lock, and each file it
-serves is hashed as it arrives, against the lock (boot.download resumes and verifies them).
+serves is hashed as it arrives, against the lock (boot.checkpoint.download resumes and verifies them).
 
 Requests use huggingface_hub's URL builder and headers (token, endpoint, user agent) over
-attest.transport, whose answers all arrive within the stall limit and the operation's deadline
+attest.edge.transport, whose answers all arrive within the stall limit and the operation's deadline
 (huggingface_hub's own session bounds each socket read only: a hub sending a header byte per
 second held boot forever). The byte stream is handled by Omni because the download must be
 hashed in the same pass that writes it, resumed from a partial file that is never trusted, and
@@ -24,13 +24,15 @@ import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from attest.documents import parse_document
+from attest.edge.bodies import error_detail, read_bounded
+from attest.edge.transport import DeadlineTransport, ProxyRefused, answer_deadline
 from attest.errors import AttestError
 from attest.lock import CheckpointLock, LockedFile
 from attest.primitives import REVISION_RE
+from attest.progress import Progress
 from attest.reader import loads_object
-from attest.transport import DeadlineTransport, ProxyRefused, answer_deadline
-from boot import download
-from boot.download import DownloadProgress, Limits
+from boot.checkpoint import download
+from boot.checkpoint.download import Limits
 from boot.errors import BootError
 
 MAX_METADATA_BYTES = 32 * 1024 * 1024
@@ -67,7 +69,7 @@ def _endpoint(endpoint: str) -> str:
 
 
 def _session() -> httpx.Client:
-    """The client for boot's hub traffic: attest.transport's deadline per answer, proxies from
+    """The client for boot's hub traffic: attest.edge.transport's deadline per answer, proxies from
     the environment (a SOCKS one refused naming its variable); one per proxy setting."""
     proxies = tuple(sorted(urllib.request.getproxies_environment().items()))
     with _CLIENTS_LOCK:
@@ -102,13 +104,9 @@ def fetch_model_info(
         with answer_deadline(stall_s, ends=deadline):
             response = session.send(request, stream=True, follow_redirects=True)
         try:
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > MAX_METADATA_BYTES:
-                    raise BootError(f"{where} is larger than {MAX_METADATA_BYTES} bytes", field="HF_ENDPOINT")
-                if time.monotonic() > deadline:
-                    raise BootError(f"reading {where} passed its deadline", field="deadline")
+            body = read_bounded(
+                response, MAX_METADATA_BYTES, where, deadline=deadline, error=BootError, field="HF_ENDPOINT"
+            )
             status = response.status_code
         finally:
             response.close()
@@ -119,9 +117,9 @@ def fetch_model_info(
             f"cannot read {where}: {type(exc).__name__}: {exc} (check HF_ENDPOINT and the network)", field="HF_ENDPOINT"
         ) from None
     if status != 200:
-        raise BootError(f"{where} answered HTTP {status}: {bytes(body[:200])!r}", field="HF_ENDPOINT")
+        raise BootError(f"{where} answered HTTP {status}: {error_detail(body)}", field="HF_ENDPOINT")
     try:
-        info = _ModelInfo.model_validate(loads_object(bytes(body), label=where, max_bytes=MAX_METADATA_BYTES))
+        info = _ModelInfo.model_validate(loads_object(body, label=where, max_bytes=MAX_METADATA_BYTES))
     except AttestError as exc:
         raise BootError(str(exc), field="HF_ENDPOINT") from None
     except ValidationError as exc:
@@ -204,11 +202,11 @@ def download_file(
     partial: Path,
     limits: Limits,
     deadline: float,
-    progress: DownloadProgress,
+    progress: Progress,
     endpoint: str = "",
 ) -> os.stat_result:
     """`item` from the hub at `revision`, through huggingface_hub's URL builder, session and
-    headers, resumed and verified as boot.download does it."""
+    headers, resumed and verified as boot.checkpoint.download does it."""
     from huggingface_hub import hf_hub_url
 
     url = hf_hub_url(repo, item.path, revision=revision, endpoint=_endpoint(endpoint))

@@ -1,0 +1,4 @@
+"""The program edge every command shares: its settings from the environment, redaction of what it
+prints, its one refusal line, the readiness probe, the HTTP transport and the bounded body reader.
+It builds on the documents in `attest`, and nothing else of Omni's.
+"""
