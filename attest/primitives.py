@@ -14,6 +14,7 @@ from pydantic import AfterValidator
 
 from attest.errors import AttestError
 from attest.reader import MAX_JSON_BYTES, UNSHOWN_CATEGORIES, read_json_file, refuse_nul
+from attest.runtime_contract import CACHE_VARIABLES
 
 REVISION_RE = re.compile(r"^[0-9a-fA-F]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -132,18 +133,6 @@ def child_file(root: Path, relative: str, *, label: str) -> Path:
     if not candidate.is_file() or candidate.stat().st_size <= 0:
         raise AttestError(f"{label} is not a non-empty local file: {relative}", field=label)
     return candidate
-
-
-# Variables that point the engine at places it writes (caches, temporary files).
-CACHE_VARIABLES = (
-    "HOME",
-    "XDG_CACHE_HOME",
-    "HF_HOME",
-    "VLLM_CACHE_ROOT",
-    "TRITON_CACHE_DIR",
-    "TORCHINDUCTOR_CACHE_DIR",
-    "TMPDIR",
-)
 
 
 def writable_dir(path: str | Path, variable: str, *, create: bool, default_used: bool = False) -> Path:

@@ -95,7 +95,11 @@ class _Stream(httpcore.NetworkStream):
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._answer_started = None  # a new request on this connection: its answer's clock starts later
-        self._inner.write(buffer, timeout)
+        # httpcore sends `buffer` in a loop, slicing off what each send() took. Slicing bytes copies
+        # the rest each time: an upload's 8 MB piece leaves a socket with a timeout in sends of
+        # about 3 MB (measured on loopback), so 0.6-0.9 bytes are copied per byte sent. Slicing a
+        # memoryview copies nothing.
+        self._inner.write(memoryview(buffer), timeout)
 
     def close(self) -> None:
         self._inner.close()

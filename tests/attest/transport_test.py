@@ -168,3 +168,49 @@ def test_a_redirect_chain_shares_one_answer_budget(no_proxy_env) -> None:
         assert time.monotonic() - started < 3
         with answer_deadline(30):
             assert client.get(f"{server.url}/hop/19").status_code == 200  # a short chain still arrives
+
+
+class _Digesting(BaseHTTPRequestHandler):
+    """Reads a PUT body in small pieces, slowly at first (the client's sends come back partial),
+    and answers the sha256 of what arrived."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_PUT(self) -> None:
+        left, hasher = int(self.headers["Content-Length"]), hashlib.sha256()
+        while left:
+            piece = self.rfile.read(min(left, 64 << 10))
+            if left > (20 << 20):
+                time.sleep(0.001)
+            hasher.update(piece)
+            left -= len(piece)
+        answer = hasher.hexdigest().encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+
+def test_a_body_sent_in_partial_sends_arrives_whole_and_is_never_sliced_as_bytes(no_proxy_env) -> None:
+    """The transport hands httpcore a memoryview: its send loop then slices without copying, and
+    every byte still arrives in order across partial sends."""
+    import httpcore
+
+    from attest.edge import transport
+
+    written: list[type] = []
+
+    class Recording(httpcore.NetworkStream):
+        def write(self, buffer, timeout=None) -> None:
+            written.append(type(buffer))
+
+    transport._Stream(Recording()).write(b"x" * 10)
+    assert written == [memoryview]
+    piece = bytes(range(256)) * (32 << 10)  # 8 MiB
+    with Served(_Digesting) as server, httpx.Client(transport=DeadlineTransport()) as client:
+        length = {"Content-Length": str(2 * len(piece) + 12345)}
+        answer = client.put(
+            f"{server.url}/blob", content=iter([piece, piece, piece[:12345]]), headers=length, timeout=60
+        )
+    assert answer.text == hashlib.sha256(piece + piece + piece[:12345]).hexdigest()

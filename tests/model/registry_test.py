@@ -446,3 +446,21 @@ def test_a_planted_hard_link_is_never_written_through_nor_taken_as_present(world
     assert summary["kept"] == 0  # the linked file with the right bytes was not taken as present
     assert outside.read_bytes() == before and os.stat(outside).st_nlink == 1
     assert os.stat(dest / item).st_nlink == 1 and (dest / item).read_bytes() == (world.root / item).read_bytes()
+
+
+@pytest.mark.parametrize("change", ["same size", "longer", "shorter"])
+def test_a_file_changed_after_pack_is_refused_and_nothing_is_tagged(world, change: str) -> None:
+    """The push of a pack hashes nothing: a file whose bytes changed since pack is refused by the
+    registry, which takes a blob only under the digest pack computed; one whose size changed is
+    refused before a byte of it leaves, naming the file. Either way no manifest or tag exists."""
+    name = SAME_SIZE[0]
+    data = (world.root / name).read_bytes()
+    edited = {"same size": bytes([data[0] ^ 1]) + data[1:], "longer": data + b"x", "shorter": data[:-1]}[change]
+    (world.root / name).write_bytes(edited)
+    with pytest.raises(AttestError) as refused:
+        _push(world, f"models/changed-{change.replace(' ', '-')}")
+    assert refused.value.field == name, (refused.value.field, str(refused.value))
+    assert ("changed since `pack`" if change == "same size" else "the checkpoint lock says") in str(refused.value)
+    with world.client() as client:
+        tags = client.request("GET", f"/v2/models/changed-{change.replace(' ', '-')}/tags/list", repository="x")
+    assert tags.status_code == 404 or tags.json().get("tags") in (None, [])

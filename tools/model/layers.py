@@ -202,34 +202,53 @@ def stream_file_layer(root: Path, item: LockedFile, on_bytes: Callable[[int], No
 
 @dataclass(frozen=True)
 class FileLayerStream:
-    """A file's layer bytes from any offset (tools.oci.remote.registry's OffsetStream), so a
+    """A packed file's layer bytes from any offset (tools.oci.remote.registry's OffsetStream), so a
     chunked upload streams each chunk from the file and resumes where the registry stopped.
-    From the start the file is checked against the lock as it is read; a resumed tail is
-    checked by the registry, which takes the blob only under the digest `pack` computed."""
+
+    Nothing is hashed here: `pack` computed the layer's digest from the file checked against the
+    lock, and the registry takes the blob only under that digest, so a file changed since is
+    refused there, naming the digest (hashing it again here cost a second pass over every byte:
+    0.6 s of CPU per GB on these cores). What is checked here needs no pass: the file's size is
+    the lock's, and it does not change while it is read."""
 
     root: Path
     item: LockedFile
 
     def from_offset(self, offset: int) -> Iterator[bytes]:
-        if offset == 0:
-            yield from stream_file_layer(self.root, self.item)
-            return
         header, size = tar_header(self.item.path, self.item.size), self.item.size
         if offset < BLOCK:
             yield header[offset:]
         start = max(offset - BLOCK, 0)
         try:
             with open_regular(self.root, self.item.path) as fd:
-                while start < size:
-                    block = os.pread(fd, min(READ_BYTES, size - start), start)
-                    if not block:
-                        raise ModelError(f"{self.item.path} is shorter than the lock says", field=self.item.path)
-                    start += len(block)
-                    yield block
+                before = os.fstat(fd)
+                if before.st_size != size:
+                    raise ModelError(
+                        f"{self.item.path}: {before.st_size} bytes in {self.root}, the checkpoint lock says {size}",
+                        field=self.item.path,
+                    )
+                yield from _pread_all(fd, start, size, self.item.path)
+                if _times(os.fstat(fd)) != _times(before):
+                    raise ModelError(f"{self.item.path} changed while it was read", field=self.item.path)
         except AttestError as exc:
+            if isinstance(exc, ModelError):
+                raise
             raise ModelError(str(exc), field=exc.field or self.item.path) from None
         tail = padding(size) + END_OF_ARCHIVE
         yield tail[max(offset - BLOCK - size, 0) :]
+
+
+def _times(found: os.stat_result) -> tuple[int, int, int]:
+    return found.st_size, found.st_mtime_ns, found.st_ctime_ns
+
+
+def _pread_all(fd: int, start: int, size: int, path: str) -> Iterator[bytes]:
+    while start < size:
+        block = os.pread(fd, min(READ_BYTES, size - start), start)
+        if not block:
+            raise ModelError(f"{path} is shorter than the lock says", field=path)
+        start += len(block)
+        yield block
 
 
 def hash_file_layer(root: Path, item: LockedFile, on_bytes: Callable[[int], None] | None = None) -> FileLayer:

@@ -15,7 +15,6 @@ import itertools
 import os
 import re
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -24,7 +23,6 @@ from attest.errors import AttestError
 from attest.files import exclusive_run
 from attest.hashing import digest_fd, new_digest
 from attest.lock import ARTIFACT_LOCK, MAX_LOCK_BYTES, PARTIAL_DIR, WORKING_NAMES, CheckpointLock, LockedFile
-from attest.progress import Progress
 from attest.tree import open_regular, place, walk_files
 from tools.model.artifact import check_manifest, lock_descriptor, parse_manifest, read_lock_layer
 from tools.model.errors import ModelError
@@ -33,6 +31,7 @@ from tools.model.pack import parse_lock
 from tools.oci.format.errors import OciError
 from tools.oci.format.reference import Reference
 from tools.oci.format.tar_reader import TarStream, read_members
+from tools.oci.remote.parallel import blob_progress, in_parallel
 from tools.oci.remote.pieces import Pieces
 from tools.oci.remote.registry import RegistryClient, client_for
 
@@ -219,9 +218,9 @@ def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress) ->
     kept = [item.path for _, item in pairs if _placed_matches(dest, item)]
     wanted = [(layer, item) for layer, item in pairs if item.path not in kept]
     total = sum(layer["size"] for layer, _ in wanted)
-    shown = Progress(total, len(wanted), "", enabled=progress is not None, interval_s=0, emit=progress or print)
+    shown = blob_progress(total, len(wanted), progress, unit="files")
 
-    def fetch(pair: tuple[dict[str, Any], LockedFile]) -> None:
+    def fetch(pair: tuple[dict[str, Any], LockedFile]) -> tuple[None, int, str]:
         layer, item = pair
         temporary = partial / (layer["digest"].split(":", 1)[1] + ".part")
         where = f"{ref.registry}/{ref.repository}@{layer['digest']} ({item.path})"
@@ -236,11 +235,9 @@ def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress) ->
                 f"{item.path} cannot be written under {dest}: {exc.strerror or exc}", field=item.path
             ) from None
         place(temporary, dest, item.path)
-        shown.add(layer["size"])
-        shown.item_done(item.path)
+        return None, layer["size"], item.path
 
-    with ThreadPoolExecutor(max(1, min(jobs, len(wanted) or 1))) as pool:
-        list(pool.map(fetch, wanted))
+    in_parallel(wanted, fetch, jobs=jobs, progress=shown)
     temporary = partial / "lock.part"
     with _create(temporary) as handle:
         handle.write(lock_bytes)

@@ -9,7 +9,6 @@ digest `pack` computed from the lock-checked file.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -17,18 +16,19 @@ from typing import Any, Callable
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from attest.lock import ARTIFACT_LOCK, CheckpointLock
-from attest.progress import Progress
 from tools.model.artifact import Artifact, build, hub_url
 from tools.model.errors import ModelError
 from tools.model.layers import FileLayer, FileLayerStream, layer_size, stream_file_layer
 from tools.oci.build.image import TOOLKIT_VERSION
 from tools.oci.build.provenance import BUILDER_ID
+from tools.oci.format.errors import OciError
 from tools.oci.format.layout import OCI_MANIFEST, descriptor
 from tools.oci.format.reference import Reference
 from tools.oci.format.statement import SLSA_PROVENANCE, statement
 from tools.oci.push import TAG_RE
+from tools.oci.remote.parallel import blob_progress, in_parallel
 from tools.oci.remote.referrers import put_referrer
-from tools.oci.remote.registry import RegistryClient, client_for
+from tools.oci.remote.registry import DIGEST_INVALID, RegistryClient, client_for
 from tools.oci.signing.bundles import push_signatures
 
 PUSH_JOBS = 4
@@ -85,11 +85,6 @@ def provenance(artifact: Artifact, name: str) -> dict[str, Any]:
     return statement(subjects, SLSA_PROVENANCE, predicate)
 
 
-def _shown(blobs: int, total: int, progress: Callable[[str], None] | None) -> Progress:
-    """A line per blob sent (when the caller takes progress)."""
-    return Progress(total, blobs, "", unit="blobs", enabled=progress is not None, interval_s=0, emit=progress or print)
-
-
 def _target(target: str, tags: list[str]) -> tuple[Reference, list[str]]:
     ref = Reference.parse(target)
     if ref.digest:
@@ -101,9 +96,19 @@ def _target(target: str, tags: list[str]) -> tuple[Reference, list[str]]:
     return ref, tags
 
 
-def _parallel(jobs: int, action: Callable[[Any], Any], items: list) -> list:
-    with ThreadPoolExecutor(max(1, min(jobs, len(items) or 1))) as pool:
-        return list(pool.map(action, items))
+def _send_packed(client: RegistryClient, repository: str, layer: FileLayer, model: Path) -> bool:
+    """A packed file's layer; a registry refusing its bytes under the digest pack recorded means
+    the file changed since pack, and the refusal names the file."""
+    try:
+        return _send(client, repository, layer.digest, layer.size, FileLayerStream(model, layer.item))
+    except OciError as exc:
+        if not exc.final or DIGEST_INVALID not in str(exc):
+            raise
+        raise ModelError(
+            f"{layer.item.path} changed since `pack`: the registry refused its bytes under the layer digest pack "
+            f"recorded ({layer.digest}); run pack again",
+            field=layer.item.path,
+        ) from None
 
 
 def _send(client: RegistryClient, repository: str, digest: str, size: int, content: Any) -> bool:
@@ -159,15 +164,14 @@ def push_artifact(
     ref, tags = _target(target, list(tags))
     with client_for(ref.registry, client) as client:
         report = PushReport(f"{ref.registry}/{ref.repository}", artifact.image_digest, artifact.model_digest)
-        shown = _shown(len(artifact.files), sum(layer.size for layer in artifact.files), progress)
+        shown = blob_progress(sum(layer.size for layer in artifact.files), len(artifact.files), progress)
 
-        def send(layer) -> None:
-            present = _send(client, ref.repository, layer.digest, layer.size, FileLayerStream(model, layer.item))
+        def send(layer) -> tuple[None, int, str]:
+            present = _send_packed(client, ref.repository, layer, model)
             (report.present if present else report.uploaded).append(layer.digest)
-            shown.add(layer.size)
-            shown.item_done(f"{'present' if present else 'uploaded'} {layer.digest[:19]}…")
+            return None, layer.size, f"{'present' if present else 'uploaded'} {layer.digest[:19]}…"
 
-        _parallel(jobs, send, list(artifact.files))
+        in_parallel(list(artifact.files), send, jobs=jobs, progress=shown)
         return _publish(client, ref, artifact, tags, key, report, legacy_signatures)
 
 
@@ -191,15 +195,13 @@ def push_checkpoint(
     ref, tags = _target(target, list(tags))
     with client_for(ref.registry, client) as client:
         report = PushReport(f"{ref.registry}/{ref.repository}", "", "")
-        shown = _shown(len(lock.files), sum(layer_size(item.size) for item in lock.files), progress)
+        shown = blob_progress(sum(layer_size(item.size) for item in lock.files), len(lock.files), progress)
 
-        def send(item) -> FileLayer:
+        def send(item) -> tuple[FileLayer, int, str]:
             size = layer_size(item.size)
             digest = client.upload_hashing(ref.repository, lambda: stream_file_layer(model, item), size)
             report.uploaded.append(digest)
-            shown.add(size)
-            shown.item_done(f"uploaded {digest[:19]}…")
-            return FileLayer(item, digest, size)
+            return FileLayer(item, digest, size), size, f"uploaded {digest[:19]}…"
 
-        files = _parallel(jobs, send, list(lock.files))
+        files = in_parallel(list(lock.files), send, jobs=jobs, progress=shown)
         return _publish(client, ref, build(lock, lock_bytes, files, platform), tags, key, report, legacy_signatures)

@@ -14,19 +14,18 @@ import argparse
 import json
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from attest.edge.redact import redacting_output
 from attest.edge.refusal import refusing_main
-from attest.progress import Progress
 from tools.oci.build.index import read_index
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
 from tools.oci.format.reference import TAG_RE, Reference
 from tools.oci.push_record import record_push
+from tools.oci.remote.parallel import blob_progress, in_parallel
 from tools.oci.remote.registry import RegistryClient, client_for
 
 PLACEHOLDER_RE = re.compile(r"\{([A-Z][A-Z0-9_]*)\}")
@@ -142,19 +141,13 @@ class _BlobSender:
 def _send_blobs(sender: _BlobSender, blobs: list[dict], jobs: int, progress: Callable[[str], None] | None) -> list:
     """Every blob, up to `jobs` at a time, with progress; outcomes in manifest order (the first
     failure is raised)."""
-    total = sum(blob["size"] for blob in blobs)
-    shown = Progress(
-        total, len(blobs), "", unit="blobs", enabled=progress is not None, interval_s=0, emit=progress or print
-    )
+    shown = blob_progress(sum(blob["size"] for blob in blobs), len(blobs), progress)
 
-    def tracked(blob: dict) -> tuple[str, str]:
+    def tracked(blob: dict) -> tuple[tuple[str, str], int, str]:
         outcome = sender.send(blob)
-        shown.add(blob["size"])
-        shown.item_done(f"{outcome[0]} {blob['digest'][:19]}…")
-        return outcome
+        return outcome, blob["size"], f"{outcome[0]} {blob['digest'][:19]}…"
 
-    with ThreadPoolExecutor(max_workers=min(jobs, len(blobs))) as pool:
-        return list(pool.map(tracked, blobs))
+    return in_parallel(blobs, tracked, jobs=jobs, progress=shown)
 
 
 def push(

@@ -2,20 +2,26 @@
 
     bazel run //tools/dev/bench:model_artifact -- [--size-gb 4] [--files 8] [--small-files 100]
 
-1. pack + push of a synthetic checkpoint (`--files` incompressible shards, `--size-gb` in all)
-   to a fresh loopback docker-registry, against `crane push` of the same layer blobs already
-   written out as an OCI layout, to another fresh registry. Peak RSS of each (ru_maxrss).
-2. Re-push of a `--small-files` checkpoint whose blobs are all there: wall time, HEADs only.
-3. pull (files written, each hashed against the lock as it arrives) of the large artifact,
-   against `openssl speed sha256` on all cores: the share of the hashing ceiling reached.
+Side by side in one run, each push to a fresh loopback docker-registry:
+1. push of a synthetic checkpoint (`--files` incompressible shards, `--size-gb` in all): ours in
+   one pass (`push --model --lock`), and as pack then push; `oras push` of the same files; `crane
+   push` of the same layer blobs already written out as an OCI layout.
+2. pull, every byte checked against a known digest: ours (files written and fsynced, each hashed
+   against the lock as it arrives) against `oras pull` + `sync`, to disk; and both into tmpfs
+   (`--memory-gb`, page cache warm): the path without the disk.
+3. what bounds them here: `openssl speed sha256` on all cores and `dd` with fdatasync.
+4. re-push of a `--small-files` checkpoint whose blobs are all there: HEADs only.
 
-Each run is a child process, so its peak memory is its own. Results go to stdout as a table;
-docs/models.md records them.
+Each run is a child process: its wall time, its own CPU time (user + system, from wait4) per GB,
+and its peak RSS. oras is optional (Debian 13 packages it; set-up does not install it): without
+it the oras rows say so. docs/models.md#performance records the results.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
 import json
 import os
 import re
@@ -25,48 +31,61 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.fixtures.model import synthetic_checkpoint
 from tests.fixtures.registry import LoopbackRegistry
-from tools.dev.bench.peers import cores, openssl_sha256_per_core_mb_s, require
+from tools.dev.bench.peers import cores, openssl_sha256_per_core_mb_s, optional, require
 from tools.model.layers import stream_file_layer
 from tools.model.pack import load_lock_bytes, pack
 from tools.oci.build.image import assemble
 from tools.oci.format.layout import OCI_LAYER_TAR
 
 
-def _timed_child(argv: list[str]) -> tuple[float, int, str]:
-    """(seconds, peak RSS in MB, stdout) of a child process. The peak is the child's VmHWM, read
-    from /proc while it runs (rusage's ru_maxrss would count the benchmark's own memory, which
-    the child holds between fork and exec)."""
+@dataclass(frozen=True)
+class Run:
+    seconds: float
+    cpu_s: float  # the child's user + system time (wait4's rusage): the client's own CPU
+    rss_mb: int
+    out: str
+
+    def row(self, size: int) -> str:
+        return f"{self.seconds:.2f} s, {self.cpu_s / (size / 1e9):.2f} s CPU/GB, {self.rss_mb} MB RSS"
+
+
+def _peak_rss(pid: int, peak: list[int]) -> None:
+    """The child's VmHWM, read from /proc while it runs (rusage's ru_maxrss would count the
+    benchmark's own memory, which the child holds between fork and exec)."""
+    while True:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return
+        found = re.search(r"VmHWM:\s+(\d+) kB", status)
+        if found is None:  # a zombie: it has exited
+            return
+        peak[0] = max(peak[0], int(found.group(1)))
+        time.sleep(0.02)
+
+
+def _timed_child(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> Run:
+    """Wall time, CPU time, peak RSS and stdout of a child process."""
     peak = [0]
-
-    def watch(pid: int) -> None:
-        while True:
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                return
-            found = re.search(r"VmHWM:\s+(\d+) kB", status)
-            if found is None:  # a zombie: it has exited
-                return
-            peak[0] = max(peak[0], int(found.group(1)))
-            time.sleep(0.02)
-
-    with tempfile.TemporaryFile() as errors:
+    with tempfile.TemporaryFile() as errors, tempfile.TemporaryFile() as output:
         started = time.perf_counter()
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors)
-        watcher = threading.Thread(target=watch, args=(process.pid,), daemon=True)
+        process = subprocess.Popen(argv, stdout=output, stderr=errors, cwd=cwd, env=env)
+        watcher = threading.Thread(target=_peak_rss, args=(process.pid, peak), daemon=True)
         watcher.start()
-        output = process.stdout.read()
-        status = process.wait()
+        _, status, usage = os.wait4(process.pid, 0)
         seconds = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
         watcher.join()
-        if status != 0:
+        if process.returncode != 0:
             errors.seek(0)
             raise SystemExit(f"{' '.join(argv[:5])} failed: {errors.read().decode()[-3000:]}")
-    return seconds, peak[0] // 1024, output.decode()
+        output.seek(0)
+        return Run(seconds, usage.ru_utime + usage.ru_stime, peak[0] // 1024, output.read().decode())
 
 
 def _model(*args: str) -> list[str]:
@@ -91,22 +110,53 @@ def _crane_layout(work: Path, root: Path, lock_path: Path) -> Path:
     return work / "crane-layout"
 
 
-def _pull_in_memory(work: Path, size: int) -> tuple[float, int, str]:
-    """An artifact of `size` bytes (1 GB: small enough to stay in the page cache here) pulled into
-    tmpfs: the hashing path without the disk."""
+@functools.cache
+def _oras_env() -> dict[str, str]:
+    """oras's own home (its config and credentials): never the user's, and one exists under
+    `bazel test`, which sets no HOME."""
+    home = tempfile.mkdtemp(prefix="oras-home-", dir=os.environ.get("BENCH_DIR"))
+    atexit.register(shutil.rmtree, home, True)
+    return {**os.environ, "HOME": home, "DOCKER_CONFIG": home}
+
+
+def _oras_push(oras: str, root: Path, target: str) -> Run:
+    """oras pushing the checkpoint's files as they are (one layer each, hashed by oras)."""
+    files = sorted(path.name for path in root.iterdir())
+    return _timed_child([oras, "push", "--plain-http", target, *files], cwd=root, env=_oras_env())
+
+
+def _oras_pull(oras: str, reference: str, dest: Path, *, sync: bool) -> Run:
+    """oras pulling (each layer checked against its digest) into `dest`; `sync` adds the flush
+    to disk that tools/model pull does per file (fsync), so both have their bytes on disk."""
+    pulled = _timed_child([oras, "pull", "--plain-http", "-o", str(dest), reference], env=_oras_env())
+    if not sync:
+        return pulled
+    synced = _timed_child(["sync"])  # a child of its own: the peak RSS stays oras's
+    return Run(pulled.seconds + synced.seconds, pulled.cpu_s + synced.cpu_s, pulled.rss_mb, pulled.out)
+
+
+def _pulls_in_memory(work: Path, size: int, oras: str | None) -> dict[str, Run]:
+    """An artifact of `size` bytes (small enough to stay in the page cache here) pulled into
+    tmpfs by tools/model and by oras: the hashing path without the disk."""
     root, lock = work / "memory", work / "memory.lock.json"
     synthetic_checkpoint(root, lock, files=2, total_bytes=size)
     place = Path("/dev/shm") / f"omni-bench-{os.getpid()}"
     with LoopbackRegistry() as registry:
         _timed_child(_model("pack", "--model", str(root), "--lock", str(lock), "--output", str(work / "memory-pack")))
-        out = _timed_child(_model("push", str(work / "memory-pack"), f"{registry.host}/bench/memory:1", "--unsigned"))[
-            2
-        ]
+        out = _timed_child(_model("push", str(work / "memory-pack"), f"{registry.host}/bench/memory:1", "--unsigned"))
+        if oras:
+            _oras_push(oras, root, f"{registry.host}/bench/oras-memory:1")
         os.sync()
         try:
-            return _timed_child(_model("pull", json.loads(out)["image"], str(place), "--lock", str(lock)))
+            runs = {
+                "tmpfs": _timed_child(_model("pull", json.loads(out.out)["image"], str(place), "--lock", str(lock)))
+            }
+            shutil.rmtree(place, ignore_errors=True)
+            if oras:
+                runs["oras tmpfs"] = _oras_pull(oras, f"{registry.host}/bench/oras-memory:1", place, sync=False)
         finally:
             shutil.rmtree(place, ignore_errors=True)
+    return runs
 
 
 def _disk_write_mb_s(dd: str, work: Path, megabytes: int) -> str:
@@ -128,12 +178,12 @@ def _small_files(work: Path, count: int) -> list[tuple[str, str]]:
             _model("pack", "--model", str(small), "--lock", str(small_lock), "--output", str(work / "small-pack"))
         )
         target = f"{registry.host}/bench/small:1"
-        first_s, _, _ = _timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
-        again_s, _, out = _timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
-    uploaded = json.loads(out)["uploaded"]
+        first = _timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
+        again = _timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
+    uploaded = json.loads(again.out)["uploaded"]
     return [
-        (f"push of {count} files (1 MB each), first", f"{first_s:.2f} s"),
-        (f"re-push, every blob present ({uploaded} uploaded)", f"{again_s:.2f} s"),
+        (f"push of {count} files (1 MB each), first", f"{first.seconds:.2f} s"),
+        (f"re-push, every blob present ({uploaded} uploaded)", f"{again.seconds:.2f} s"),
     ]
 
 
@@ -148,67 +198,97 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _pull_rows(pulls: dict, ceiling: float) -> list[tuple[str, str]]:
-    """A row per pull: its time, its rate against openssl's sha256 on every core, its RSS."""
-    rows = []
-    for (where, size), (pull_s, pull_rss, _) in pulls.items():
-        rate = size / pull_s / 1e6
-        rows.append(
-            (
-                f"tools/model pull + verify of {size / 1e9:.2g} GB, to {where}",
-                f"{pull_s:.2f} s, {rate:.0f} MB/s ({rate / ceiling * 100:.0f}% of openssl), {pull_rss} MB RSS",
-            )
+def _pushes(work: Path, root: Path, lock: Path, peers: dict[str, str], oras: str | None) -> dict[str, Run]:
+    """Each push to its own fresh registry: crane (of a ready layout), oras, ours in one pass, and
+    ours as pack then push (which leaves the registry up for the pulls: see _pulls_to_disk)."""
+    runs: dict[str, Run] = {}
+    layout = _crane_layout(work, root, lock)
+    with LoopbackRegistry() as theirs:
+        runs["crane push"] = _timed_child([peers["crane"], "push", "--insecure", str(layout), f"{theirs.host}/b/c:1"])
+    shutil.rmtree(layout)
+    if oras:
+        with LoopbackRegistry() as theirs:
+            runs["oras push"] = _oras_push(oras, root, f"{theirs.host}/bench/oras:1")
+    with LoopbackRegistry() as ours:
+        runs["one pass"] = _timed_child(
+            _model("push", "--model", str(root), "--lock", str(lock), f"{ours.host}/bench/one:1", "--unsigned")
         )
-    return rows
+    return runs
+
+
+def _pulls_to_disk(work: Path, root: Path, lock: Path, oras: str | None) -> dict[str, Run]:
+    """pack, push, then both pulls from one registry (the registry's writes synced first, so the
+    pulls read, not fight writeback)."""
+    runs: dict[str, Run] = {}
+    with LoopbackRegistry() as ours:
+        runs["pack"] = _timed_child(
+            _model("pack", "--model", str(root), "--lock", str(lock), "--output", str(work / "pack"))
+        )
+        runs["push of the pack"] = _timed_child(
+            _model("push", str(work / "pack"), f"{ours.host}/bench/model:1", "--unsigned")
+        )
+        if oras:
+            _oras_push(oras, root, f"{ours.host}/bench/oras:1")
+        os.sync()
+        image = json.loads(runs["push of the pack"].out)["image"]
+        runs["pull"] = _timed_child(_model("pull", image, str(work / "pulled"), "--lock", str(lock)))
+        shutil.rmtree(work / "pulled")
+        if oras:
+            os.sync()
+            runs["oras pull"] = _oras_pull(oras, f"{ours.host}/bench/oras:1", work / "pulled", sync=True)
+            shutil.rmtree(work / "pulled")
+    return runs
+
+
+def _ratio(runs: dict[str, Run], ours: str, theirs: str, missing: str) -> str:
+    if theirs not in runs:
+        return missing
+    return f"{runs[ours].seconds / runs[theirs].seconds:.2f}x"
+
+
+def _rows(total: int, memory: int, runs: dict[str, Run], ceiling: float, missing: str) -> list[tuple[str, str]]:
+    """The table: each run's time, client CPU per GB and peak RSS, and ours against each peer's."""
+    oras = {
+        name: runs[name].row(size) if name in runs else missing
+        for name, size in (("oras push", total), ("oras pull", total), ("oras tmpfs", memory))
+    }
+    pack_push = runs["pack"].seconds + runs["push of the pack"].seconds
+    return [
+        ("crane push (layout already written)", runs["crane push"].row(total)),
+        ("oras push (the files, hashed by oras)", oras["oras push"]),
+        ("tools/model push --model --lock (one pass)", runs["one pass"].row(total)),
+        ("one pass / oras push", _ratio(runs, "one pass", "oras push", missing)),
+        ("one pass / crane push", _ratio(runs, "one pass", "crane push", missing)),
+        (
+            "tools/model pack, then push of the pack",
+            f"{runs['pack'].seconds:.2f} s + {runs['push of the pack'].row(total)}",
+        ),
+        ("pack + push / crane push", f"{pack_push / runs['crane push'].seconds:.2f}x"),
+        (f"tools/model pull + verify, to disk ({total / 1e9:.2g} GB)", runs["pull"].row(total)),
+        ("oras pull + sync, to disk", oras["oras pull"]),
+        ("pull / oras pull, to disk", _ratio(runs, "pull", "oras pull", missing)),
+        (f"tools/model pull to tmpfs ({memory / 1e9:.2g} GB, page cache warm)", runs["tmpfs"].row(memory)),
+        ("oras pull to tmpfs", oras["oras tmpfs"]),
+        ("pull / oras pull, to tmpfs", _ratio(runs, "tmpfs", "oras tmpfs", missing)),
+        ("pull to disk / openssl sha256 on all cores", f"{total / runs['pull'].seconds / 1e6 / ceiling * 100:.0f}%"),
+    ]
 
 
 def main() -> int:
     args = _parser().parse_args()
     peers = require("model_artifact", "crane", "docker-registry", "openssl", "dd")
-    rows: list[tuple[str, str]] = []
+    oras, missing = optional("oras")
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         work = Path(tmp)
         root, lock = work / "checkpoint", work / "lock.json"
         print(f"model_artifact: writing {args.size_gb:g} GB in {args.files} files ...", file=sys.stderr, flush=True)
         synthetic_checkpoint(root, lock, files=args.files, total_bytes=int(args.size_gb * 1e9))
         total = sum(p.stat().st_size for p in root.iterdir())
-        layout = _crane_layout(work, root, lock)
-        with LoopbackRegistry() as theirs:
-            crane_s, crane_rss, _ = _timed_child(
-                [peers["crane"], "push", "--insecure", str(layout), f"{theirs.host}/bench/crane:1"]
-            )
-        shutil.rmtree(layout)
-        with LoopbackRegistry() as ours:
-            one_s, one_rss, out = _timed_child(
-                _model("push", "--model", str(root), "--lock", str(lock), f"{ours.host}/bench/one:1", "--unsigned")
-            )
-            image = json.loads(out)["image"]
-        with LoopbackRegistry() as ours:
-            pack_s, pack_rss, _ = _timed_child(
-                _model("pack", "--model", str(root), "--lock", str(lock), "--output", str(work / "pack"))
-            )
-            push_s, push_rss, out = _timed_child(
-                _model("push", str(work / "pack"), f"{ours.host}/bench/model:1", "--unsigned")
-            )
-            image = json.loads(out)["image"]
-            os.sync()  # the registry's writes reach the disk first: the pulls then read, not fight writeback
-            pulls = {}
-            pulls["disk", total] = _timed_child(_model("pull", image, str(work / "pulled"), "--lock", str(lock)))
-            shutil.rmtree(work / "pulled")
+        runs = {**_pushes(work, root, lock, peers, oras), **_pulls_to_disk(work, root, lock, oras)}
         memory = int(args.memory_gb * 1e9)
-        pulls["tmpfs, page cache warm", memory] = _pull_in_memory(work, memory)
-        rows += [
-            ("crane push (layout already written)", f"{crane_s:.2f} s, {crane_rss} MB RSS"),
-            ("tools/model push --model --lock (one pass)", f"{one_s:.2f} s, {one_rss} MB RSS"),
-            ("one pass / crane push", f"{one_s / crane_s:.2f}x"),
-            (
-                "tools/model pack, then push of the pack",
-                f"{pack_s:.2f} s + {push_s:.2f} s, {max(pack_rss, push_rss)} MB RSS",
-            ),
-            ("pack + push / crane push", f"{(pack_s + push_s) / crane_s:.2f}x"),
-        ]
+        runs.update(_pulls_in_memory(work, memory, oras))
         ceiling = openssl_sha256_per_core_mb_s(peers["openssl"], args.speed_seconds) * cores()
-        rows += _pull_rows(pulls, ceiling)
+        rows = _rows(total, memory, runs, ceiling, missing)
         rows.append((f"openssl speed sha256 ({cores()} cores)", f"{ceiling:.0f} MB/s"))
         rows.append(("disk write (dd, fdatasync)", _disk_write_mb_s(peers["dd"], work, args.dd_mb)))
         rows += _small_files(work, args.small_files)

@@ -17,6 +17,8 @@ import sys
 # Each peer: the Debian package that provides it, and who installs it.
 PACKAGES = {
     "crane": ("crane", "tools/setup installs it"),
+    # Only the model benchmark uses it, so set-up leaves it out: Debian 13 has it.
+    "oras": ("oras", "`apt-get install oras` (Debian 13 and later)"),
     "docker-registry": ("docker-registry", "tools/setup installs it"),
     "openssl": ("openssl", "Debian's openssl; `apt-get install openssl`"),
     "sha256sum": ("coreutils", "part of every Debian"),
@@ -35,6 +37,15 @@ def require(bench: str, *names: str) -> dict[str, str]:
             raise SystemExit(2)
         found[name] = path
     return found
+
+
+def optional(name: str) -> tuple[str | None, str]:
+    """(path, "") of a peer a benchmark can do without, or (None, why it is missing)."""
+    path = shutil.which(name)
+    if path is None:
+        package, how = PACKAGES[name]
+        return None, f"not measured: {name} is not on PATH: {how} (Debian package {package})"
+    return path, ""
 
 
 def openssl_sha256_per_core_mb_s(openssl: str, seconds: int = 3) -> float:

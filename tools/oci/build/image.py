@@ -22,6 +22,7 @@ from typing import Any
 
 from attest.baked import BAKED_LOCK_PATH, BAKED_PATH
 from attest.errors import AttestError
+from attest.runtime_contract import WRITABLE_VARIABLES
 from tools.oci.build.layer import source_date_epoch
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import (
@@ -58,18 +59,6 @@ CONFIG_KEYS = (
     "architecture",
     "variant",
     "layer_names",
-)
-# Variables that point a program at a place it writes: recorded with the image's runtime contract.
-WRITABLE_VARIABLES = (
-    "HOME",
-    "XDG_CACHE_HOME",
-    "HF_HOME",
-    "VLLM_CACHE_ROOT",
-    "TRITON_CACHE_DIR",
-    "TORCHINDUCTOR_CACHE_DIR",
-    "TMPDIR",
-    "MODEL_PATH",
-    "STATE_PATH",
 )
 GROUPS_LABEL = "omni.runtime.groups"
 

@@ -226,7 +226,9 @@ class RegistryClient(BlobUploads):
         if response.status_code not in ok:
             detail = error_detail(response.content) if not response.is_stream_consumed or response.is_closed else ""
             raise OciError(
-                f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(), field=what
+                f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(),
+                field=what,
+                final=is_digest_refusal(response.status_code, detail),  # the same bytes would be refused again
             )
         return response
 
@@ -385,6 +387,14 @@ class RegistryClient(BlobUploads):
         if stored != data:
             raise OciError(f"{self.registry} serves other bytes for manifest {digest}", field="manifest")
         return digest
+
+
+# The distribution spec's error code (HTTP 400) for a blob whose bytes do not have the digest named.
+DIGEST_INVALID = "DIGEST_INVALID"
+
+
+def is_digest_refusal(status: int, detail: str) -> bool:
+    return status == 400 and DIGEST_INVALID in detail
 
 
 @contextmanager
