@@ -29,6 +29,7 @@ from boot.checkpoint.verify import VerifyReport, check_local, finish, first_prob
 from boot.checkpoint.volume import IMAGE, verify_image_volume
 from boot.errors import BootError
 from boot.ranks import publish, publish_refusal, wait_for_rank0, withdraw_verdicts
+from boot.registry_source import REGISTRY, prepare_from_registry, verify_pulled_copy
 from boot.settings import REVISION, BootSettings
 
 
@@ -162,6 +163,8 @@ def verify_rank0(
 def prepare(settings: BootSettings) -> VerifyReport | None:
     if settings.model_source == IMAGE:  # SKIP_PREPARE included: refused there, naming it
         return verify_image_volume(settings, full=False)
+    if settings.model_source == REGISTRY:  # each rank its own copy; SKIP_* refused there too
+        return prepare_from_registry(settings)
     if settings.skip_prepare:
         if not (settings.model / "config.json").is_file():
             raise BootError(f"SKIP_PREPARE=1 but {settings.model}/config.json is missing", field="SKIP_PREPARE")
@@ -210,6 +213,8 @@ def verify_only(settings: BootSettings, *, full: bool) -> VerifyReport:
     """`boot verify [--full]`: the local checkpoint against the lock, no network."""
     if settings.model_source == IMAGE:
         return verify_image_volume(settings, full=full)
+    if settings.model_source == REGISTRY:
+        return verify_pulled_copy(settings, full=full)
     model = _model_root(settings, create=False)
     print(f"verifying {model} (MODEL_PATH)", file=sys.stderr, flush=True)
     in_use = resolve_lock(settings, load_baked(), derive=False)

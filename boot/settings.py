@@ -102,12 +102,12 @@ def extra_args(raw: str, variable: str) -> tuple[str, ...]:
         raise refuse(variable, raw, f"shell-quoted arguments ({exc})") from None
 
 
-MODEL_SOURCES = ("hub", "image")
+MODEL_SOURCES = ("hub", "image", "registry")
 
 
 def model_source(raw: str, variable: str) -> str:
     if raw.strip() not in MODEL_SOURCES:
-        raise BootError(f"{variable} must be {' or '.join(MODEL_SOURCES)}, got {raw!r}", field=variable)
+        raise BootError(f"{variable} must be {', '.join(MODEL_SOURCES)}, got {raw!r}", field=variable)
     return raw.strip()
 
 
@@ -130,7 +130,18 @@ SETTINGS: tuple[Setting, ...] = (
         model_source,
         "hub: rank 0 downloads into MODEL_PATH (shared by the ranks) and publishes its verdict; image: "
         "MODEL_PATH is a read-only image volume of the model artifact (docs/models.md), every rank "
-        "verifies its own copy, nothing is downloaded or written there",
+        "verifies its own copy, nothing is downloaded or written there; registry: every rank pulls the "
+        "pinned model artifact (MODEL_ARTIFACT) into its own MODEL_PATH, each byte hashed once against the lock, "
+        "a receipt in STATE_PATH re-used by the next start (docs/models.md)",
+    ),
+    Setting(
+        "MODEL_ARTIFACT",
+        "model_artifact",
+        "",
+        text,
+        "MODEL_SOURCE=registry: REGISTRY/REPO@sha256:... of the model artifact, a mirror's repository allowed "
+        "(default: the image's pin model.artifact, whose digest it must have); credentials as for any registry "
+        "(REGISTRY_AUTH_FILE)",
     ),
     Setting("STATE_PATH", "state", "/state", path, "receipts, smoke results, the API key file (writable)"),
     Setting("SERVER_PORT", "port", "8888", integer(1, 65535, expected="an integer in 1..65535"), "API port"),
@@ -282,6 +293,7 @@ class BootSettings:
     # No defaults here: SETTINGS holds them (one source), from_env applies them.
     model: Path
     model_source: str
+    model_artifact: str
     state: Path
     port: int
     host: str

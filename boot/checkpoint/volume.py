@@ -21,9 +21,9 @@ from attest.baked import load_baked
 from attest.errors import AttestError
 from attest.lock import ARTIFACT_LOCK
 from attest.tree import open_regular
-from boot.checkpoint.locks import resolve_lock
+from boot.checkpoint.locks import LockInUse, resolve_lock
 from boot.checkpoint.receipt import Receipt, load_receipt, save_receipt
-from boot.checkpoint.verify import VerifyReport, check_local, finish, first_problem
+from boot.checkpoint.verify import LocalCheck, VerifyReport, check_local, finish, first_problem
 from boot.errors import BootError
 from boot.settings import REVISION, BootSettings
 
@@ -86,7 +86,7 @@ def _require_one_mount(settings: BootSettings) -> None:
             )
 
 
-def _artifact_lock_matches(settings: BootSettings, data: bytes) -> None:
+def artifact_lock_matches(settings: BootSettings, data: bytes) -> None:
     """The lock the artifact carries, where it is, must be the lock boot verifies against."""
     try:
         with open_regular(settings.model, ARTIFACT_LOCK) as fd:
@@ -103,38 +103,55 @@ def _artifact_lock_matches(settings: BootSettings, data: bytes) -> None:
         )
 
 
-def _refuse_skips(settings: BootSettings) -> None:
-    """No variable weakens an image volume's start: each rank verifies its own copy."""
+def refuse_skips(settings: BootSettings) -> None:
+    """No variable weakens a start where each rank has its own copy (an image volume, a pull)."""
     for variable, skipped in (("SKIP_PREPARE", settings.skip_prepare), ("SKIP_VERIFY", settings.skip_verify)):
         if skipped:
             raise BootError(
-                f"{variable}=1 cannot be used with MODEL_SOURCE=image: each rank verifies its own copy (a "
-                "receipt in STATE_PATH already spares re-hashing an unchanged one)",
+                f"{variable}=1 cannot be used with MODEL_SOURCE={settings.model_source}: each rank verifies its own "
+                "copy (a receipt in STATE_PATH already spares re-hashing an unchanged one)",
                 field=variable,
             )
 
 
-def verify_image_volume(settings: BootSettings, *, full: bool) -> VerifyReport:
-    _refuse_skips(settings)
-    _require_read_only(settings)
-    _require_one_mount(settings)
-    started = time.monotonic()
+def pinned_lock(settings: BootSettings) -> LockInUse:
+    """The lock a rank's own copy is checked against: the local one, never the copy's."""
     in_use = resolve_lock(settings, load_baked(), derive=False)
     if in_use is None:
         raise BootError(
-            f"MODEL_SOURCE=image needs the pinned checkpoint lock: {settings.checkpoint_lock} (CHECKPOINT_LOCK) "
-            "is missing",
+            f"MODEL_SOURCE={settings.model_source} needs the pinned checkpoint lock: {settings.checkpoint_lock} "
+            "(CHECKPOINT_LOCK) is missing",
             field="CHECKPOINT_LOCK",
         )
     in_use.warn()
-    _artifact_lock_matches(settings, in_use.data)
+    return in_use
+
+
+def verify_image_volume(settings: BootSettings, *, full: bool) -> VerifyReport:
+    refuse_skips(settings)
+    _require_read_only(settings)
+    _require_one_mount(settings)
+    started = time.monotonic()
+    in_use = pinned_lock(settings)
+    artifact_lock_matches(settings, in_use.data)
     print(f"verifying the image volume at {settings.model} (rank {settings.node_rank})", file=sys.stderr, flush=True)
+    return verify_own_copy(settings, in_use, full=full, started=started)
+
+
+def verify_own_copy(settings: BootSettings, in_use: LockInUse, *, full: bool, started: float) -> VerifyReport:
+    """Every file of this rank's copy against the lock (the receipt's identities spare re-hashing
+    unchanged ones), nothing else there; the receipt saved for the next start."""
     receipt, refused = load_receipt(settings.state, lock_sha256=in_use.sha256, revision=REVISION)
     if refused:
         print(f"receipt refused: {refused}; re-hashing every file", file=sys.stderr, flush=True)
     check = check_local(settings.model, in_use.lock, receipt, rehash_all=full, workers=settings.verify_workers)
     if check.problems:
         raise first_problem(in_use.lock, check.problems)
+    return record(settings, in_use, check, started)
+
+
+def record(settings: BootSettings, in_use: LockInUse, check: LocalCheck, started: float) -> VerifyReport:
+    """The checks after every file matched, and the receipt of what was verified."""
     report = finish(settings.model, in_use.lock, check, started=started, trust=in_use.trust, refuse_extra=True)
     save_receipt(
         settings.state, Receipt(revision=REVISION, lock_sha256=in_use.sha256, trust=in_use.trust, files=check.good)

@@ -111,7 +111,7 @@ def test_a_writable_root_or_a_skip_is_refused_with_an_image_source(tmp_path: Pat
             refusal = _refusal(_boot(tmp_path, {**settings, variable: "1"}, command=command))
             assert refusal["field"] == variable and "cannot be used with MODEL_SOURCE=image" in refusal["error"]
     refusal = _refusal(_boot(tmp_path, {**settings, "MODEL_SOURCE": "volume"}))
-    assert refusal["field"] == "MODEL_SOURCE" and "hub or image" in refusal["error"]
+    assert refusal["field"] == "MODEL_SOURCE" and "hub, image, registry" in refusal["error"]
 
 
 @pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])

@@ -38,10 +38,14 @@ from tests.fixtures.oci import SKOPEO
 from tests.fixtures.podman import Podman, wait_until
 from tests.fixtures.registry import LoopbackRegistry, free_port
 from tools.deploy import group_pods, read_contract
-from tools.dev.podman_group.cli import EDITS, OLD_PODMAN, read_lws
+from tools.dev.podman_group.cli import EDITS, OLD_INIT_PODMAN, OLD_PODMAN, read_lws
+from tools.model.pack import load_lock_bytes
+from tools.model.push import push_checkpoint
+from tools.oci.remote.registry import RegistryClient
 
 RUNNER = Path(os.environ["SPARK_PODMAN_MANIFESTS"])
 LAYOUT = Path("tests/deploy/deepseek_spark_podman_pinned.layout")
+BAKED_LOCK = Path("tests/deploy/deepseek_spark.checkpoint.lock.json")
 API_KEY = "lws-podman-" + secrets.token_hex(16)
 RANK_KEY = secrets.token_hex(32)
 MODELS = "deepseek-models"
@@ -68,19 +72,38 @@ def hub():
 
 
 @pytest.fixture(scope="module")
-def image() -> str:
+def registry():
+    with LoopbackRegistry() as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def image(registry: LoopbackRegistry) -> str:
     """The built image in a loopback registry, by the digest this target built."""
     digest = read_contract(LAYOUT, test_image=True).digest
-    with LoopbackRegistry() as registry:
-        copied = subprocess.run(
-            [SKOPEO, "copy", "--quiet", "--preserve-digests", "--dest-tls-verify=false"]
-            + [f"oci:{LAYOUT}", f"docker://{registry.host}/omni/deepseek-spark:podman"],
-            capture_output=True,
-            text=True,
-            timeout=300,
+    copied = subprocess.run(
+        [SKOPEO, "copy", "--quiet", "--preserve-digests", "--dest-tls-verify=false"]
+        + [f"oci:{LAYOUT}", f"docker://{registry.host}/omni/deepseek-spark:podman"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert copied.returncode == 0, copied.stderr
+    return f"{registry.host}/omni/deepseek-spark@{digest}"
+
+
+@pytest.fixture(scope="module")
+def artifact(registry: LoopbackRegistry, tmp_path_factory) -> str:
+    """The tiny checkpoint as a model artifact (tools/model) carrying the lock the image bakes."""
+    root = tmp_path_factory.mktemp("checkpoint")
+    for name, data in tiny_repo().files.items():
+        (root / name).write_bytes(data)
+    lock, data = load_lock_bytes(BAKED_LOCK)
+    with RegistryClient(registry.host, credential=None) as client:
+        report = push_checkpoint(
+            root, lock, data, f"{registry.host}/models/tiny", platform="linux/amd64", client=client
         )
-        assert copied.returncode == 0, copied.stderr
-        yield f"{registry.host}/omni/deepseek-spark@{digest}"
+    return f"{registry.host}/models/tiny@{report.image_digest}"
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +115,12 @@ def podman():
         engine.close()
 
 
-def generate(tmp_path: Path, image: str, hub: LoopbackHub, dist_port: int) -> Path:
+def generate(
+    tmp_path: Path, image: str, hub: LoopbackHub, dist_port: int, model: tuple[str, ...] = ("--model-pvc", MODELS)
+) -> Path:
     """tools/deploy's LeaderWorkerSet for this image, with the flags a user of this machine passes."""
     output = tmp_path / "deepseek.yaml"
-    flags = ("--test-image", "--image", image, "--model-pvc", MODELS, "--network", "host")
+    flags = ("--test-image", "--image", image, *model, "--network", "host")
     settings = {
         "HF_ENDPOINT": hub.url,
         "RANK_WAIT_TIMEOUT_S": "120",
@@ -133,8 +158,12 @@ def podman_group(manifests: Path, podman_version: tuple[int, ...]) -> tuple[Path
     )
     assert done.returncode == 0, done.stderr
     made = {key for key, text in EDITS.items() if text in done.stderr}
-    everywhere = {"leader-address", "expansion", "empty-dirs"}
-    assert made == (set(EDITS) if podman_version < OLD_PODMAN else everywhere), done.stderr
+    expected = {"leader-address", "expansion", "empty-dirs"}
+    if podman_version < OLD_PODMAN:
+        expected |= {"annotations", "ports"}
+    if podman_version < OLD_INIT_PODMAN and "initContainers" in manifests.read_text():
+        expected.add("init-containers")
+    assert made == expected, done.stderr
     return output, list(yaml.safe_load_all(output.read_text()))
 
 
@@ -214,12 +243,67 @@ def test_the_generated_group_runs_under_podman(tmp_path: Path, hub: LoopbackHub,
         # ends at once whatever it is doing, not after the 120 s grace period (podman 5 waits it).
         _no_more_restarts(podman, pods)
         stopping = time.monotonic()
-        podman("kube", "down", str(played), timeout=180)
+        _kube_down(podman, played, pods)
         down_s = time.monotonic() - stopping
         print(json.dumps({"lws_podman_kube_down_s": round(down_s, 1)}))
         assert down_s < STOP_BOUND_S, f"kube down took {down_s:.0f} s"
     finally:
         podman("kube", "down", str(played), check=False)
+
+
+def test_below_image_volumes_each_rank_pulls_its_own_copy_with_no_hub_and_no_shared_volume(
+    tmp_path: Path, hub: LoopbackHub, image: str, artifact: str, podman: Podman
+) -> None:
+    """--model-source registry: every pod's init container (the serving image's `boot prepare`)
+    pulls the artifact into the pod's own emptyDir, and the server starts on that copy's receipt."""
+    model = ("--model-source", "registry", "--model-image", artifact)
+    played, pods = podman_group(generate(tmp_path, image, hub, free_port(), model), podman.version[:2])
+    # The init container where this podman runs it once; else boot run pulls first (EDITS).
+    by_init = podman.version[:2] >= OLD_INIT_PODMAN
+    assert all(("initContainers" in pod["spec"]) == by_init for pod in pods)
+    for pod in pods:  # each pod's own model emptyDir, group-writable as fsGroup makes it (podman applies none)
+        (volume,) = [v["name"] for v in pod["spec"]["volumes"] if v["name"].endswith("-models") and "emptyDir" in v]
+        podman("volume", "create", "--opt", "o=uid=1000,gid=1000", volume)
+    podman.secret("deepseek-spark-api-key", {"api-key": API_KEY})
+    podman.secret("deepseek-spark-rank-key", {"key": RANK_KEY}, volume=True)
+    downloads = sum(hub.downloads.values())
+    try:
+        done = podman("kube", "play", "--tls-verify=false", str(played), check=False)
+        if done.returncode != 0:  # an init container's refusal is in its own log
+            names = podman("ps", "--all", "--format", "{{.Names}}").stdout.split()
+            logs = {name: podman.logs(name)[-2000:] for name in names if name.endswith("-model-pull")}
+            pytest.fail(f"kube play exited {done.returncode}: {done.stderr[-2000:]}\n{json.dumps(logs, indent=1)}")
+        _leader_ready_after_acceptance(podman, pods[0], 240)
+        for rank, pod in enumerate(pods):
+            wait_until(lambda pod=pod: _ready(podman, pod), 60, f"rank {rank} ready", every_s=0.5)
+            log = podman.logs(container_of(pod))
+            assert f"into /models/DeepSeek-V4.1-Flash (rank {rank})" in log or by_init, log[-3000:]
+            # Every file pulled and hashed once, by the init container (boot run then re-used its
+            # receipt) or by boot run's own prepare.
+            said = "0 downloaded and hashed as they arrived, 0 hashed from disk" if by_init else "5 downloaded"
+            assert said in log and ("5 unchanged since the receipt" in log or not by_init), log[-3000:]
+        assert sum(hub.downloads.values()) == downloads  # no hub
+        _answers_on_rank_0s_port()
+        _no_more_restarts(podman, pods)
+        _kube_down(podman, played, pods)
+    finally:
+        podman("kube", "down", str(played), check=False)
+
+
+# podman 4.3 without systemd (a chroot, a CI container) fails to remove an exec probe's
+# healthcheck timer and says so with exit 125, though the pods went down: taken as down when
+# that is the only error and no pod of the group is left.
+HEALTHCHECK_TIMER = "unable to get systemd connection to remove healthchecks"
+
+
+def _kube_down(engine: Podman, played: Path, pods: list[dict[str, Any]]) -> None:
+    done = engine("kube", "down", str(played), timeout=180, check=False)
+    if done.returncode == 0:
+        return
+    errors = [line for line in done.stderr.splitlines() if "level=error" in line]
+    left = engine("pod", "ps", "--format", "{{.Name}}").stdout.split()
+    names = {pod["metadata"]["name"] for pod in pods}
+    assert errors and all(HEALTHCHECK_TIMER in line for line in errors) and not names & set(left), done.stderr
 
 
 def _no_more_restarts(engine: Podman, pods: list[dict[str, Any]]) -> None:
@@ -295,7 +379,9 @@ def _rank_2_dies_and_takes_the_group_down(engine: Podman, pods: list[dict[str, A
     status = json.loads(read_inside(engine, pods[2], "/tmp/omni-status.json"))
     engine_pid = status["processes"][1][0]
     killed = engine.python(containers[2], f"import os, signal; os.kill({engine_pid}, signal.SIGKILL)")
-    assert killed.returncode == 0, killed.stderr
+    # podman 4.3 may lose the exec session's end when the kill ends the container first; what
+    # follows checks the kill's effect either way.
+    assert killed.returncode == 0 or "exec died event" in killed.stderr, killed.stderr
     started = time.monotonic()
     down: dict[str, float] = {}
     while len(down) < len(containers) and time.monotonic() - started < GROUP_DOWN_BOUND_S + 30:

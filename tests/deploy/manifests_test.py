@@ -516,15 +516,56 @@ def test_the_model_artifact_is_an_image_volume_every_rank_verifies_itself(capfd)
             kubernetes_validate.validate(as_pod_template(template), version, strict=True)
     with pytest.raises(kubernetes_validate.ValidationError):  # 1.30 has no image volumes: deploy refuses it
         kubernetes_validate.validate(as_pod_template(template), "1.30", strict=True)
-    older = generate(
-        "deepseek_spark", "--repository", "r.example/ds", "--model-image", MODEL_IMAGE, "--kubernetes-version", "1.33"
-    )
-    assert older.returncode == 0 and "ImageVolume feature gate" in older.stderr
+    older = ("--model-image", MODEL_IMAGE, "--kubernetes-version", "1.33")
+    chosen = generate("deepseek_spark", "--repository", "r.example/ds", *older, "--model-source", "image")
+    assert chosen.returncode == 0 and "ImageVolume feature gate" in chosen.stderr
+    _, (pulled, _) = generated("deepseek_spark", "--repository", "r.example/ds", *older)  # below 1.35: pulled
+    assert "initContainers" in pod_spec(pulled, "leader")
     _, (deployment, _) = generated("qwen_mi300x", *QWEN_IMAGE, "--model-image", MODEL_IMAGE)
     qwen = pod_spec(deployment)
     assert {"name": "model", "mountPath": "/models/qwen", "readOnly": True} in qwen["containers"][0]["volumeMounts"]
     for version in IMAGE_VOLUME_VERSIONS:
         kubernetes_validate.validate(deployment, version, strict=True)
+
+
+def test_below_image_volumes_each_rank_pulls_the_artifact_in_an_init_container_of_its_own_image() -> None:
+    flags = ("--model-image", MODEL_IMAGE, "--image-pull-secret", "regcred", "--image-pull-secret", "other")
+    for version in CLUSTER_VERSIONS:
+        pinned = ("--kubernetes-version", version) + (
+            ("--model-source", "registry") if int(version.split(".")[1]) >= 35 else ()
+        )
+        _, (lws, _) = generated("deepseek_spark", "--repository", "r.example/ds", *flags, *pinned)
+        for role in ("leader", "worker"):
+            template = lws["spec"]["leaderWorkerTemplate"][f"{role}Template"]
+            kubernetes_validate.validate(as_pod_template(template), version, strict=True)
+    jsonschema.Draft7Validator(lws_schema()).validate(lws)
+    for role in ("leader", "worker"):
+        spec = pod_spec(lws, role)
+        (init,) = spec["initContainers"]
+        (container,) = spec["containers"]
+        assert init["image"] == container["image"] and init["args"] == ["prepare"] and init["env"] == container["env"]
+        assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert "nvidia.com/gpu" not in json.dumps(init["resources"]) and "Probe" not in json.dumps(init)
+        env = {item["name"]: item.get("value") for item in container["env"]}
+        assert env["MODEL_SOURCE"] == "registry" and env["MODEL_ARTIFACT"] == MODEL_IMAGE
+        assert env["REGISTRY_AUTH_FILE"] == "/etc/omni/registry-auth/config.json" and "HF_TOKEN" not in env
+        volumes = {volume["name"]: volume for volume in spec["volumes"]}
+        assert volumes["models"] == {"name": "models", "emptyDir": {}}  # this pod's own copy: no shared volume
+        assert volumes["registry-auth"]["secret"]["secretName"] == "regcred"  # the first pull secret
+        assert volumes["registry-auth"]["secret"]["items"] == [{"key": ".dockerconfigjson", "path": "config.json"}]
+        mounts = {mount["name"]: mount for mount in init["volumeMounts"]}
+        assert mounts["models"] == {"name": "models", "mountPath": "/models", "readOnly": False}
+        assert {"state", "registry-auth"} <= set(mounts) and not {"dshm", "rank-key"} & set(mounts)
+        assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsGroup"]  # writable for the pull
+    cache = generated(
+        "deepseek_spark", "--repository", "r.example/ds", "--model-source", "registry", "--model-image", MODEL_IMAGE,
+        "--model-host-path", "/var/cache/omni-models",
+    )[1][0]  # fmt: skip
+    volumes = {volume["name"]: volume for volume in pod_spec(cache, "worker")["volumes"]}
+    assert volumes["models"]["hostPath"]["path"] == "/var/cache/omni-models"  # a node's own cache
+    assert "registry-auth" not in volumes  # no pull secret: the registry's anonymous access
+    qwen = refusal(generate("qwen_mi300x", *QWEN_IMAGE, "--model-source", "registry", "--model-image", MODEL_IMAGE))
+    assert qwen["field"] == "--model-source" and "carries no puller" in qwen["error"]
 
 
 QWEN_IMAGE = ("--repository", "r.example/qwen")
@@ -536,19 +577,42 @@ QWEN_IMAGE = ("--repository", "r.example/qwen")
         (("--model-image", "registry.example/models/ds:v1"), "--model-image", "by digest"),
         (("--model-image", "Registry.example/X@sha256:" + "5" * 64), "--model-image", ""),
         (("--model-image", MODEL_IMAGE, "--model-pvc", "m"), "--model-pvc", "exactly one of"),
-        (("--model-image", MODEL_IMAGE, "--kubernetes-version", "1.30"), "--kubernetes-version", "1.31 or later"),
+        (("--model-pvc", "m", "--model-host-path", "/srv/m"), "--model-pvc", "exactly one of"),
+        (("--model-source", "image", "--kubernetes-version", "1.30"), "--model-image", "the image pins none"),
+        (("--model-source", "registry"), "--model-image", "the image pins none"),
+        (("--model-source", "pvc"), "--model-pvc", "needs --model-pvc"),
+        (("--model-source", "host-path"), "--model-host-path", "needs --model-host-path"),
+        (("--model-source", "hub", "--model-pvc", "m"), "--model-source", "expected one of image, registry"),
+        (("--model-source", "image", "--model-image", MODEL_IMAGE, "--model-pvc", "m"), "--model-pvc", "mounts the"),
+        (("--model-source", "registry", "--model-image", MODEL_IMAGE, "--model-pvc", "m"), "--model-pvc", "own copy"),
+        (("--model-source", "pvc", "--model-pvc", "m", "--model-image", MODEL_IMAGE), "--model-pvc", "exactly one of"),
+        (
+            ("--model-source", "image", "--model-image", MODEL_IMAGE, "--kubernetes-version", "1.30"),
+            "--kubernetes-version",
+            "1.31 or later",
+        ),
         (("--model-image", MODEL_IMAGE, "--kubernetes-version", "1.x"), "--kubernetes-version", "1.MINOR"),
         (("--model-pvc", "m", "--kubernetes-version", "2.0"), "--kubernetes-version", "1.MINOR"),
         (("--model-image", MODEL_IMAGE, "--hf-token-secret", "t"), "--hf-token-secret", "nothing is downloaded"),
         (("--model-image", MODEL_IMAGE, "--env", "MODEL_SOURCE=hub"), "MODEL_SOURCE", "manifest sets it"),
         *(
-            (("--model-image", MODEL_IMAGE, "--env", f"{name}={value}"), name, "beside an image volume")
+            (("--model-image", MODEL_IMAGE, *source, "--env", f"{name}={value}"), name, "with the model artifact")
+            for source in ((), ("--model-source", "registry"))
             for name, value in (
                 ("SKIP_PREPARE", "1"),
                 ("SKIP_VERIFY", "1"),
                 ("CHECKPOINT_LOCK", "/tmp/other.lock.json"),
                 ("CHECKPOINT_LOCK_SHA256", "0" * 64),
             )
+        ),
+        *(
+            (("--model-image", MODEL_IMAGE, "--model-source", "registry", "--env", f"{name}=x"), name, "manifest sets")
+            for name in ("MODEL_ARTIFACT", "REGISTRY_AUTH_FILE")
+        ),
+        (
+            ("--model-image", MODEL_IMAGE, "--model-source", "registry", "--hf-token-secret", "t"),
+            "--hf-token-secret",
+            "nothing is downloaded",
         ),
     ],
 )
@@ -574,11 +638,15 @@ def test_the_pinned_artifact_is_the_default_model_volume_and_another_digest_is_r
 
     def chosen(**flags: str) -> str:
         return model_image(
-            contract, argparse.Namespace(**{"model_image": "", "model_pvc": "", "model_host_path": "", **flags})
+            contract,
+            argparse.Namespace(
+                **{"model_image": "", "model_pvc": "", "model_host_path": "", "model_source": "", **flags}
+            ),
         )
 
     assert chosen() == "registry.example/models/qwen@sha256:" + "6" * 64
     assert chosen(model_pvc="m") == ""  # an explicit volume wins
+    assert chosen(model_host_path="/srv/cache", model_source="registry").endswith("6" * 64)  # a cache to pull into
     assert chosen(model_image="mirror.example/q@sha256:" + "6" * 64) == "mirror.example/q@sha256:" + "6" * 64
     with pytest.raises(DeployError) as refused:
         chosen(model_image=MODEL_IMAGE)

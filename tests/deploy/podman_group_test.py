@@ -92,6 +92,36 @@ def test_the_edits_and_only_those(manifests: Path, version: tuple[int, int]) -> 
         assert pod == before
 
 
+@pytest.mark.parametrize("version", [(4, 3), (4, 6), (5, 4)])
+def test_an_init_container_gets_the_group_edits_and_is_left_off_only_where_podman_restarts_it(
+    manifests: Path, tmp_path: Path, version: tuple[int, int]
+) -> None:
+    """--model-source registry's init container: LWS injects its variables there too, so the
+    leader address and the expansion reach it; podman before 4.6 would restart it forever."""
+    output = tmp_path / "pulled.yaml"
+    done = subprocess.run(
+        [str(RUNNER), "--repository", "registry.example/omni/deepseek", "--model-source", "registry"]
+        + ["--model-image", "registry.example/models/ds@sha256:" + "5" * 64, "--network", "host"]
+        + ["--output", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "xdg")},
+    )
+    assert done.returncode == 0, done.stderr
+    pods, made = podman_pods(read_lws(output), "127.0.0.1", version)
+    assert ("init-containers" in made) == (version < (4, 6))
+    for index, pod in enumerate(pods):
+        if version < (4, 6):
+            assert "initContainers" not in pod["spec"]
+            continue
+        (init,) = pod["spec"]["initContainers"]
+        values = {e["name"]: e.get("value") for e in init["env"]}
+        assert (values["NNODES"], values["NODE_RANK"], values["LWS_LEADER_ADDRESS"]) == ("3", str(index), "127.0.0.1")
+        volumes = {v["name"] for v in pod["spec"]["volumes"]}
+        assert f"{PODS[index]}-models" in volumes and {m["name"] for m in init["volumeMounts"]} <= volumes
+
+
 def test_the_expansion_is_the_kubelets() -> None:
     assert k8s_expand("$$(A)$(A)$(B)", {"A": "x"}) == "$(A)x$(B)"
     container = {"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "$(A)-$(C)"}, {"name": "C", "value": "3"}]}

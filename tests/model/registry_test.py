@@ -22,7 +22,7 @@ from tests.fixtures.model import REVISION, checkpoint_files, write_checkpoint
 from tests.fixtures.oci import SKOPEO, UMOCI, run
 from tests.fixtures.pins import key_pair
 from tests.fixtures.raw_tar import EOA, member
-from tests.fixtures.registry import LoopbackRegistry, no_credentials
+from tests.fixtures.registry import LoopbackRegistry, only_credentials
 from tests.fixtures.tools import hold_run_lock
 from tools.model.cli import main
 from tools.model.errors import ModelError
@@ -47,13 +47,7 @@ def registry():
 
 @pytest.fixture
 def world(tmp_path: Path, registry, monkeypatch):
-    no_credentials(tmp_path / "home", monkeypatch)
-    for name, value in (
-        ("OMNI_REGISTRY_USERNAME", USER),
-        ("OMNI_REGISTRY_PASSWORD", PASSWORD),
-        ("OMNI_REGISTRY_HOST", registry.host),
-    ):
-        monkeypatch.setenv(name, value)
+    only_credentials(tmp_path / "home", monkeypatch, registry.host, USER, PASSWORD)
     root, lock_path = tmp_path / "checkpoint", tmp_path / "lock.json"
     write_checkpoint(root, checkpoint_files(), lock_path)
     private, public = key_pair(tmp_path, "signer")

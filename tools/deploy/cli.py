@@ -27,9 +27,9 @@ from attest.files import write_atomic
 from tools.deploy.contract import ImageContract, read_contract
 from tools.deploy.emit import render
 from tools.deploy.errors import DeployError
-from tools.deploy.inputs import DEFAULT_KUBERNETES_VERSION, IMAGE_VOLUMES_DEFAULT_ON, whole_number
+from tools.deploy.inputs import DEFAULT_KUBERNETES_VERSION, IMAGE_VOLUMES_DEFAULT_ON, MODEL_SOURCES, whole_number
 from tools.deploy.kustomize import generated_by_deploy, write_base
-from tools.deploy.manifests import Options, check_pins, provenance, resources
+from tools.deploy.manifests import Options, check_pins, provenance, resolved, resources
 from tools.deploy.scheduling import Scheduling, label_pair, toleration
 from tools.oci.format.errors import OciError
 from tools.oci.format.reference import Reference
@@ -157,10 +157,20 @@ def _output_flags(parser: argparse.ArgumentParser) -> None:
 def _model_flags(parser: argparse.ArgumentParser) -> None:
     """Where the checkpoint comes from: an image volume, a claim or a host directory."""
     parser.add_argument(
+        "--model-source",
+        default="",
+        metavar="|".join(MODEL_SOURCES),
+        help="where the checkpoint comes from: image (the artifact as a read-only image volume), registry (each "
+        "pod's init container pulls the artifact into an emptyDir, or into --model-host-path as a node cache), "
+        "pvc or host-path (rank 0 downloads from the hub); default: pvc or host-path when named, else image from "
+        "Kubernetes 1.35 and registry below it (the launcher's image: always image)",
+    )
+    parser.add_argument(
         "--model-image",
         default="",
-        help="REGISTRY/REPO@sha256:... of the model artifact (tools/model), mounted read-only as an image "
-        "volume (default: the image's pin model.artifact, when neither --model-pvc nor --model-host-path is given)",
+        help="REGISTRY/REPO@sha256:... of the model artifact (tools/model), a mirror's repository allowed (default: "
+        "the image's pin model.artifact, when neither --model-pvc nor --model-host-path is given, or with "
+        "--model-source image or registry)",
     )
     parser.add_argument(
         "--kubernetes-version",
@@ -247,7 +257,8 @@ def model_image(contract: ImageContract, args: argparse.Namespace) -> str:
     artifact = contract.baked.pins.model.artifact
     pinned = f"{artifact.repository}@{artifact.digest}" if artifact is not None and artifact.digest else ""
     if not args.model_image:
-        return pinned if not (args.model_pvc or args.model_host_path) else ""
+        wanted = args.model_source in ("image", "registry") or not (args.model_pvc or args.model_host_path)
+        return pinned if wanted else ""
     if pinned and not args.model_image.endswith("@" + artifact.digest):
         raise DeployError(
             f"--model-image {args.model_image!r} is not the artifact the image pins ({pinned})", field="--model-image"
@@ -269,7 +280,7 @@ def _scheduling(args: argparse.Namespace) -> Scheduling:
 
 
 def _image_volume_note(options: Options) -> None:
-    if options.model_image and (1, options.kubernetes_minor) < IMAGE_VOLUMES_DEFAULT_ON:
+    if options.model_source == "image" and (1, options.kubernetes_minor) < IMAGE_VOLUMES_DEFAULT_ON:
         print(
             f"deploy: note: on Kubernetes {options.kubernetes_version} image volumes need the ImageVolume feature "
             "gate (kube-apiserver and kubelet) and a runtime that mounts them (containerd 2.1+, CRI-O 1.31+); "
@@ -294,6 +305,7 @@ def _options(contract: ImageContract, args: argparse.Namespace) -> Options:
         startup_timeout_s=whole_number("--startup-timeout", args.startup_timeout),
         env=dict(args.env),
         model_image=model_image(contract, args),
+        model_source=args.model_source,
         kubernetes_version=args.kubernetes_version,
         scheduling=_scheduling(args),
         network_policy=args.network_policy,
@@ -334,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         check_pins(contract)
         options = _options(contract, args)
         items = resources(contract, options, known_secrets())
-        _image_volume_note(options)
+        _image_volume_note(resolved(contract, options))
         pins = contract.baked.pins
 
         def rendered(documents: list[dict]) -> str:

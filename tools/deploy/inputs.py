@@ -64,6 +64,9 @@ SYSTEM_TREES = (
 IMAGE_VOLUMES_SINCE = (1, 31)
 IMAGE_VOLUMES_DEFAULT_ON = (1, 35)
 DEFAULT_KUBERNETES_VERSION = "1.35"
+# Where the checkpoint comes from (--model-source): the artifact as an image volume, the artifact
+# pulled by each pod's init container (boot.registry_source), a claim or a host directory.
+MODEL_SOURCES = ("image", "registry", "pvc", "host-path")
 KUBERNETES_VERSION_RE = re.compile(r"^1\.([0-9]{1,2})$")
 # Whole top-level directories: a model lives in a directory of its own below them.
 TOP_LEVEL = ("/", "/home", "/mnt", "/media", "/opt", "/srv", "/tmp", "/var")
@@ -83,7 +86,8 @@ class Options:
     dist_port: int = 20000
     startup_timeout_s: int = 0  # 0: the target's own budget
     env: dict[str, str] = field(default_factory=dict)
-    model_image: str = ""  # REGISTRY/REPO@sha256:...: the model artifact as an image volume
+    model_image: str = ""  # REGISTRY/REPO@sha256:...: the model artifact (an image volume or pulled)
+    model_source: str = ""  # one of MODEL_SOURCES (resolve_model_source)
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     scheduling: Scheduling = field(default_factory=Scheduling)
     network_policy: bool = False
@@ -107,8 +111,23 @@ def kubernetes_minor(version: str) -> int:
     return int(found.group(1))
 
 
+def resolve_model_source(flag: str, *, artifact: str, pvc: str, host_path: str, minor: int, program: str) -> str:
+    """--model-source, else what the other flags and the cluster imply: a claim or host directory
+    when one is named; the artifact as an image volume where the cluster mounts one by default
+    (and always for the launcher, whose image carries no puller); below that, pulled by boot."""
+    if flag:
+        return flag
+    if pvc:
+        return "pvc"
+    if host_path:
+        return "host-path"
+    if artifact:
+        return "image" if program != "boot" or (1, minor) >= IMAGE_VOLUMES_DEFAULT_ON else "registry"
+    return ""
+
+
 def check_model_image(options: Options) -> None:
-    """The model artifact's reference (by digest) and a cluster that can mount it."""
+    """The model artifact's reference (by digest) and, for an image volume, a cluster that can mount it."""
     try:
         ref = Reference.parse(options.model_image)
     except OciError as exc:
@@ -118,12 +137,65 @@ def check_model_image(options: Options) -> None:
             f"--model-image {options.model_image!r}: name the artifact by digest (REGISTRY/REPO@sha256:...)",
             field="--model-image",
         )
-    if (1, options.kubernetes_minor) < IMAGE_VOLUMES_SINCE:
+    if options.model_source == "image" and (1, options.kubernetes_minor) < IMAGE_VOLUMES_SINCE:
         raise DeployError(
             f"--kubernetes-version {options.kubernetes_version}: image volumes (the model artifact) need Kubernetes "
-            "1.31 or later; use --model-pvc or --model-host-path on this cluster",
+            "1.31 or later; use --model-source registry (each pod pulls it), --model-pvc or --model-host-path",
             field="--kubernetes-version",
         )
+
+
+def check_model_source(options: Options, *, single_pod: bool, program: str) -> None:
+    """One place the checkpoint comes from, with what that place needs."""
+    source, flag = options.model_source, "--model-source"
+    if not source:
+        raise DeployError(
+            "name where the checkpoint is: exactly one of --model-image REGISTRY/REPO@sha256:... (the default when "
+            "the image pins model.artifact), --model-pvc NAME or --model-host-path PATH",
+            field="--model-pvc",
+        )
+    if source not in MODEL_SOURCES:
+        raise DeployError(f"{flag} {source!r}: expected one of {', '.join(MODEL_SOURCES)}", field=flag)
+    named = {"pvc": options.model_pvc, "host-path": options.model_host_path}
+    if source in named and not named[source]:
+        raise DeployError(f"{flag} {source} needs --model-{source} (none given)", field=f"--model-{source}")
+    if source in ("pvc", "host-path") and (options.model_image or (options.model_pvc and options.model_host_path)):
+        raise DeployError(
+            "name where the checkpoint is with exactly one of --model-pvc, --model-host-path or --model-image",
+            field="--model-pvc",
+        )
+    if source in ("image", "registry"):
+        _check_artifact_source(options, single_pod=single_pod, program=program)
+
+
+def _check_artifact_source(options: Options, *, single_pod: bool, program: str) -> None:
+    source, flag = options.model_source, "--model-source"
+    if not options.model_image:
+        raise DeployError(
+            f"{flag} {source} needs the model artifact: --model-image REGISTRY/REPO@sha256:... (the image pins none)",
+            field="--model-image",
+        )
+    check_model_image(options)
+    if source == "image" and (options.model_pvc or options.model_host_path):
+        raise DeployError(
+            f"{flag} image mounts the artifact itself: --model-pvc and --model-host-path are for pvc, host-path, "
+            "or registry (a cache the pods pull into)",
+            field="--model-pvc" if options.model_pvc else "--model-host-path",
+        )
+    if source == "registry" and program != "boot":
+        raise DeployError(
+            f"{flag} registry: the {program}'s image carries no puller; use image (an image volume), pvc or host-path",
+            field=flag,
+        )
+    if source == "registry" and options.model_pvc and not single_pod:
+        raise DeployError(
+            f"{flag} registry with --model-pvc: every rank pulls its own copy, and a claim may be shared by the "
+            "ranks; use the default emptyDir or --model-host-path (a node's own cache)",
+            field="--model-pvc",
+        )
+    if options.hf_token_secret:
+        raise DeployError(f"--hf-token-secret: the model comes from its artifact ({flag} {source}); nothing is "
+                          "downloaded from the hub", field="--hf-token-secret")  # fmt: skip
 
 
 def model_host_path(value: str) -> str:
@@ -168,7 +240,9 @@ def check_env(name: str, value: str, managed: dict[str, str], secrets: tuple[str
         raise DeployError(f"--env {name}: the value has a control character", field=name)
 
 
-def check_options(options: Options, *, single_pod: bool, managed: dict[str, str], secrets: tuple[str, ...]) -> None:
+def check_options(
+    options: Options, *, single_pod: bool, program: str, managed: dict[str, str], secrets: tuple[str, ...]
+) -> None:
     """Every operator choice, refused naming its flag before anything is made."""
     dns_label("--namespace", options.namespace)
     for flag, value in (
@@ -181,21 +255,9 @@ def check_options(options: Options, *, single_pod: bool, managed: dict[str, str]
         if value:
             dns_subdomain(flag, value)
     options.kubernetes_minor  # noqa: B018 - refused here when it is not 1.MINOR
-    if sum(map(bool, (options.model_pvc, options.model_host_path, options.model_image))) != 1:
-        raise DeployError(
-            "name where the checkpoint is: exactly one of --model-pvc NAME, --model-host-path PATH or "
-            "--model-image REGISTRY/REPO@sha256:... (the default when the image pins model.artifact)",
-            field="--model-pvc",
-        )
+    check_model_source(options, single_pod=single_pod, program=program)
     if options.model_host_path:
         model_host_path(options.model_host_path)
-    if options.model_image:
-        check_model_image(options)
-        if options.hf_token_secret:
-            raise DeployError(
-                "--hf-token-secret: the model comes from its image volume; nothing is downloaded",
-                field="--hf-token-secret",
-            )
     if options.network not in ("pod", "host"):
         raise DeployError(f"--network {options.network!r}: expected pod or host", field="--network")
     if single_pod and (options.network != "pod" or options.rdma_network):

@@ -5,6 +5,7 @@ image, a LeaderWorkerSet and Service for the multi-node boot image. Pure functio
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from attest.edge.status import MAIN_PID_VARIABLE, STATUS_FILE_VARIABLE
@@ -15,8 +16,17 @@ from launcher import settings as launcher_settings
 from tools.deploy import lws
 from tools.deploy.contract import ImageContract
 from tools.deploy.errors import DeployError
-from tools.deploy.inputs import INT32_MAX, Options, check_options, kubernetes_verbatim
-from tools.deploy.pods import RANK_KEY_DIR, RANK_KEY_SECRET_KEY, k8s_name, pod_spec, probes, rank_probes, status_file
+from tools.deploy.inputs import INT32_MAX, Options, check_options, kubernetes_verbatim, resolve_model_source
+from tools.deploy.pods import (
+    RANK_KEY_DIR,
+    RANK_KEY_SECRET_KEY,
+    REGISTRY_AUTH_FILE,
+    k8s_name,
+    pod_spec,
+    probes,
+    rank_probes,
+    status_file,
+)
 from tools.deploy.policies import disruption_budget, network_policy, scrape_annotations, service_monitor
 from tools.deploy.targets import TARGETS, Target
 
@@ -41,13 +51,19 @@ def _setting(settings: tuple, name: str) -> Any:
     raise DeployError(f"{name} is no longer a setting of this program; the deploy generator is out of step", field=name)
 
 
-# Beside an image volume, boot verifies every rank's copy against the image's pinned lock: no
-# variable may skip that or name another lock (boot refuses the skips too, boot/checkpoint/volume.py).
-IMAGE_VOLUME_FIXED = {
-    "SKIP_PREPARE": "is refused beside an image volume: every rank verifies its own copy",
-    "SKIP_VERIFY": "is refused beside an image volume: every rank verifies its own copy",
-    "CHECKPOINT_LOCK": "is the image's pinned lock beside an image volume",
-    "CHECKPOINT_LOCK_SHA256": "is the image's pinned lock beside an image volume",
+# From the model artifact (an image volume, or pulled by each pod), boot verifies every rank's copy
+# against the image's pinned lock: no variable may skip that or name another lock (boot refuses
+# the skips too, boot/checkpoint/volume.py).
+ARTIFACT_SOURCES = ("image", "registry")
+ARTIFACT_FIXED = {
+    "SKIP_PREPARE": "is refused with the model artifact: every rank verifies its own copy",
+    "SKIP_VERIFY": "is refused with the model artifact: every rank verifies its own copy",
+    "CHECKPOINT_LOCK": "is the image's pinned lock with the model artifact",
+    "CHECKPOINT_LOCK_SHA256": "is the image's pinned lock with the model artifact",
+}
+REGISTRY_FIXED = {
+    "MODEL_ARTIFACT": "is the artifact deploy names (--model-image, else the pin model.artifact)",
+    "REGISTRY_AUTH_FILE": "is the mounted --image-pull-secret, used for the artifact too",
 }
 
 
@@ -69,7 +85,7 @@ def _managed(target: Target, options: Options) -> dict[str, str]:
         names = {
             "API_KEY": "comes from the Secret (--secret)",
             "HF_TOKEN": "comes from --hf-token-secret",
-            "MODEL_SOURCE": "follows the model's volume (image with --model-image)",
+            "MODEL_SOURCE": "follows --model-source",
             "SERVER_PORT": "is the image's exposed port",
             "NNODES": "comes from LeaderWorkerSet",
             "NODE_RANK": "comes from LeaderWorkerSet",
@@ -81,15 +97,18 @@ def _managed(target: Target, options: Options) -> dict[str, str]:
             MAIN_PID_VARIABLE: "is 1: the probe takes only the verdict of the container's main process",
         }
         settings = boot_settings.SETTINGS
-        if options.model_image:
-            names.update(IMAGE_VOLUME_FIXED)
+        if options.model_source in ARTIFACT_SOURCES:
+            names.update(ARTIFACT_FIXED)
+        if options.model_source == "registry":
+            names.update(REGISTRY_FIXED)
     for name in names:
-        if name not in ("HF_TOKEN", MAIN_PID_VARIABLE):  # the token's Secret; the probe's own variable
+        # The token's Secret; the probe's own variable; the registry stack's (tools.oci.remote.credentials).
+        if name not in ("HF_TOKEN", MAIN_PID_VARIABLE, "REGISTRY_AUTH_FILE"):
             _setting(settings, name)
     return names
 
 
-def _check_options(contract: ImageContract, options: Options, secrets: tuple[str, ...]) -> Target:
+def _target(contract: ImageContract) -> Target:
     target = TARGETS.get(contract.baked.pins.hardware.profile)
     if target is None:
         raise DeployError(
@@ -97,8 +116,33 @@ def _check_options(contract: ImageContract, options: Options, secrets: tuple[str
             f"(known: {', '.join(sorted(TARGETS))})",
             field="hardware.profile",
         )
-    check_options(options, single_pod=target.group_size == 1, managed=_managed(target, options), secrets=secrets)
     return target
+
+
+def resolved(contract: ImageContract, options: Options) -> Options:
+    """The options with their model source resolved for the image's target (--model-source's default)."""
+    source = resolve_model_source(
+        options.model_source,
+        artifact=options.model_image,
+        pvc=options.model_pvc,
+        host_path=options.model_host_path,
+        minor=options.kubernetes_minor,
+        program=_target(contract).program,
+    )
+    return replace(options, model_source=source)
+
+
+def _check_options(contract: ImageContract, options: Options, secrets: tuple[str, ...]) -> tuple[Options, Target]:
+    """The options with their model source resolved, each checked, and the image's target."""
+    target, options = _target(contract), resolved(contract, options)
+    check_options(
+        options,
+        single_pod=target.group_size == 1,
+        program=target.program,
+        managed=_managed(target, options),
+        secrets=secrets,
+    )
+    return options, target
 
 
 def _labels(name: str, component: str) -> dict[str, str]:
@@ -242,7 +286,7 @@ def _boot_pods(
         target,
         env=env,
         probes=probes(contract, target.program, port, startup_s),
-        model_writable=not options.model_image,
+        model_writable=options.model_source != "image",
         capabilities=capabilities,
     )
     worker = pod_spec(
@@ -251,7 +295,7 @@ def _boot_pods(
         target,
         env=env,
         probes=rank_probes(contract, target.program, startup_s),
-        model_writable=False,
+        model_writable=options.model_source == "registry",  # each rank pulls its own copy
         capabilities=capabilities,
         serves_api=False,
     )
@@ -272,8 +316,14 @@ def _group_env(contract: ImageContract, options: Options, name: str) -> list[dic
     ]
     if options.hf_token_secret:
         group.append(_secret_env("HF_TOKEN", options.hf_token_secret, HF_TOKEN_SECRET_KEY))
-    # With the artifact's image volume every rank verifies its own read-only copy (boot.checkpoint.volume).
-    group.append({"name": "MODEL_SOURCE", "value": "image" if options.model_image else "hub"})
+    # From the artifact every rank verifies its own copy: an image volume's (boot.checkpoint.volume)
+    # or the one its init container pulled (boot.registry_source).
+    source = options.model_source if options.model_source in ARTIFACT_SOURCES else "hub"
+    group.append({"name": "MODEL_SOURCE", "value": source})
+    if source == "registry":
+        group.append({"name": "MODEL_ARTIFACT", "value": options.model_image})
+        if options.scheduling.image_pull_secrets:
+            group.append({"name": "REGISTRY_AUTH_FILE", "value": REGISTRY_AUTH_FILE})
     group += [
         {"name": "RANK_KEY_FILE", "value": f"{RANK_KEY_DIR}/{RANK_KEY_SECRET_KEY}"},
         {"name": "RANK_GROUP", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{lws.GROUP_KEY_LABEL}']"}}},
@@ -353,7 +403,7 @@ def check_pins(contract: ImageContract) -> None:
 def resources(contract: ImageContract, options: Options, secrets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Every resource of the image's deployment; refused (DeployError) before anything is made."""
     check_pins(contract)
-    target = _check_options(contract, options, secrets)
+    options, target = _check_options(contract, options, secrets)
     made = (_launcher_resources if target.program == "launcher" else _boot_resources)(contract, options, target)
     for item in made:  # what runs, on every resource (kustomize's commonAnnotations do the same)
         item["metadata"]["annotations"] = provenance(contract)

@@ -25,6 +25,12 @@ RANK_KEY_SECRET_KEY = "key"
 # Where every rank of the group reads the key that authenticates rank 0's verdict (boot.ranks):
 # a Secret's volume, outside the model volume whose verdicts it authenticates.
 RANK_KEY_DIR = "/etc/omni/rank-key"
+# MODEL_SOURCE=registry: the first --image-pull-secret (a kubernetes.io/dockerconfigjson Secret)
+# mounted as the registry stack's auth file, so the artifact is pulled as the image was.
+REGISTRY_AUTH_DIR = "/etc/omni/registry-auth"
+REGISTRY_AUTH_FILE = REGISTRY_AUTH_DIR + "/config.json"
+DOCKER_CONFIG_KEY = ".dockerconfigjson"
+MODEL_PULL_CONTAINER = "model-pull"
 
 
 def k8s_name(image: str) -> str:
@@ -114,15 +120,11 @@ def _volumes(
     volumes, mounts = [], []
     for path in contract.volumes:
         name = path.strip("/").replace("/", "-").replace("_", "-").lower() or "root"
-        if path == model_mount and options.model_image:
+        if path == model_mount and options.model_source == "image":
             _image_volume(volumes, mounts, name, path, model_path, options.model_image)
             continue
         if path == model_mount:
-            source = (
-                {"persistentVolumeClaim": {"claimName": options.model_pvc, "readOnly": not model_writable}}
-                if options.model_pvc
-                else {"hostPath": {"path": model_host_path(options.model_host_path), "type": "Directory"}}
-            )
+            source = _model_volume(options, model_writable)
             mounts.append({"name": name, "mountPath": path, "readOnly": not model_writable})
         else:
             source = {"emptyDir": {}}
@@ -139,7 +141,46 @@ def _volumes(
         secret_source = {"secretName": secret, "items": items, "defaultMode": 0o444, "optional": False}
         volumes.append({"name": "rank-key", "secret": secret_source})
         mounts.append({"name": "rank-key", "mountPath": RANK_KEY_DIR, "readOnly": True})
+    if options.model_source == "registry" and options.scheduling.image_pull_secrets:
+        items = [{"key": DOCKER_CONFIG_KEY, "path": "config.json"}]
+        secret_source = {
+            "secretName": options.scheduling.image_pull_secrets[0],
+            "items": items,
+            "defaultMode": 0o444,  # as the rank key's: read by the image's user, who has no fsGroup on workers
+            "optional": False,
+        }
+        volumes.append({"name": "registry-auth", "secret": secret_source})
+        mounts.append({"name": "registry-auth", "mountPath": REGISTRY_AUTH_DIR, "readOnly": True})
     return volumes, mounts
+
+
+def _model_volume(options: Options, writable: bool) -> dict[str, Any]:
+    """The model's volume: a claim, a host directory, or (registry alone) the pod's own emptyDir."""
+    if options.model_pvc:
+        return {"persistentVolumeClaim": {"claimName": options.model_pvc, "readOnly": not writable}}
+    if options.model_host_path:
+        return {"hostPath": {"path": model_host_path(options.model_host_path), "type": "Directory"}}
+    return {"emptyDir": {}}  # MODEL_SOURCE=registry: the init container pulls into it
+
+
+def model_pull_container(container: dict[str, Any]) -> dict[str, Any]:
+    """MODEL_SOURCE=registry: the serving image's own `boot prepare` as the init container, so the
+    pod's copy is pulled and verified (and its receipt written) before the server starts. Same
+    image, variables, user and volumes; no GPU, no port, no probes, no /dev/shm, no rank key."""
+    resources = {
+        kind: {name: value for name, value in amounts.items() if name in ("cpu", "memory")}
+        for kind, amounts in container["resources"].items()
+    }
+    return {
+        "name": MODEL_PULL_CONTAINER,
+        "image": container["image"],
+        "imagePullPolicy": container["imagePullPolicy"],
+        "args": ["prepare"],
+        "env": container["env"],
+        "resources": {kind: amounts for kind, amounts in resources.items() if amounts},
+        "securityContext": {**container["securityContext"], "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [mount for mount in container["volumeMounts"] if mount["name"] not in ("dshm", "rank-key")],
+    }
 
 
 def _image_volume(volumes: list, mounts: list, name: str, path: str, model_path: str, reference: str) -> None:
@@ -211,6 +252,7 @@ def pod_spec(
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "securityContext": security,
+        **({"initContainers": [model_pull_container(container)]} if options.model_source == "registry" else {}),
         "containers": [container],
         "volumes": volumes,
         **pod_fields(target, options.scheduling),

@@ -249,6 +249,7 @@ def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress) ->
         "files": len(pairs),
         "fetched": len(wanted),
         "kept": len(kept),
+        "kept_bytes": sum(item.size for _, item in pairs if item.path in kept),
         "fetched_bytes": total,
         "lock_sha256": hashlib.sha256(lock_bytes).hexdigest(),
         "repo": lock.repo,

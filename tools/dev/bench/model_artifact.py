@@ -7,8 +7,9 @@ Side by side in one run, each push to a fresh loopback docker-registry:
    one pass (`push --model --lock`), and as pack then push; `oras push` of the same files; `crane
    push` of the same layer blobs already written out as an OCI layout.
 2. pull, every byte checked against a known digest: ours (files written and fsynced, each hashed
-   against the lock as it arrives) against `oras pull` + `sync`, to disk; and both into tmpfs
-   (`--memory-gb`, page cache warm): the path without the disk.
+   against the lock as it arrives) against `oras pull` + `sync`, to disk; `boot prepare` with
+   MODEL_SOURCE=registry (what the init container runs: the same pull, then the receipt) against
+   that pull; and both into tmpfs (`--memory-gb`, page cache warm): the path without the disk.
 3. what bounds them here: `openssl speed sha256` on all cores and `dd` with fdatasync.
 4. re-push of a `--small-files` checkpoint whose blobs are all there: HEADs only.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import functools
+import hashlib
 import json
 import os
 import re
@@ -34,6 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from boot.settings import REPO as BOOT_REPO
+from boot.settings import REVISION as BOOT_REVISION
 from tests.fixtures.model import synthetic_checkpoint
 from tests.fixtures.registry import LoopbackRegistry
 from tools.dev.bench.peers import cores, openssl_sha256_per_core_mb_s, optional, require
@@ -233,11 +237,28 @@ def _pulls_to_disk(work: Path, root: Path, lock: Path, oras: str | None) -> dict
         image = json.loads(runs["push of the pack"].out)["image"]
         runs["pull"] = _timed_child(_model("pull", image, str(work / "pulled"), "--lock", str(lock)))
         shutil.rmtree(work / "pulled")
+        os.sync()
+        runs["boot prepare"] = _timed_child([sys.executable, "-m", "boot", "prepare"], env=_boot_env(work, image, lock))
+        shutil.rmtree(work / "boot")
         if oras:
             os.sync()
             runs["oras pull"] = _oras_pull(oras, f"{ours.host}/bench/oras:1", work / "pulled", sync=True)
             shutil.rmtree(work / "pulled")
     return runs
+
+
+def _boot_env(work: Path, image: str, lock: Path) -> dict[str, str]:
+    """boot as the init container of --model-source registry runs it: the artifact by digest, the
+    pinned lock, its own model and state directories."""
+    return {
+        **os.environ,
+        "MODEL_SOURCE": "registry",
+        "MODEL_ARTIFACT": image,
+        "MODEL_PATH": str(work / "boot" / "model"),
+        "STATE_PATH": str(work / "boot" / "state"),
+        "CHECKPOINT_LOCK": str(lock),
+        "CHECKPOINT_LOCK_SHA256": hashlib.sha256(lock.read_bytes()).hexdigest(),
+    }
 
 
 def _ratio(runs: dict[str, Run], ours: str, theirs: str, missing: str) -> str:
@@ -267,6 +288,8 @@ def _rows(total: int, memory: int, runs: dict[str, Run], ceiling: float, missing
         (f"tools/model pull + verify, to disk ({total / 1e9:.2g} GB)", runs["pull"].row(total)),
         ("oras pull + sync, to disk", oras["oras pull"]),
         ("pull / oras pull, to disk", _ratio(runs, "pull", "oras pull", missing)),
+        ("boot prepare, MODEL_SOURCE=registry (the init container)", runs["boot prepare"].row(total)),
+        ("boot prepare / tools/model pull", _ratio(runs, "boot prepare", "pull", missing)),
         (f"tools/model pull to tmpfs ({memory / 1e9:.2g} GB, page cache warm)", runs["tmpfs"].row(memory)),
         ("oras pull to tmpfs", oras["oras tmpfs"]),
         ("pull / oras pull, to tmpfs", _ratio(runs, "tmpfs", "oras tmpfs", missing)),
@@ -282,7 +305,10 @@ def main() -> int:
         work = Path(tmp)
         root, lock = work / "checkpoint", work / "lock.json"
         print(f"model_artifact: writing {args.size_gb:g} GB in {args.files} files ...", file=sys.stderr, flush=True)
-        synthetic_checkpoint(root, lock, files=args.files, total_bytes=int(args.size_gb * 1e9))
+        # boot's own model and revision in the lock, so `boot prepare` takes it (MODEL_SOURCE=registry).
+        synthetic_checkpoint(
+            root, lock, files=args.files, total_bytes=int(args.size_gb * 1e9), repo=BOOT_REPO, revision=BOOT_REVISION
+        )
         total = sum(p.stat().st_size for p in root.iterdir())
         runs = {**_pushes(work, root, lock, peers, oras), **_pulls_to_disk(work, root, lock, oras)}
         memory = int(args.memory_gb * 1e9)

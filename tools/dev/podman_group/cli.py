@@ -34,6 +34,9 @@ from tools.deploy.lws import expand_env, group_pods
 MAX_INPUT_BYTES = 4 << 20
 HEADER = "# The group's Pods for podman, written by tools/dev/podman_group from"
 OLD_PODMAN = (4, 7)
+# podman before 4.6 gives init containers the pod's restartPolicy (podman #16343, fixed by #18481):
+# under Always a finished init container is restarted until kube play gives up.
+OLD_INIT_PODMAN = (4, 6)
 OLD_PODMAN_ANNOTATION_MAX = 63
 VERSION_RE = re.compile(r"^(\d{1,4})\.(\d{1,4})(?:\.\d{1,6})?$")
 EDITS = {
@@ -51,6 +54,10 @@ EDITS = {
     # podman before 4.7 publishes every containerPort, then refuses that under hostNetwork; a
     # hostNetwork pod serves on its node's port as it is, with or without `ports`.
     "ports": "podman < 4.7: the containers' `ports` left off",
+    # The init container is the serving image's `boot prepare`; `boot run` prepares the same way
+    # first (boot.registry_source), so without it each rank's own container pulls its copy.
+    "init-containers": "podman < 4.6: initContainers left off (podman restarts them forever); boot run's own "
+    "prepare pulls each rank's copy instead",
 }
 
 
@@ -113,13 +120,18 @@ def podman_pods(lws: dict[str, Any], address: str, version: tuple[int, int]) -> 
     made = ["leader-address", "expansion", "empty-dirs"]
     if version < OLD_PODMAN:
         made += ["annotations", "ports"]
+    if version < OLD_INIT_PODMAN and any("initContainers" in pod["spec"] for pod in pods):
+        made.append("init-containers")
+        for pod in pods:
+            pod["spec"].pop("initContainers", None)
     for pod in pods:
         _own_empty_dirs(pod)
         if version < OLD_PODMAN:
             annotations = pod["metadata"]["annotations"]
             for name in [n for n, value in annotations.items() if len(value) > OLD_PODMAN_ANNOTATION_MAX]:
                 del annotations[name]
-        for container in pod["spec"]["containers"]:
+        # LWS's webhook injects its variables into init containers too (--model-source registry's).
+        for container in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
             if version < OLD_PODMAN:
                 container.pop("ports", None)
             (item,) = [e for e in container["env"] if e["name"] == "LWS_LEADER_ADDRESS"]
