@@ -26,7 +26,10 @@ from tools.model.errors import ModelError
 
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
-READ_BYTES = 8 << 20  # per read: large enough that hashing, not system calls, is the cost
+# Per read: large enough that hashing, not system calls, is the cost, and small enough that a
+# push's memory stays flat (4 jobs, 2 GB in 8 files, push --model --lock: 8 MB reads 188 MB
+# peak RSS, 2 MB 90 MB, 1 MB 74 MB; the time and CPU the same within 2%).
+READ_BYTES = 2 << 20
 FILE_MODE = 0o644
 
 WEIGHT = "application/vnd.cncf.model.weight.v1.tar"

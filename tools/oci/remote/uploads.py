@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 ATTEMPTS = 3
 CHUNKED_UPLOAD_THRESHOLD = 256 << 20
 UPLOAD_CHUNK_BYTES = 64 << 20
-UPLOAD_READ_BYTES = 8 << 20  # file reads per upload write: fewer, larger writes to the socket
+# File reads per upload write: few enough writes to the socket, and memory flat in the layer's
+# size (2 MB as tools/model's READ_BYTES, where the measurement is).
+UPLOAD_READ_BYTES = 2 << 20
 
 
 class OffsetStream(Protocol):
