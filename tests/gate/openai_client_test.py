@@ -165,6 +165,25 @@ def test_a_stream_is_hung_up_after_its_first_data_chunk(lines: list[bytes], chun
         endpoint.stream_first_chunk(client, {})
 
 
+@pytest.mark.parametrize(
+    "pieces, chunks",
+    [
+        ([b": keep\n", b"da", b'ta: {"x"', b": 1}\n"], 1),  # a data line cut by the chunks
+        ([b"data: [DO", b"NE]\n", b": bye\n"], 0),
+        ([b"\r", b"\ndata: {}", b"\r\n"], 1),
+        ([b"data: ", b"x" * 10000, b"x" * 10000, b"\n"], 1),  # a long first chunk, in pieces
+        ([b": a\n", b"data: {}"], 1),  # the last line, ended by the end of the stream
+        ([b"data: [DONE]"], 0),
+        ([b"ddata: {}\n", b" data: {}\n"], 0),  # not at a line's start
+        ([b"x\rdata: {}\n"], 1),  # a bare CR ends a line
+    ],
+)
+def test_a_data_line_is_found_however_the_stream_is_cut(pieces: list[bytes], chunks: int) -> None:
+    endpoint = _endpoint()
+    with _client(endpoint, lambda request: httpx.Response(200, content=iter(pieces))) as client:
+        assert endpoint.stream_first_chunk(client, {"stream": True}) == chunks
+
+
 def test_a_stream_without_a_data_chunk_is_bounded() -> None:
     endpoint = _endpoint()
     body = (b": " + b"x" * 1000 + b"\n") * ((8 << 20) // 1000 + 2)

@@ -28,7 +28,7 @@ from tools.oci.format.statement import SLSA_PROVENANCE, statement
 from tools.oci.push import TAG_RE
 from tools.oci.remote.parallel import blob_progress, in_parallel
 from tools.oci.remote.referrers import put_referrer
-from tools.oci.remote.registry import DIGEST_INVALID, RegistryClient, client_for
+from tools.oci.remote.registry import RegistryClient, client_for
 from tools.oci.signing.bundles import push_signatures
 
 PUSH_JOBS = 4
@@ -102,7 +102,7 @@ def _send_packed(client: RegistryClient, repository: str, layer: FileLayer, mode
     try:
         return _send(client, repository, layer.digest, layer.size, FileLayerStream(model, layer.item))
     except OciError as exc:
-        if not exc.final or DIGEST_INVALID not in str(exc):
+        if not exc.digest_refused:
             raise
         raise ModelError(
             f"{layer.item.path} changed since `pack`: the registry refused its bytes under the layer digest pack "

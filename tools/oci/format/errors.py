@@ -11,11 +11,14 @@ from attest.reader import loads_object
 class OciError(AttestError):
     """An image, layer, base or registry operation failed; `field` names the culprit
     (a file, a descriptor, a pin or a reference). `final`: no other attempt could go
-    differently (a credential or token refused, the deadline passed), so none is made."""
+    differently (a credential or token refused, the deadline passed), so none is made.
+    `digest_refused`: the registry refused the bytes under their digest (DIGEST_INVALID), which
+    is final too: the same bytes would be refused again."""
 
-    def __init__(self, message: str, *, field: str = "", final: bool = False) -> None:
+    def __init__(self, message: str, *, field: str = "", final: bool = False, digest_refused: bool = False) -> None:
         super().__init__(message, field=field)
-        self.final = final or field in ("deadline", "Retry-After")
+        self.digest_refused = digest_refused
+        self.final = final or digest_refused or field in ("deadline", "Retry-After")
 
 
 def refusing_object(data: bytes, what: str, field: str = "") -> dict[str, Any]:

@@ -228,7 +228,7 @@ class RegistryClient(BlobUploads):
             raise OciError(
                 f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(),
                 field=what,
-                final=is_digest_refusal(response.status_code, detail),  # the same bytes would be refused again
+                digest_refused=is_digest_refusal(response.status_code, detail),
             )
         return response
 
