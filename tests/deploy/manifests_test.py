@@ -566,6 +566,8 @@ def test_below_image_volumes_each_rank_pulls_the_artifact_in_an_init_container_o
     assert "registry-auth" not in volumes  # no pull secret: the registry's anonymous access
     qwen = refusal(generate("qwen_mi300x", *QWEN_IMAGE, "--model-source", "registry", "--model-image", MODEL_IMAGE))
     assert qwen["field"] == "--model-source" and "carries no puller" in qwen["error"]
+    old = refusal(generate("qwen_mi300x", *QWEN_IMAGE, "--model-image", MODEL_IMAGE, "--kubernetes-version", "1.30"))
+    assert old["field"] == "--kubernetes-version" and "registry" not in old["error"]  # only what qwen can use
 
 
 QWEN_IMAGE = ("--repository", "r.example/qwen")

@@ -126,7 +126,7 @@ def resolve_model_source(flag: str, *, artifact: str, pvc: str, host_path: str, 
     return ""
 
 
-def check_model_image(options: Options) -> None:
+def check_model_image(options: Options, program: str) -> None:
     """The model artifact's reference (by digest) and, for an image volume, a cluster that can mount it."""
     try:
         ref = Reference.parse(options.model_image)
@@ -140,7 +140,8 @@ def check_model_image(options: Options) -> None:
     if options.model_source == "image" and (1, options.kubernetes_minor) < IMAGE_VOLUMES_SINCE:
         raise DeployError(
             f"--kubernetes-version {options.kubernetes_version}: image volumes (the model artifact) need Kubernetes "
-            "1.31 or later; use --model-source registry (each pod pulls it), --model-pvc or --model-host-path",
+            f"1.31 or later; use {'--model-source registry (each pod pulls it), ' if program == 'boot' else ''}"
+            "--model-pvc or --model-host-path",
             field="--kubernetes-version",
         )
 
@@ -175,7 +176,7 @@ def _check_artifact_source(options: Options, *, single_pod: bool, program: str) 
             f"{flag} {source} needs the model artifact: --model-image REGISTRY/REPO@sha256:... (the image pins none)",
             field="--model-image",
         )
-    check_model_image(options)
+    check_model_image(options, program)
     if source == "image" and (options.model_pvc or options.model_host_path):
         raise DeployError(
             f"{flag} image mounts the artifact itself: --model-pvc and --model-host-path are for pvc, host-path, "
