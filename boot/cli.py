@@ -2,7 +2,9 @@
 
 Commands:
   run      prepare, then serve SGLang; on rank 0 smoke and warm-up once healthy (default)
-  prepare  download the pinned revision (rank 0) or wait for it (ranks > 0), then verify
+  prepare  the pinned checkpoint in MODEL_PATH, verified: downloaded from the hub by rank 0 (the
+           other ranks wait for its verdict), pulled by every rank (MODEL_SOURCE=registry: the
+           init container), or checked on the image volume (MODEL_SOURCE=image)
   verify   re-check the local checkpoint against its lock, without any network
            (--full re-hashes every file instead of trusting the receipt's identities)
   health   GET /health of the local server
