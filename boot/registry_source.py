@@ -23,18 +23,18 @@ one deadline (DOWNLOAD_DEADLINE_S).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 from attest.baked import load_baked
 from attest.errors import AttestError
 from attest.lock import ARTIFACT_LOCK
-from attest.tree import open_regular, stat_regular
+from attest.pins import BakedImage
+from attest.tree import stat_regular
 from boot.checkpoint.locks import LockInUse
 from boot.checkpoint.receipt import Identity, load_receipt, withdraw_receipt
 from boot.checkpoint.verify import LocalCheck, VerifyReport, check_local
-from boot.checkpoint.volume import pinned_lock, record, refuse_skips, verify_own_copy
+from boot.checkpoint.volume import carried_lock_is, pinned_lock, record, refuse_skips, verify_own_copy
 from boot.errors import BootError
 from boot.settings import REVISION, BootSettings
 from tools.model.pull import ExpectedLock, pull
@@ -47,9 +47,8 @@ REGISTRY = "registry"
 FIELDS = {"reference": "MODEL_ARTIFACT", "deadline": "DOWNLOAD_DEADLINE_S", "DIR": "MODEL_PATH"}
 
 
-def artifact_reference(settings: BootSettings) -> Reference:
+def artifact_reference(settings: BootSettings, baked: BakedImage | None) -> Reference:
     """MODEL_ARTIFACT, else the image's pinned artifact; by digest, and the pinned digest."""
-    baked = load_baked()
     artifact = baked.pins.model.artifact if baked is not None else None
     pinned = f"{artifact.repository}@{artifact.digest}" if artifact is not None and artifact.digest else ""
     text = settings.model_artifact or pinned
@@ -76,14 +75,14 @@ def artifact_reference(settings: BootSettings) -> Reference:
 def _complete(settings: BootSettings, in_use: LockInUse) -> bool:
     """Whether MODEL_PATH holds a whole pull of this lock (its ARTIFACT_LOCK, placed last)."""
     try:
-        with open_regular(settings.model, ARTIFACT_LOCK) as fd:
-            return os.pread(fd, len(in_use.data) + 1, 0) == in_use.data
+        return carried_lock_is(settings.model, in_use.data) is True
     except AttestError:
         return False
 
 
-def _reused(settings: BootSettings, in_use: LockInUse, started: float) -> VerifyReport | None:
-    """The copy as it is, when it is whole and every file still matches; else None (and why)."""
+def _checked(settings: BootSettings, in_use: LockInUse) -> LocalCheck | None:
+    """A whole copy checked against the lock (the receipt sparing unchanged files), each file that
+    no longer matches named; None where the copy is not whole."""
     if not _complete(settings, in_use):
         return None
     receipt, refused = load_receipt(settings.state, lock_sha256=in_use.sha256, revision=REVISION)
@@ -92,10 +91,10 @@ def _reused(settings: BootSettings, in_use: LockInUse, started: float) -> Verify
     check = check_local(settings.model, in_use.lock, receipt, workers=settings.verify_workers)
     for name, problem in sorted(check.problems.items()):
         print(f"fetching {name} again: {problem}", file=sys.stderr, flush=True)
-    return None if check.problems else record(settings, in_use, check, started)
+    return check
 
 
-def _pull(settings: BootSettings, in_use: LockInUse, ref: Reference) -> dict:
+def _pull(settings: BootSettings, in_use: LockInUse, ref: Reference, verified: dict[str, Identity]) -> dict:
     print(f"pulling {ref} into {settings.model} (rank {settings.node_rank})", file=sys.stderr, flush=True)
     try:
         with RegistryClient(ref.registry) as client:
@@ -107,6 +106,8 @@ def _pull(settings: BootSettings, in_use: LockInUse, ref: Reference) -> dict:
                 client=client,
                 jobs=settings.download_workers,
                 progress=lambda line: print(f"pull: {line}", file=sys.stderr, flush=True),
+                # Files just checked against the lock, still as they were then: not hashed again.
+                vouched=lambda path, found: verified.get(path) == Identity.of(found),
             )
     except AttestError as exc:
         field = FIELDS.get(exc.field or "", exc.field)
@@ -128,7 +129,7 @@ def verify_pulled_copy(settings: BootSettings, *, full: bool) -> VerifyReport:
     """`boot verify`: this rank's pulled copy against the lock, without any network."""
     refuse_skips(settings)
     started = time.monotonic()
-    in_use = pinned_lock(settings)
+    in_use = pinned_lock(settings, load_baked())
     if not _complete(settings, in_use):
         raise BootError(
             f"MODEL_PATH {settings.model} holds no whole pull of the pinned artifact ({ARTIFACT_LOCK} is missing or "
@@ -142,13 +143,15 @@ def prepare_from_registry(settings: BootSettings) -> VerifyReport:
     """This rank's own copy of the pinned artifact: re-used when whole and unchanged, else pulled."""
     refuse_skips(settings)
     started = time.monotonic()
-    in_use = pinned_lock(settings)
-    ref = artifact_reference(settings)
-    reused = _reused(settings, in_use, started)
-    if reused is not None:
-        return reused
+    baked = load_baked()
+    in_use = pinned_lock(settings, baked)
+    ref = artifact_reference(settings, baked)
+    checked = _checked(settings, in_use)
+    if checked is not None and not checked.problems:
+        return record(settings, in_use, checked, started)
     withdraw_receipt(settings.state)  # from here on files may change: nothing claims "verified"
-    summary = _pull(settings, in_use, ref)
+    summary = _pull(settings, in_use, ref, checked.good if checked is not None else {})
     check = LocalCheck(good=_identities(settings, in_use), downloaded=summary["fetched"])
-    check.hashed, check.hashed_bytes = summary["kept"], summary["kept_bytes"]
+    check.hashed, check.hashed_bytes = summary["kept_hashed"], summary["kept_hashed_bytes"]
+    check.reused = summary["kept"] - summary["kept_hashed"]
     return record(settings, in_use, check, started)

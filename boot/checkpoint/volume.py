@@ -16,10 +16,12 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 from attest.baked import load_baked
 from attest.errors import AttestError
 from attest.lock import ARTIFACT_LOCK
+from attest.pins import BakedImage
 from attest.tree import open_regular
 from boot.checkpoint.locks import LockInUse, resolve_lock
 from boot.checkpoint.receipt import Receipt, load_receipt, save_receipt
@@ -86,16 +88,25 @@ def _require_one_mount(settings: BootSettings) -> None:
             )
 
 
-def artifact_lock_matches(settings: BootSettings, data: bytes) -> None:
+def carried_lock_is(model: Path, data: bytes) -> bool | None:
+    """Whether the artifact's lock in `model` (ARTIFACT_LOCK) is exactly `data`; None where there is
+    none. One that is there but not a regular file of its own is refused (AttestError)."""
+    try:
+        with open_regular(model, ARTIFACT_LOCK) as fd:
+            return os.pread(fd, len(data) + 1, 0) == data
+    except AttestError:
+        if not os.path.lexists(model / ARTIFACT_LOCK):
+            return None
+        raise
+
+
+def _artifact_lock_matches(settings: BootSettings, data: bytes) -> None:
     """The lock the artifact carries, where it is, must be the lock boot verifies against."""
     try:
-        with open_regular(settings.model, ARTIFACT_LOCK) as fd:
-            carried = os.pread(fd, len(data) + 1, 0)
+        carried = carried_lock_is(settings.model, data)
     except AttestError as exc:
-        if not os.path.lexists(settings.model / ARTIFACT_LOCK):
-            return  # a copy made without tools/model: the files alone are checked
         raise BootError(f"{ARTIFACT_LOCK} in MODEL_PATH: {exc}", field=ARTIFACT_LOCK) from None
-    if carried != data:
+    if carried is False:  # None: a copy made without tools/model, whose files alone are checked
         raise BootError(
             f"the model volume carries another checkpoint lock ({ARTIFACT_LOCK}) than the one pinned: it is "
             "the artifact of another checkpoint",
@@ -114,9 +125,9 @@ def refuse_skips(settings: BootSettings) -> None:
             )
 
 
-def pinned_lock(settings: BootSettings) -> LockInUse:
+def pinned_lock(settings: BootSettings, baked: BakedImage | None) -> LockInUse:
     """The lock a rank's own copy is checked against: the local one, never the copy's."""
-    in_use = resolve_lock(settings, load_baked(), derive=False)
+    in_use = resolve_lock(settings, baked, derive=False)
     if in_use is None:
         raise BootError(
             f"MODEL_SOURCE={settings.model_source} needs the pinned checkpoint lock: {settings.checkpoint_lock} "
@@ -132,8 +143,8 @@ def verify_image_volume(settings: BootSettings, *, full: bool) -> VerifyReport:
     _require_read_only(settings)
     _require_one_mount(settings)
     started = time.monotonic()
-    in_use = pinned_lock(settings)
-    artifact_lock_matches(settings, in_use.data)
+    in_use = pinned_lock(settings, load_baked())
+    _artifact_lock_matches(settings, in_use.data)
     print(f"verifying the image volume at {settings.model} (rank {settings.node_rank})", file=sys.stderr, flush=True)
     return verify_own_copy(settings, in_use, full=full, started=started)
 

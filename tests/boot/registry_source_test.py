@@ -133,6 +133,7 @@ def test_a_file_changed_on_disk_is_fetched_again_and_named(world: World) -> None
     assert refusal["field"] == SHARDS[1]
     said = _ok(world.boot())
     assert f"fetching {SHARDS[1]} again" in said and "1 downloaded" in said
+    assert "0 hashed from disk" in said and "4 unchanged since the receipt" in said  # checked once, not again
     assert shard.read_bytes() == (world.source / SHARDS[1]).read_bytes()
 
 

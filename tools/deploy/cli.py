@@ -344,9 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         contract = read_contract(args.layout, test_image=args.test_image)
         check_pins(contract)
-        options = _options(contract, args)
+        options = resolved(contract, _options(contract, args))  # --model-source's default for this image
         items = resources(contract, options, known_secrets())
-        _image_volume_note(resolved(contract, options))
+        _image_volume_note(options)
         pins = contract.baked.pins
 
         def rendered(documents: list[dict]) -> str:

@@ -111,18 +111,19 @@ def kubernetes_minor(version: str) -> int:
     return int(found.group(1))
 
 
-def resolve_model_source(flag: str, *, artifact: str, pvc: str, host_path: str, minor: int, program: str) -> str:
+def resolve_model_source(options: Options, program: str) -> str:
     """--model-source, else what the other flags and the cluster imply: a claim or host directory
     when one is named; the artifact as an image volume where the cluster mounts one by default
     (and always for the launcher, whose image carries no puller); below that, pulled by boot."""
-    if flag:
-        return flag
-    if pvc:
+    if options.model_source:
+        return options.model_source
+    if options.model_pvc:
         return "pvc"
-    if host_path:
+    if options.model_host_path:
         return "host-path"
-    if artifact:
-        return "image" if program != "boot" or (1, minor) >= IMAGE_VOLUMES_DEFAULT_ON else "registry"
+    if options.model_image:
+        default_on = (1, options.kubernetes_minor) >= IMAGE_VOLUMES_DEFAULT_ON
+        return "image" if program != "boot" or default_on else "registry"
     return ""
 
 

@@ -121,15 +121,7 @@ def _target(contract: ImageContract) -> Target:
 
 def resolved(contract: ImageContract, options: Options) -> Options:
     """The options with their model source resolved for the image's target (--model-source's default)."""
-    source = resolve_model_source(
-        options.model_source,
-        artifact=options.model_image,
-        pvc=options.model_pvc,
-        host_path=options.model_host_path,
-        minor=options.kubernetes_minor,
-        program=_target(contract).program,
-    )
-    return replace(options, model_source=source)
+    return replace(options, model_source=resolve_model_source(options, _target(contract).program))
 
 
 def _check_options(contract: ImageContract, options: Options, secrets: tuple[str, ...]) -> tuple[Options, Target]:

@@ -5,7 +5,8 @@ The expected lock comes from the caller (`--lock` or `--lock-sha256`), never fro
 Files are written under DIR/.omni-partial and renamed into place once the layer is exactly the
 one tools/model makes of the locked file; the artifact's lock (ARTIFACT_LOCK) is placed last, so a DIR holding
 it is complete, and a DIR without it never passes for a pulled one. A re-run keeps each file
-already placed that still matches the lock (hashed locally) and fetches the rest.
+already placed that still matches the lock (hashed locally, unless the caller vouches for it
+as it is: boot's receipt identities) and fetches the rest.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from tools.oci.remote.pieces import Pieces
 from tools.oci.remote.registry import RegistryClient, client_for
 
 PULL_JOBS = 4
+# The caller's word that a placed file, as it is now (its stat), was checked against the lock
+# (boot's receipt identities): it is kept without hashing it again.
+Vouched = Callable[[str, os.stat_result], bool]
 WRITE_BYTES = 8 << 20
 
 
@@ -152,17 +156,20 @@ def _receive_layer(blob: Iterator[bytes], item: LockedFile, temporary: Path, whe
         raise ModelError(f"{where}: bytes after {item.path} are not the tar's zero padding and end", field=item.path)
 
 
-def _placed_matches(dest: Path, item: LockedFile) -> bool:
-    """Whether a file already in DIR is the locked one and DIR's alone: one with another link
-    (a hard link to a file outside, which could change under it) is fetched and placed anew."""
+def _placed_matches(dest: Path, item: LockedFile, vouched: Vouched | None) -> tuple[bool, bool]:
+    """Whether a file already in DIR is the locked one and DIR's alone (one with another link, a
+    hard link to a file outside which could change under it, is fetched and placed anew), and
+    whether that took hashing it: not where the caller vouches for the file as it is now."""
     try:
         with open_regular(dest, item.path) as fd:
             found = os.fstat(fd)
             if found.st_nlink != 1 or found.st_size != item.size:
-                return False
-            return digest_fd(fd, item.algorithm, item.size) == item.digest
+                return False, False
+            if vouched is not None and vouched(item.path, found):
+                return True, False
+            return digest_fd(fd, item.algorithm, item.size) == item.digest, True
     except AttestError:
-        return False
+        return False, False
 
 
 def _refuse_foreign_files(dest: Path, lock: CheckpointLock) -> None:
@@ -185,6 +192,7 @@ def pull(
     jobs: int = PULL_JOBS,
     progress: Callable[[str], None] | None = None,
     before_files: Callable[[RegistryClient, Reference], None] | None = None,
+    vouched: Vouched | None = None,
 ) -> dict[str, Any]:
     ref = Reference.parse(reference)
     if not ref.digest:
@@ -196,26 +204,28 @@ def pull(
         manifest, _ = parse_manifest(data, str(ref))
         lock, lock_bytes = fetch_lock(client, ref.repository, manifest, expected)
         layers = check_manifest(manifest, lock, expected.sha256)
-        return _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress)
+        return _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress, vouched)
 
 
-def _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress) -> dict[str, Any]:
+def _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress, vouched) -> dict[str, Any]:
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ModelError(f"{dest} cannot be created: {exc.strerror}", field="DIR") from None
     with exclusive_run(dest / PARTIAL_DIR, what=f"DIR {dest}", field=PARTIAL_DIR):
-        return _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress)
+        return _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress, vouched)
 
 
-def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress) -> dict[str, Any]:
+def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress, vouched) -> dict[str, Any]:
     """The pull proper, this run alone on DIR (its run lock held in DIR/.omni-partial)."""
     _refuse_foreign_files(dest, lock)
     if os.path.lexists(dest / ARTIFACT_LOCK):
         os.unlink(dest / ARTIFACT_LOCK)  # from here on DIR is not a complete pull until the end
     partial = dest / PARTIAL_DIR  # made, owned and locked by exclusive_run
     pairs = list(zip(layers, sorted(lock.files, key=lambda item: item.path)))
-    kept = [item.path for _, item in pairs if _placed_matches(dest, item)]
+    placed = {item.path: _placed_matches(dest, item, vouched) for _, item in pairs}
+    kept = [path for path, (matches, _) in placed.items() if matches]
+    hashed = [item for _, item in pairs if placed[item.path] == (True, True)]
     wanted = [(layer, item) for layer, item in pairs if item.path not in kept]
     total = sum(layer["size"] for layer, _ in wanted)
     shown = blob_progress(total, len(wanted), progress, unit="files")
@@ -249,7 +259,8 @@ def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress) ->
         "files": len(pairs),
         "fetched": len(wanted),
         "kept": len(kept),
-        "kept_bytes": sum(item.size for _, item in pairs if item.path in kept),
+        "kept_hashed": len(hashed),
+        "kept_hashed_bytes": sum(item.size for item in hashed),
         "fetched_bytes": total,
         "lock_sha256": hashlib.sha256(lock_bytes).hexdigest(),
         "repo": lock.repo,
