@@ -18,6 +18,7 @@ from attest.lock import ARTIFACT_LOCK
 from boot.checkpoint.receipt import RECEIPT
 from tests.fixtures.deepseek import SHARDS, boot_env, tiny_repo, write_lock
 from tests.fixtures.fault_proxy import FaultProxy, Step
+from tests.fixtures.pins import write_baked
 from tests.fixtures.registry import LoopbackRegistry, free_port, only_credentials
 from tools.model.pack import load_lock_bytes
 from tools.model.push import push_checkpoint
@@ -163,6 +164,23 @@ def test_a_cut_pull_is_named_and_the_next_start_fetches_only_the_rest(world: Wor
     downloaded = int(said.split(" downloaded and hashed")[0].rsplit(" ", 1)[1])
     assert 1 <= downloaded < len(tiny_repo().files), said
     assert world.pulled() == {name: (world.source / name).read_bytes() for name in tiny_repo().files}
+
+
+def _baked(world: World, digest: str) -> str:
+    """The image's baked pins (the shipped DeepSeek pins) naming this lock and an artifact."""
+    pins = json.loads(Path("images/deepseek_spark.pins.json").read_text())
+    repository = world.reference.split("@")[0]
+    pins["model"].update(lock_sha256=world.lock_sha, artifact={"repository": repository, "digest": digest})
+    return str(write_baked(world.base / "image.json", pins))
+
+
+def test_the_pinned_artifact_is_the_default_and_another_digest_is_refused(world: World) -> None:
+    pinned = world.reference.split("@")[1]
+    said = _ok(world.boot(MODEL_ARTIFACT="", OMNI_IMAGE_JSON=_baked(world, pinned)))
+    assert f"pulling {world.reference} into" in said and "5 downloaded" in said
+    other = world.reference.split("@")[0] + "@sha256:" + "7" * 64
+    refusal = _refusal(world.boot(MODEL_ARTIFACT=other, OMNI_IMAGE_JSON=_baked(world, pinned)))
+    assert refusal["field"] == "MODEL_ARTIFACT" and "is not the artifact the image pins" in refusal["error"]
 
 
 REFUSALS = [
