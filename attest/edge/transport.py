@@ -69,6 +69,24 @@ def _late(budget: _Budget) -> httpcore.ReadTimeout:
     )
 
 
+def answer_ends(now: float) -> float:
+    """When the answer to a request whose answer is awaited from `now` on must have arrived
+    (status line and headers), for a transport of its own (attest.edge.data_plane): the calling
+    thread's budget, which every hop of a redirect chain shares, within the operation's deadline;
+    math.inf outside answer_deadline."""
+    budget: _Budget | None = getattr(_budget, "current", None)
+    if budget is None:
+        return math.inf
+    budget.chain_ends = min(budget.chain_ends, now + budget.seconds)
+    return min(budget.chain_ends, budget.ends)
+
+
+def answer_late() -> str:
+    """Why an answer awaited under the calling thread's budget did not come (see _late)."""
+    budget: _Budget | None = getattr(_budget, "current", None)
+    return str(_late(budget)) if budget is not None else "the answer did not arrive in time"
+
+
 class _Stream(httpcore.NetworkStream):
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
@@ -148,6 +166,30 @@ def _variable_for(scheme: str) -> str:
     return "ALL_PROXY" if scheme == "all" else f"{scheme.upper()}_PROXY"
 
 
+class ProxyRule:
+    """Which proxy carries a request, for every transport of Omni's: the environment's proxy for
+    its scheme (HTTPS_PROXY, HTTP_PROXY, else ALL_PROXY) unless NO_PROXY names its host; a SOCKS
+    proxy is refused, naming its variable. The environment is read once (http, https, all and
+    no, either case, as httpx reads them)."""
+
+    def __init__(self) -> None:
+        self._environment = urllib.request.getproxies_environment()
+        for scheme, url in self._environment.items():
+            if scheme != "no" and not url.startswith(("http://", "https://")):
+                variable = _variable_for(scheme)
+                raise ProxyRefused(
+                    f"{variable}={url.split('://')[0]}://...: only http(s) proxies are supported "
+                    "(a SOCKS proxy needs a library Omni does not ship); unset it or use an http proxy",
+                    variable,
+                )
+
+    def proxy_for(self, url: httpx.URL) -> str:
+        """The proxy URL that carries a request to `url`; "" for a direct connection."""
+        if urllib.request.proxy_bypass_environment(url.host, self._environment):
+            return ""
+        return self._environment.get(url.scheme) or self._environment.get("all", "")
+
+
 _HTTPCORE_ERRORS = (
     httpcore.TimeoutException,
     httpcore.NetworkError,
@@ -188,25 +230,16 @@ class DeadlineTransport(httpx.BaseTransport):
 
     def __init__(self) -> None:
         self._ssl = httpx.create_ssl_context()  # the system's CAs; SSL_CERT_FILE/SSL_CERT_DIR honoured
-        # Read once: http, https, all and no (either case), as httpx reads them.
-        self._environment = urllib.request.getproxies_environment()
-        for scheme, url in self._environment.items():
-            if scheme != "no" and not url.startswith(("http://", "https://")):
-                variable = _variable_for(scheme)
-                raise ProxyRefused(
-                    f"{variable}={url.split('://')[0]}://...: only http(s) proxies are supported "
-                    "(a SOCKS proxy needs a library Omni does not ship); unset it or use an http proxy",
-                    variable,
-                )
+        self.proxies = ProxyRule()
         self._pools: dict[str, httpcore.ConnectionPool] = {}
         self._lock = threading.Lock()  # pushes share one client across threads
 
+    @property
+    def ssl_context(self) -> Any:
+        return self._ssl
+
     def _pool(self, url: httpx.URL) -> httpcore.ConnectionPool:
-        proxy = (
-            ""
-            if urllib.request.proxy_bypass_environment(url.host, self._environment)
-            else (self._environment.get(url.scheme) or self._environment.get("all", ""))
-        )
+        proxy = self.proxies.proxy_for(url)
         with self._lock:
             if proxy not in self._pools:
                 self._pools[proxy] = httpcore.ConnectionPool(

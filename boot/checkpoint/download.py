@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from attest.edge.data_plane import BodyBroken, blob_extensions, read_blob
 from attest.edge.transport import RETRY_STATUS, answer_deadline, retry_after
 from attest.errors import AttestError
 from attest.files import write_atomic
@@ -193,9 +194,7 @@ def _accept(response: httpx.Response, partial: _Partial, revision: str, progress
 
 
 def _append(partial: _Partial, chunk: bytes, progress: Progress) -> None:
-    item = partial.item
-    if partial.size + len(chunk) > item.size:
-        raise _Retry(f"{item.path}: the hub sent more than the lock's {item.size} bytes")
+    """A piece of the body (read_blob never passes the lock's size): hashed, written, counted."""
     partial.digest.update(chunk)
     partial.handle.write(chunk)
     partial.size += len(chunk)
@@ -240,23 +239,26 @@ def fetch_once(
     progress: Progress,
     headers: dict[str, str],
 ) -> None:
-    """One attempt: the rest of the file from where the partial file ends, hashed as it is written."""
+    """One attempt: the rest of the file from where the partial file ends, through the data plane
+    (attest.edge.data_plane), hashed as it is written."""
     item = partial.item
     if partial.size < item.size:
         asked = {**headers, **({"Range": f"bytes={partial.size}-"} if partial.size else {})}
         try:
-            request = session.build_request("GET", url, headers=asked, timeout=httpx.Timeout(limits.stall_s))
+            request = session.build_request(
+                "GET", url, headers=asked, timeout=httpx.Timeout(limits.stall_s), extensions=blob_extensions(deadline)
+            )
             # The answer (every redirect hop) within DOWNLOAD_STALL_S, and all of it within the deadline.
             with answer_deadline(limits.stall_s, ends=deadline):
                 response = session.send(request, stream=True, follow_redirects=True)
             try:
                 _accept(response, partial, revision, progress)
-                for chunk in response.iter_bytes():
-                    if time.monotonic() > deadline:
-                        raise _past_deadline(item, limits)
-                    _append(partial, chunk, progress)
+                for piece in read_blob(response, item.size - partial.size, deadline, item.path):
+                    _append(partial, piece, progress)
             finally:
                 response.close()
+        except BodyBroken as exc:
+            raise _broken(exc, item, limits) from None
         except httpx.TimeoutException:
             if time.monotonic() >= deadline:
                 raise _past_deadline(item, limits) from None
@@ -268,6 +270,18 @@ def fetch_once(
     if partial.size != item.size:
         raise _Retry(f"{item.path}: truncated download ({partial.size} of the lock's {item.size} bytes)")
     _finish(partial, progress)
+
+
+def _broken(exc: BodyBroken, item: LockedFile, limits: Limits) -> Exception:
+    """What a body that did not arrive whole means for the download: the deadline's refusal, or
+    another attempt from where the partial file ends."""
+    if exc.reason == "late":
+        return _past_deadline(item, limits)
+    if exc.reason == "stalled":
+        return _Retry(f"{item.path}: no bytes for {limits.stall_s:g} s (DOWNLOAD_STALL_S)")
+    if exc.reason == "long":
+        return _Retry(f"{item.path}: the hub sent more than the lock's {item.size} bytes: {exc}")
+    return _Retry(f"{exc}")
 
 
 def _placed(partial: _Partial, model: Path) -> os.stat_result:

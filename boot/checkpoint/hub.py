@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from attest.documents import parse_document
 from attest.edge.bodies import error_detail, read_bounded
-from attest.edge.transport import DeadlineTransport, ProxyRefused, answer_deadline
+from attest.edge.data_plane import DataPlaneTransport
+from attest.edge.transport import ProxyRefused, answer_deadline
 from attest.errors import AttestError
 from attest.lock import CheckpointLock, LockedFile
 from attest.primitives import REVISION_RE
@@ -75,7 +76,7 @@ def _session() -> httpx.Client:
     with _CLIENTS_LOCK:
         if proxies not in _CLIENTS:
             try:
-                _CLIENTS[proxies] = httpx.Client(transport=DeadlineTransport())
+                _CLIENTS[proxies] = httpx.Client(transport=DataPlaneTransport())
             except ProxyRefused as exc:
                 raise BootError(f"the hub cannot be reached: {exc}", field=exc.variable) from None
         return _CLIENTS[proxies]

@@ -27,17 +27,18 @@ class MemoryRegistry:
     """Omni's own RegistryClient over a transport that serves blobs held in memory; `served`
     may give other bytes than the digest names."""
 
-    def __init__(self, pause_s: float = 0.0) -> None:
+    def __init__(self, pause_s: float = 0.0, *, announced: bool = True) -> None:
         self.blobs: dict[str, bytes] = {}
         self.served: dict[str, bytes] = {}
         self.pause_s = pause_s  # between pieces of 64 bytes: a trickling registry
+        self.announced = announced  # a Content-Length (else a body whose end only the stream knows)
         self.client = RegistryClient("127.0.0.1:1", credential=None, transport=httpx.MockTransport(self._serve))
 
     def _serve(self, request: httpx.Request) -> httpx.Response:
         digest = request.url.path.rsplit("/", 1)[-1]
         data = self.served.get(digest, self.blobs[digest])
         if not self.pause_s:
-            return httpx.Response(200, content=data)
+            return httpx.Response(200, content=data if self.announced else iter([data]))
 
         def trickle():
             for offset in range(0, len(data), 64):
@@ -191,15 +192,18 @@ def _invalid_header_after(tar: bytes) -> bytes:
 
 
 @pytest.mark.parametrize(
-    "tamper, message",
+    "tamper, announced, message",
     [
-        (lambda blob: blob + b"extra", "sends more than the .* bytes its descriptor declares"),
-        (lambda blob: blob[:-1] + bytes([blob[-1] ^ 1]), "is corrupt"),
-        (lambda blob: blob[:-4], "is corrupt"),
+        (lambda blob: blob + b"extra", True, "announces '[0-9]+' bytes, not the [0-9]+ expected"),
+        (lambda blob: blob + b"extra", False, "sends more than the [0-9]+ bytes expected"),
+        (lambda blob: blob[:-1] + bytes([blob[-1] ^ 1]), True, "the streamed blob is corrupt"),
+        (lambda blob: blob[:-1] + bytes([blob[-1] ^ 1]), False, "the streamed blob is corrupt"),
+        (lambda blob: blob[:-4], True, "announces '[0-9]+' bytes, fewer than the [0-9]+ expected"),
+        (lambda blob: blob[:-4], False, "ended after [0-9]+ of [0-9]+ bytes"),
     ],
 )
-def test_a_layer_that_differs_from_its_descriptor_is_refused(tamper, message) -> None:
-    registry = MemoryRegistry()
+def test_a_layer_that_differs_from_its_descriptor_is_refused(tamper, announced: bool, message) -> None:
+    registry = MemoryRegistry(announced=announced)
     blob = layer([("a.txt", b"x" * 100)])
     descriptor = registry.add(blob)
     registry.served[descriptor["digest"]] = tamper(blob)

@@ -271,11 +271,14 @@ def test_digest_mismatch_from_the_registry_is_refused(tmp_path: Path, corrupt: s
     assert not (tmp_path / "out").exists()
 
 
-def test_streamed_blob_corruption_is_refused(tmp_path: Path, registry) -> None:
+def test_a_blob_shorter_than_its_descriptor_is_refused_before_it_is_read(tmp_path: Path, registry) -> None:
     base_digest = _vendor_base(tmp_path, registry, "vendor/corrupt")
     fetch_base(f"{registry.host}/vendor/corrupt", base_digest, "linux/amd64", tmp_path / "shallow")
     layer = json.loads((tmp_path / "shallow/manifest.json").read_text())["layers"][0]
-    with RegistryClient(registry.host) as client, pytest.raises(OciError, match="streamed blob .* is corrupt"):
+    with (
+        RegistryClient(registry.host) as client,
+        pytest.raises(OciError, match="announces '[0-9]+' bytes, fewer than the [0-9]+ expected"),
+    ):
         for _ in client.stream_blob("vendor/corrupt", layer["digest"], layer["size"] + 1):
             pass
 

@@ -7,9 +7,9 @@ credential, and the token dance: tools.oci.remote.auth.
 
 Deadlines: every answer's status line and headers arrive within DOCUMENT_DEADLINE_S
 (attest.edge.transport); a document (manifest, token, small blob) is read within
-DOCUMENT_DEADLINE_S in all, body included; a streamed blob within its size at
-BLOB_MIN_BYTES_PER_S (at least BLOB_MIN_DEADLINE_S); a peer trickling bytes cannot hold a read
-open past them.
+DOCUMENT_DEADLINE_S in all, body included; a streamed blob, through the data plane
+(attest.edge.data_plane), within its size at BLOB_MIN_BYTES_PER_S (at least BLOB_MIN_DEADLINE_S);
+a peer trickling bytes cannot hold a read open past them.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from typing import Iterator
 import httpx
 
 from attest.edge.bodies import DETAIL_READ_BYTES, error_detail, read_bounded
-from attest.edge.transport import RETRY_STATUS, DeadlineTransport, ProxyRefused, answer_deadline, retry_after
+from attest.edge.data_plane import BodyBroken, DataPlaneTransport, blob_extensions, read_blob
+from attest.edge.transport import RETRY_STATUS, ProxyRefused, answer_deadline, retry_after
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
 from tools.oci.format.reference import DIGEST_RE
@@ -64,7 +65,7 @@ class RegistryClient(BlobUploads):
         scheme = "http" if is_loopback(registry) else "https"
         if transport is None:  # a transport given from outside (a test's MockTransport) is used as it is
             try:
-                transport = DeadlineTransport()
+                transport = DataPlaneTransport()
             except ProxyRefused as exc:
                 raise OciError(f"{registry}: {exc}", field=exc.variable) from None
         self.client = httpx.Client(
@@ -224,13 +225,26 @@ class RegistryClient(BlobUploads):
 
     def _expect(self, response: httpx.Response, ok: tuple[int, ...], what: str) -> httpx.Response:
         if response.status_code not in ok:
-            detail = error_detail(response.content) if not response.is_stream_consumed or response.is_closed else ""
+            detail = error_detail(self._detail(response, what))
             raise OciError(
                 f"{self.registry}: {what} failed with HTTP {response.status_code} {detail}".strip(),
                 field=what,
                 digest_refused=is_digest_refusal(response.status_code, detail),
             )
         return response
+
+    def _detail(self, response: httpx.Response, what: str) -> bytes:
+        """The start of a refusal's body: read already, or read now within a document's deadline."""
+        try:
+            return response.content
+        except httpx.ResponseNotRead:
+            pass
+        try:
+            return read_bounded(
+                response, DETAIL_READ_BYTES, what, truncate=True, deadline=self._document_deadline(), error=OciError
+            )
+        except (OciError, httpx.HTTPError, httpx.StreamError):
+            return b""
 
     # --- reads -------------------------------------------------------------------
     def _read(self, url: str, repository: str, what: str, limit: int, **kwargs) -> tuple[bytes, httpx.Response]:
@@ -298,52 +312,36 @@ class RegistryClient(BlobUploads):
         return response.status_code == 200
 
     def stream_blob(self, repository: str, digest: str, size: int, *, hashed: bool = True) -> Iterator[bytes]:
-        """The blob's bytes in chunks, never past `size`, verified against `digest` at the end.
+        """The blob's bytes in pieces, through the data plane (attest.edge.data_plane): exactly
+        `size` of them, within the blob's deadline, verified against `digest` at the end.
         `hashed=False` leaves the digest to the caller, who checks every byte otherwise (a model
         layer against its lock: one pass over the bytes, not two); the size is still exact."""
         seconds = max(BLOB_MIN_DEADLINE_S, size / BLOB_MIN_BYTES_PER_S)
         deadline = min(time.monotonic() + seconds, self.operation_deadline)
-        response = self.request("GET", f"/v2/{repository}/blobs/{digest}", repository=repository, stream=True)
+        what = f"{self.registry}/{repository}: blob {digest}"
+        response = self.request(
+            "GET",
+            f"/v2/{repository}/blobs/{digest}",
+            repository=repository,
+            stream=True,
+            extensions=blob_extensions(deadline),
+        )
         try:
             self._expect(response, (200,), f"blob {digest}")
-            hasher, count = hashlib.sha256(), 0
-            for chunk in self._arriving(response, f"{self.registry}/{repository}: blob {digest}", size, digest):
-                if time.monotonic() > deadline:
-                    self._within_operation(f"blob {digest}")
-                    raise OciError(
-                        f"{self.registry}/{repository}: blob {digest} was still arriving after "
-                        f"{seconds:.0f} s ({count} of {size} bytes)",
-                        field=digest,
-                    )
-                count += len(chunk)
-                if count > size:
-                    raise OciError(
-                        f"{self.registry}/{repository}: blob {digest} sends more than the {size} bytes "
-                        "its descriptor declares",
-                        field=digest,
-                    )
+            hasher = hashlib.sha256()
+            for piece in read_blob(response, size, deadline, what):
                 if hashed:
-                    hasher.update(chunk)
-                yield chunk
-            if (hashed and "sha256:" + hasher.hexdigest() != digest) or count != size:
-                raise OciError(f"{self.registry}/{repository}: streamed blob {digest} is corrupt", field=digest)
+                    hasher.update(piece)
+                yield piece
+            if hashed and "sha256:" + hasher.hexdigest() != digest:
+                raise OciError(f"{what}: the streamed blob is corrupt (sha256:{hasher.hexdigest()})", field=digest)
+        except BodyBroken as exc:
+            if exc.reason == "late":
+                self._within_operation(f"blob {digest}")
+            again = "; run again to fetch it" if exc.reason in ("cut", "stalled") else ""
+            raise OciError(f"{exc}{again}", field=digest) from None
         finally:
             response.close()
-
-    @staticmethod
-    def _arriving(response: httpx.Response, what: str, size: int, field: str) -> Iterator[bytes]:
-        """The body's chunks as they arrive; a connection that breaks off (a body cut short under
-        its Content-Length, a reset) is a refusal naming what and how much had arrived."""
-        count = 0
-        try:
-            for chunk in response.iter_bytes():  # as they arrive: a chunk size would wait to fill it
-                count += len(chunk)
-                yield chunk
-        except httpx.TransportError as exc:
-            raise OciError(
-                f"{what} broke off after {count} of {size} bytes ({type(exc).__name__}); run again to fetch it",
-                field=field,
-            ) from None
 
     # --- writes ------------------------------------------------------------------
     def mount(self, repository: str, digest: str, from_repository: str) -> bool:
