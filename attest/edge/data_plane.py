@@ -1,11 +1,11 @@
 """The data plane: every blob body Omni fetches (a registry's layers for pull, pin and image
-copies; the hub's checkpoint files) comes off the socket into one reused buffer, and passes
+copies; the hub's checkpoint files) comes off the socket into one buffer per body, and passes
 through one bounded reader, `read_blob`: never past its size, within its deadline, a cut or a
 short body named with how much had arrived, a body sent encoded refused.
 
 Contract. `DataPlaneTransport` is the httpx transport of the registry client and of boot's hub
 session. A GET marked with `blob_extensions(deadline)` is sent with the standard library's
-http.client and its body read with `HTTPResponse.readinto` into one buffer per body; every
+http.client and its body read into one buffer per body, one socket read per piece; every
 other request (manifests, tokens, uploads, listings) goes to the `DeadlineTransport` beneath it.
 httpx stays the client for both: its redirects (the Authorization header dropped when a hop
 leaves the origin), the callers' auth and retries. Both transports share one proxy rule
