@@ -171,6 +171,21 @@ def test_a_trickled_answer_head_ends_at_the_answer_deadline() -> None:
     assert time.monotonic() - started < 2.0
 
 
+def test_a_redirect_chain_shares_one_answer_budget() -> None:
+    """The first hop answers after 0.6 s, the second trickles its head: 1 s in all, not each."""
+    with Trickler(0.05) as store:
+
+        def slow_redirect(client: socket.socket, head: bytes) -> bool:
+            time.sleep(0.6)
+            client.sendall(_head("307 Temporary Redirect", Location=f"{store.url}/blob", Content_Length=0))
+            return False
+
+        started = time.monotonic()
+        with ScriptedPeer(slow_redirect) as registry, pytest.raises(httpx.ReadTimeout, match="redirects included"):
+            _Fetch()(f"{registry.url}/blob", answer_s=1.0, read_s=5.0)
+    assert time.monotonic() - started < 1.4  # each hop its own 1 s would take 1.6 s
+
+
 def _ranged(client: socket.socket, head: bytes) -> bool:
     start = int(head.split(b"Range: bytes=")[1].split(b"-")[0]) if b"Range:" in head else 0
     rest = BLOB[start:]
