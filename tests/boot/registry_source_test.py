@@ -50,8 +50,8 @@ class World:
             report = push_checkpoint(
                 self.source, lock, data, f"{registry.host}/{repository}", platform="linux/arm64", client=client
             )
-        self.reference = f"{registry.host}/{repository}@{report.image_digest}"
-        self.manifest = json.loads(self._blob_path(report.image_digest).read_bytes())
+        self.reference = f"{registry.host}/{repository}@{report.digest}"
+        self.manifest = json.loads(self._blob_path(report.digest).read_bytes())
         self.model = base / "model"
 
     def _blob_path(self, digest: str) -> Path:

@@ -103,7 +103,7 @@ def artifact(registry: LoopbackRegistry, tmp_path_factory) -> str:
         report = push_checkpoint(
             root, lock, data, f"{registry.host}/models/tiny", platform="linux/amd64", client=client
         )
-    return f"{registry.host}/models/tiny@{report.image_digest}"
+    return f"{registry.host}/models/tiny@{report.digest}"
 
 
 @pytest.fixture(scope="module")

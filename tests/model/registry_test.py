@@ -84,13 +84,13 @@ def test_pushed_signed_pulled_by_skopeo_and_umoci_and_by_pull_to_the_same_tree(w
     layout, bundle = world.tmp / "skopeo", world.tmp / "bundle"
     copied = run(
         [SKOPEO, "copy", "--src-tls-verify=false", "--src-creds", f"{USER}:{PASSWORD}"]
-        + [f"docker://{world.host}/models/tiny@{report.image_digest}", f"oci:{layout}:model"]
+        + [f"docker://{world.host}/models/tiny@{report.digest}", f"oci:{layout}:model"]
     )
     assert copied.returncode == 0, copied.stderr
     unpacked = run([UMOCI, "unpack", "--rootless", "--image", f"{layout}:model", str(bundle)])
     assert unpacked.returncode == 0, unpacked.stderr
     assert _tree(bundle / "rootfs") == expected
-    for digest in (report.image_digest, report.model_digest):
+    for digest in (report.digest, report.model_digest):
         pulled = world.tmp / f"pulled-{digest[7:15]}"
         argv = ["pull", f"{world.host}/models/tiny@{digest}", str(pulled), "--lock", str(world.lock_path)]
         assert main([*argv, "--key", str(world.public)]) == 0
@@ -112,7 +112,7 @@ def test_both_manifests_verify_with_cosign_2_and_3_from_every_layout_each_reads(
     _, other_public = key_pair(world.tmp, "other")
     credentials = ("--registry-username", USER, "--registry-password", PASSWORD)
     for cosign in verifiers():
-        for digest in (report.image_digest, report.model_digest):
+        for digest in (report.digest, report.model_digest):
             reference = f"{world.host}/models/cosign@{digest}"
             for legacy in (False, True) if cosign.reads_bundles else (True,):
                 where = f"{cosign}, {'legacy tags' if legacy else 'bundles'}, {digest}"
@@ -129,7 +129,7 @@ def test_both_manifests_verify_with_cosign_2_and_3_from_every_layout_each_reads(
 
 def test_verify_names_the_layout_it_accepted_and_bundles_only_refuses_tags_alone(world, capsys) -> None:
     report = _push(world, "models/layouts")
-    reference = f"{world.host}/models/layouts@{report.image_digest}"
+    reference = f"{world.host}/models/layouts@{report.digest}"
     verify = ["verify", reference, "--key", str(world.public), "--lock", str(world.lock_path), "--layout"]
     for layout, accepted in (("auto", "sigstore bundles"), ("bundles", "sigstore bundles"), ("legacy", "legacy tags")):
         assert main([*verify, layout]) == 0
@@ -137,7 +137,7 @@ def test_verify_names_the_layout_it_accepted_and_bundles_only_refuses_tags_alone
     # The registry lost the bundles (the referrers fallback tag now lists none) and kept the tags.
     empty = canonical({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []})
     with world.client() as client:
-        client.put_manifest("models/layouts", report.image_digest.replace(":", "-"), empty, OCI_INDEX)
+        client.put_manifest("models/layouts", report.digest.replace(":", "-"), empty, OCI_INDEX)
     assert main([*verify, "bundles"]) == 2
     refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert refusal["field"] == "bundle" and "no Sigstore bundle refers to" in refusal["error"]
@@ -148,7 +148,7 @@ def test_verify_names_the_layout_it_accepted_and_bundles_only_refuses_tags_alone
 def test_verify_accepts_both_manifests_and_refuses_another_key_lock_or_no_signature(world, capsys) -> None:
     report = _push(world, "models/verify")
     expected = expected_lock(world.lock_path.read_bytes(), "")
-    for digest, kind in ((report.image_digest, "image"), (report.model_digest, "application/vnd.cncf.model")):
+    for digest, kind in ((report.digest, "image"), (report.model_digest, "application/vnd.cncf.model")):
         summary = verify_artifact(f"{world.host}/models/verify@{digest}", world.public, expected, client=world.client())
         assert summary["kind"].startswith(kind) and summary["revision"] == REVISION
         assert summary["files"] == len(world.artifact.files)
@@ -158,18 +158,13 @@ def test_verify_accepts_both_manifests_and_refuses_another_key_lock_or_no_signat
         unsigned = push_artifact(world.artifact, world.root, f"{world.host}/models/unsigned", client=client)
     rows = [
         (
-            f"models/verify@{report.image_digest}",
+            f"models/verify@{report.digest}",
             other_public,
             expected,
             "bundle.verificationMaterial",
         ),  # the bundle names its key
-        (f"models/verify@{report.image_digest}", world.public, other_lock, "provenance.lock_sha256"),
-        (
-            f"models/unsigned@{unsigned.image_digest}",
-            world.public,
-            expected,
-            f"{report.image_digest.replace(':', '-')}",
-        ),
+        (f"models/verify@{report.digest}", world.public, other_lock, "provenance.lock_sha256"),
+        (f"models/unsigned@{unsigned.digest}", world.public, expected, f"{report.digest.replace(':', '-')}"),
     ]
     for reference, key, lock, field in rows:
         with pytest.raises(Exception) as refused:
@@ -305,7 +300,7 @@ def test_a_registry_serving_another_blob_is_refused(world) -> None:
     manifest = json.loads(world.artifact.image_manifest)
     wanted, instead = (_layer(manifest, name)["digest"] for name in SAME_SIZE)
     with pytest.raises(ModelError) as refused:
-        _pull_through(world, "models/liar", report.image_digest, _Rewriting(wanted, instead))
+        _pull_through(world, "models/liar", report.digest, _Rewriting(wanted, instead))
     assert refused.value.field == SAME_SIZE[0]
     assert not (world.tmp / "pulled" / ARTIFACT_LOCK).exists()
 
@@ -315,16 +310,16 @@ def test_a_pull_cut_off_is_not_complete_and_a_rerun_fetches_only_the_rest(world)
     manifest = json.loads(world.artifact.image_manifest)
     wanted = _layer(manifest, SAME_SIZE[1])["digest"]
     with pytest.raises(ModelError):
-        _pull_through(world, "models/cut", report.image_digest, _Rewriting(wanted, cut=3000))
+        _pull_through(world, "models/cut", report.digest, _Rewriting(wanted, cut=3000))
     pulled = world.tmp / "pulled"
     assert not (pulled / ARTIFACT_LOCK).exists() and not (pulled / SAME_SIZE[1]).exists()
-    summary = _pull_through(world, "models/cut", report.image_digest, httpx.HTTPTransport())
+    summary = _pull_through(world, "models/cut", report.digest, httpx.HTTPTransport())
     assert summary["fetched"] == 1 and summary["kept"] == len(world.artifact.files) - 1
     assert filecmp.cmp(pulled / SAME_SIZE[1], world.root / SAME_SIZE[1], shallow=False)
     assert (pulled / ARTIFACT_LOCK).read_bytes() == world.lock_path.read_bytes()
     (pulled / "stray.json").write_text("{}")
     with pytest.raises(ModelError) as refused:
-        _pull_through(world, "models/cut", report.image_digest, httpx.HTTPTransport())
+        _pull_through(world, "models/cut", report.digest, httpx.HTTPTransport())
     assert refused.value.field == "stray.json"
 
 
@@ -356,9 +351,9 @@ def test_one_pass_push_gives_the_packed_digests_and_refuses_a_file_that_is_not_t
         report = push_checkpoint(
             world.root, lock, data, f"{world.host}/models/onepass", platform="linux/amd64", client=client
         )
-    assert (report.image_digest, report.model_digest) == (world.artifact.image_digest, world.artifact.model_digest)
+    assert (report.digest, report.model_digest) == (world.artifact.image_digest, world.artifact.model_digest)
     summary = pull(
-        f"{world.host}/models/onepass@{report.image_digest}",
+        f"{world.host}/models/onepass@{report.digest}",
         world.tmp / "one",
         expected_lock(data, ""),
         client=world.client(),
@@ -394,7 +389,7 @@ def test_a_planted_partial_directory_link_is_refused_and_nothing_written_through
     (dest / ".omni-partial").symlink_to(elsewhere, target_is_directory=True)
     with pytest.raises(AttestError) as refused:  # the run-lock's own refusal, reported as is
         pull(
-            f"{world.host}/models/planted@{report.image_digest}",
+            f"{world.host}/models/planted@{report.digest}",
             dest,
             expected_lock(world.lock_path.read_bytes(), ""),
             client=world.client(),
@@ -407,7 +402,7 @@ def test_a_second_pull_into_one_directory_is_refused_naming_the_first_and_change
     dest = world.tmp / "pulled"
     dest.mkdir()
     holder = hold_run_lock(dest / PARTIAL_DIR)
-    argv = ["pull", f"{world.host}/models/twice@{report.image_digest}", str(dest), "--lock", str(world.lock_path)]
+    argv = ["pull", f"{world.host}/models/twice@{report.digest}", str(dest), "--lock", str(world.lock_path)]
     try:
         assert main(argv) == 2
         refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
@@ -436,7 +431,7 @@ def test_a_planted_hard_link_is_never_written_through_nor_taken_as_present(world
     else:
         dest.mkdir()
         os.link(outside, dest / item)
-    summary = _pull_through(world, f"models/link-{where.split()[0]}", report.image_digest, httpx.HTTPTransport())
+    summary = _pull_through(world, f"models/link-{where.split()[0]}", report.digest, httpx.HTTPTransport())
     assert summary["kept"] == 0  # the linked file with the right bytes was not taken as present
     assert outside.read_bytes() == before and os.stat(outside).st_nlink == 1
     assert os.stat(dest / item).st_nlink == 1 and (dest / item).read_bytes() == (world.root / item).read_bytes()

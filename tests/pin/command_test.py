@@ -374,7 +374,7 @@ def _push_artifact(registry: LoopbackRegistry, files: dict[str, bytes], lock_byt
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
     artifact = pack(root, parse_lock(lock_bytes, "lock"), lock_bytes, platform="linux/arm64", quiet=True)
-    return push_artifact(artifact, root, f"{registry.host}/models/deepseek:{tag}").image_digest
+    return push_artifact(artifact, root, f"{registry.host}/models/deepseek:{tag}").digest
 
 
 def test_the_model_artifact_is_pinned_only_when_it_carries_the_pinned_lock(

@@ -28,7 +28,7 @@ from tools.model.artifact import PLATFORMS
 from tools.model.errors import ModelError
 from tools.model.pack import load_lock_bytes, pack, read_pack, summary, write_pack
 from tools.model.pull import expected_lock, pull
-from tools.model.push import PUSH_JOBS, push_artifact, push_checkpoint
+from tools.model.push import PUSH_JOBS, push_artifact, push_checkpoint, push_summary
 from tools.model.verify import signed, verify_artifact
 from tools.oci.signing.bundles import BUNDLES_ONLY_WARNING
 from tools.oci.signing.keys import load_private_key
@@ -126,7 +126,7 @@ def _push(args: argparse.Namespace) -> dict:
         report = push_artifact(artifact, model, args.places[1], **options)
     if report.signed and not args.legacy_signatures:
         print(f"push: {BUNDLES_ONLY_WARNING}", file=sys.stderr)
-    return report.summary()
+    return push_summary(report)
 
 
 @refusing_main

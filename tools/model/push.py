@@ -9,7 +9,6 @@ digest `pack` computed from the lock-checked file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,7 +25,7 @@ from tools.oci.format.layout import OCI_MANIFEST, descriptor
 from tools.oci.format.reference import Reference
 from tools.oci.format.statement import SLSA_PROVENANCE, statement
 from tools.oci.push import TAG_RE
-from tools.oci.remote.parallel import blob_progress, in_parallel
+from tools.oci.remote.parallel import PushReport, blob_progress, in_parallel
 from tools.oci.remote.referrers import put_referrer
 from tools.oci.remote.registry import RegistryClient, client_for
 from tools.oci.signing.bundles import push_signatures
@@ -35,27 +34,17 @@ PUSH_JOBS = 4
 BUILD_TYPE = "https://omni.invalid/build-types/model-artifact/v1"
 
 
-@dataclass
-class PushReport:
-    repository: str
-    image_digest: str
-    model_digest: str
-    uploaded: list[str] = field(default_factory=list)
-    present: list[str] = field(default_factory=list)
-    uploaded_bytes: int = 0
-    signed: bool = False
-    tags: list[str] = field(default_factory=list)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "image": f"{self.repository}@{self.image_digest}",
-            "modelpack": f"{self.repository}@{self.model_digest}",
-            "uploaded": len(self.uploaded),
-            "uploaded_bytes": self.uploaded_bytes,
-            "already_present": len(self.present),
-            "signed": self.signed,
-            "tags": self.tags,
-        }
+def push_summary(report: PushReport) -> dict[str, Any]:
+    """A model push's result as `tools/model push` prints it."""
+    return {
+        "image": report.reference,
+        "modelpack": f"{report.repository}@{report.model_digest}",
+        "uploaded": len(report.uploaded),
+        "uploaded_bytes": report.uploaded_bytes,
+        "already_present": len(report.present),
+        "signed": report.signed,
+        "tags": report.tags,
+    }
 
 
 def provenance(artifact: Artifact, name: str) -> dict[str, Any]:
@@ -136,7 +125,7 @@ def _publish(
     put_referrer(client, ref.repository, artifact.model_manifest)
     for tag in tags:
         client.put_manifest(ref.repository, tag, artifact.image_manifest, OCI_MANIFEST)
-    report.image_digest, report.model_digest, report.tags = artifact.image_digest, artifact.model_digest, tags
+    report.digest, report.model_digest, report.tags = artifact.image_digest, artifact.model_digest, tags
     report.uploaded_bytes = client.uploaded_bytes  # the artifact's own blobs, not the signatures'
     if key is not None:
         statement = provenance(artifact, report.repository)
@@ -163,7 +152,9 @@ def push_artifact(
     the checkpoint."""
     ref, tags = _target(target, list(tags))
     with client_for(ref.registry, client) as client:
-        report = PushReport(f"{ref.registry}/{ref.repository}", artifact.image_digest, artifact.model_digest)
+        report = PushReport(
+            f"{ref.registry}/{ref.repository}", artifact.image_digest, model_digest=artifact.model_digest
+        )
         shown = blob_progress(sum(layer.size for layer in artifact.files), len(artifact.files), progress)
 
         def send(layer) -> tuple[None, int, str]:
@@ -194,7 +185,7 @@ def push_checkpoint(
     pack to skip what the registry has)."""
     ref, tags = _target(target, list(tags))
     with client_for(ref.registry, client) as client:
-        report = PushReport(f"{ref.registry}/{ref.repository}", "", "")
+        report = PushReport(f"{ref.registry}/{ref.repository}")
         shown = blob_progress(sum(layer_size(item.size) for item in lock.files), len(lock.files), progress)
 
         def send(item) -> tuple[FileLayer, int, str]:

@@ -14,7 +14,7 @@ import argparse
 import json
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -25,22 +25,10 @@ from tools.oci.format.errors import OciError
 from tools.oci.format.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
 from tools.oci.format.reference import TAG_RE, Reference
 from tools.oci.push_record import record_push
-from tools.oci.remote.parallel import blob_progress, in_parallel
+from tools.oci.remote.parallel import PushReport, blob_progress, in_parallel
 from tools.oci.remote.registry import RegistryClient, client_for
 
 PLACEHOLDER_RE = re.compile(r"\{([A-Z][A-Z0-9_]*)\}")
-
-
-@dataclass
-class PushReport:
-    reference: str
-    digest: str
-    uploaded_bytes: int = 0
-    uploaded: list[str] = field(default_factory=list)
-    mounted: list[str] = field(default_factory=list)
-    streamed: list[str] = field(default_factory=list)
-    present: list[str] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)
 
 
 def read_tags(path: Path) -> list[str]:
@@ -171,7 +159,7 @@ def push(
     digest, children, top_bytes, top_type, is_index = _documents(layout)
     sidecar = json.loads((layout / BASE_SIDECAR).read_text()) if (layout / BASE_SIDECAR).is_file() else {}
     with client_for(ref.registry, client) as client:
-        report = PushReport(reference=f"{ref.registry}/{ref.repository}@{digest}", digest=digest)
+        report = PushReport(f"{ref.registry}/{ref.repository}", digest)
         blobs = list(
             {blob["digest"]: blob for _, child, _ in children for blob in [child["config"], *child["layers"]]}.values()
         )

@@ -1,9 +1,11 @@
 """The one parallel sender of blob work (image push, model push, model pull): up to `jobs` items at
-a time, each reported on one progress line as it ends, results in the items' order."""
+a time, each reported on one progress line as it ends, results in the items' order; and the one
+report of what a push sent."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Callable, Sequence, TypeVar
 
 from attest.progress import Progress
@@ -32,3 +34,26 @@ def in_parallel(
 
     with ThreadPoolExecutor(max(1, min(jobs, len(items) or 1))) as pool:
         return list(pool.map(one, items))
+
+
+@dataclass
+class PushReport:
+    """What one push sent, image or model artifact alike: its top manifest's digest (an image's
+    or index's; a model artifact's plain image), each blob by how it got there, the bytes
+    uploaded, the tags, whether it was signed; a model artifact also names its ModelPack
+    manifest over the same blobs (`model_digest`)."""
+
+    repository: str  # REGISTRY/REPO
+    digest: str = ""
+    uploaded: list[str] = field(default_factory=list)
+    mounted: list[str] = field(default_factory=list)
+    streamed: list[str] = field(default_factory=list)  # copied from the base's registry
+    present: list[str] = field(default_factory=list)
+    uploaded_bytes: int = 0
+    tags: list[str] = field(default_factory=list)
+    signed: bool = False
+    model_digest: str = ""
+
+    @property
+    def reference(self) -> str:
+        return f"{self.repository}@{self.digest}"
