@@ -213,11 +213,9 @@ class DataPlaneTransport(httpx.BaseTransport):
                 return self._exchange(exchange, key, request, proxy, timeouts, float(body_ends))
             except _Stale:
                 pass  # the peer closed an idle connection: a new one carries the request
-        exchange = self._connect(request.url, proxy, timeouts)
-        try:
-            return self._exchange(exchange, key, request, proxy, timeouts, float(body_ends))
-        except _Stale as exc:
-            raise httpx.RemoteProtocolError(str(exc)) from None
+        # A new connection is never stale (_Stale is raised only for a reused one).
+        return self._exchange(self._connect(request.url, proxy, timeouts), key, request, proxy, timeouts,
+                              float(body_ends))  # fmt: skip
 
     def _connect(self, url: httpx.URL, proxy: str, timeouts: dict) -> _Exchange:
         target = httpx.URL(proxy) if proxy else url

@@ -99,8 +99,7 @@ class _Stream(httpcore.NetworkStream):
         now = time.monotonic()
         if self._answer_started is None:
             self._answer_started = now
-            budget.chain_ends = min(budget.chain_ends, now + budget.seconds)
-        ends = min(self._answer_started + budget.seconds, budget.chain_ends, budget.ends)
+        ends = answer_ends(self._answer_started)
         left = ends - now
         if left <= 0:
             raise _late(budget)
