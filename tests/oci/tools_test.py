@@ -589,3 +589,13 @@ def test_a_debian_layer_takes_passwd_and_group_together_or_neither(tmp_path: Pat
             ]
         )
     assert exited.value.code == 2 and "--passwd and --group go together" in capsys.readouterr().err
+
+
+def test_a_blob_the_registry_does_not_have_is_refused_with_its_answer(registry) -> None:
+    missing = "sha256:" + "0" * 64
+    with RegistryClient(registry.host) as client, pytest.raises(OciError) as refused:
+        for _ in client.stream_blob("vendor/none", missing, 10):
+            pass
+    # The refusal's detail is the registry's own error body, read bounded from the streamed answer.
+    assert f"blob {missing} failed with HTTP 404" in str(refused.value)
+    assert "BLOB_UNKNOWN" in str(refused.value) or "NAME_UNKNOWN" in str(refused.value)
