@@ -25,6 +25,7 @@ from tools.oci.format.errors import OciError
 from tools.oci.format.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
 from tools.oci.format.reference import TAG_RE, Reference
 from tools.oci.push_record import record_push
+from tools.oci.remote.copy import RegistryBlob
 from tools.oci.remote.parallel import PushReport, blob_progress, in_parallel
 from tools.oci.remote.registry import RegistryClient, client_for
 
@@ -118,8 +119,8 @@ class _BlobSender:
             return "mounted", digest
         source = self.source_client or RegistryClient(self.sidecar["registry"])
         try:
-            # A factory: a retried upload streams the blob again from the start.
-            self.client.upload(self.repository, digest, lambda: source.stream_blob(base_repository, digest, size), size)
+            # Hashed as it goes, a cut read resumed by Range, a retried upload served from its offset.
+            self.client.upload(self.repository, digest, RegistryBlob(source, base_repository, digest, size), size)
         finally:
             if self.source_client is None:
                 source.close()

@@ -140,18 +140,20 @@ def push_referrer(
     return put_referrer(client, repository, canonical(manifest))
 
 
-def put_referrer(client: RegistryClient, repository: str, data: bytes) -> str:
+def put_referrer(client: RegistryClient, repository: str, data: bytes, media_type: str = OCI_MANIFEST) -> str:
     """Put a manifest that names a subject, and list it where the registry lacks the referrers
     API: in the tag-schema index `sha256-<hex>` of its subject. Returns its digest."""
     manifest = refusing_object(data, "the referrer's manifest")
-    subject, artifact_type = manifest["subject"], manifest.get("artifactType", "")
+    subject, artifact_type = manifest.get("subject"), manifest.get("artifactType", "")
+    if not isinstance(subject, dict) or not isinstance(subject.get("digest"), str):
+        raise OciError(f"referrer {sha256_digest(data)} names no subject", field="subject")
     annotations = manifest.get("annotations")
-    digest = client.put_manifest(repository, sha256_digest(data), data, OCI_MANIFEST)
+    digest = client.put_manifest(repository, sha256_digest(data), data, media_type)
     listed, how = referrers(client, repository, subject["digest"])
     if how == "api" and any(item["digest"] == digest for item in listed):
         return digest
     entry = descriptor(
-        OCI_MANIFEST, data, artifactType=artifact_type, **({"annotations": annotations} if annotations else {})
+        media_type, data, artifactType=artifact_type, **({"annotations": annotations} if annotations else {})
     )
     if not any(item["digest"] == digest for item in listed):
         listed = [*listed, entry]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -311,12 +312,44 @@ class RegistryClient(BlobUploads):
         response = self.request("HEAD", f"/v2/{repository}/blobs/{digest}", repository=repository, push=True)
         return response.status_code == 200
 
-    def stream_blob(self, repository: str, digest: str, size: int, *, hashed: bool = True) -> Iterator[bytes]:
+    def manifest_digest(self, repository: str, reference: str) -> str | None:
+        """The digest the registry names (HEAD, Docker-Content-Digest) for a tag or digest, or
+        None where it has no such manifest. The registry's word only: a caller writing or
+        trusting on it reads the manifest by digest."""
+        response = self.request(
+            "HEAD",
+            f"/v2/{repository}/manifests/{reference}",
+            repository=repository,
+            headers={"Accept": ACCEPT_MANIFESTS},
+        )
+        if response.status_code == 404:
+            return None
+        self._expect(response, (200,), f"manifest {repository}:{reference}")
+        named = response.headers.get("Docker-Content-Digest", "")
+        if DIGEST_RE.fullmatch(reference):
+            return reference
+        if not DIGEST_RE.fullmatch(named):
+            raise OciError(
+                f"{self.registry}/{repository}: the answer for {reference} names no sha256 digest "
+                f"(Docker-Content-Digest {named[:80]!r})",
+                field=f"{repository}:{reference}",
+            )
+        return named
+
+    def stream_blob(
+        self, repository: str, digest: str, size: int, *, hashed: bool = True, offset: int = 0
+    ) -> Iterator[bytes]:
         """The blob's bytes in pieces, through the data plane (attest.edge.data_plane): exactly
-        `size` of them, within the blob's deadline, verified against `digest` at the end.
-        `hashed=False` leaves the digest to the caller, who checks every byte otherwise (a model
-        layer against its lock: one pass over the bytes, not two); the size is still exact."""
-        seconds = max(BLOB_MIN_DEADLINE_S, size / BLOB_MIN_BYTES_PER_S)
+        `size` of them (from `offset`: the rest, asked with a Range), within the blob's deadline,
+        verified against `digest` at the end. `hashed=False` leaves the digest to the caller, who
+        checks every byte otherwise (a model layer against its lock: one pass over the bytes, not
+        two; a resumed copy, tools.oci.remote.copy); the size is still exact.
+
+        A refusal is `final` where asking again cannot help (more bytes than the size, the
+        deadline passed); a cut, a stall or an early end is not: the caller may resume."""
+        if offset and hashed:
+            raise ValueError("a blob read from an offset is hashed by its caller")
+        seconds = max(BLOB_MIN_DEADLINE_S, (size - offset) / BLOB_MIN_BYTES_PER_S)
         deadline = min(time.monotonic() + seconds, self.operation_deadline)
         what = f"{self.registry}/{repository}: blob {digest}"
         response = self.request(
@@ -324,24 +357,49 @@ class RegistryClient(BlobUploads):
             f"/v2/{repository}/blobs/{digest}",
             repository=repository,
             stream=True,
+            headers={"Range": f"bytes={offset}-"} if offset else None,
             extensions=blob_extensions(deadline),
         )
         try:
-            self._expect(response, (200,), f"blob {digest}")
+            self._expect(response, (200, 206) if offset else (200,), f"blob {digest}")
+            skip = self._range_skip(response, offset, size, what)
             hasher = hashlib.sha256()
-            for piece in read_blob(response, size, deadline, what):
+            for piece in read_blob(response, size - offset + skip, deadline, what):
+                if skip:
+                    dropped = min(skip, len(piece))
+                    piece, skip = piece[dropped:], skip - dropped
+                    if not piece:
+                        continue
                 if hashed:
                     hasher.update(piece)
                 yield piece
             if hashed and "sha256:" + hasher.hexdigest() != digest:
-                raise OciError(f"{what}: the streamed blob is corrupt (sha256:{hasher.hexdigest()})", field=digest)
+                raise OciError(
+                    f"{what}: the streamed blob is corrupt (sha256:{hasher.hexdigest()})", field=digest, final=True
+                )
         except BodyBroken as exc:
             if exc.reason == "late":
                 self._within_operation(f"blob {digest}")
-            again = "; run again to fetch it" if exc.reason in ("cut", "stalled") else ""
-            raise OciError(f"{exc}{again}", field=digest) from None
+            again = "; run again to fetch it" if exc.reason in ("cut", "stalled", "short") else ""
+            raise OciError(f"{exc}{again}", field=digest, final=exc.reason in ("long", "late")) from None
         finally:
             response.close()
+
+    @staticmethod
+    def _range_skip(response: httpx.Response, offset: int, size: int, what: str) -> int:
+        """The bytes to drop before `offset`: none for a 206 continuing exactly there (checked
+        against its Content-Range), `offset` for a 200 (the registry ignored the range)."""
+        if not offset or response.status_code == 200:
+            return offset
+        found = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", response.headers.get("Content-Range", ""))
+        if found is None or tuple(map(int, found.groups())) != (offset, size - 1, size):
+            raise OciError(
+                f"{what}: the partial answer ({response.headers.get('Content-Range', 'no Content-Range')[:80]}) "
+                f"does not continue at byte {offset} of {size}",
+                field="Content-Range",
+                final=True,
+            )
+        return 0
 
     # --- writes ------------------------------------------------------------------
     def mount(self, repository: str, digest: str, from_repository: str) -> bool:
