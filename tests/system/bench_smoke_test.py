@@ -31,6 +31,7 @@ SMOKE = {
         + ["--speed-seconds", "1", "--dd-mb", "4"],
         r"re-push, every blob present \(0 uploaded\)",
     ),
+    "mirror": (["--size-gb", "0.004", "--files", "2"], r"mirror again, everything present +[\d.]+ s"),
     "pin": (["--size-gb", "0.004", "--layers", "2", "--runs", "1"], r"crane export IMAGE - > /dev/null +[\d.]+ +1.00"),
 }
 
@@ -69,7 +70,7 @@ def test_the_benchmark_runs_at_its_smallest_size_and_prints_its_table(name: str)
     assert seconds < 30, f"{name} took {seconds:.1f} s at its smallest size"
 
 
-@pytest.mark.parametrize("name", ["image_rebuild", "push", "model_artifact", "pin", "boot_verify"])
+@pytest.mark.parametrize("name", ["image_rebuild", "push", "model_artifact", "mirror", "pin", "boot_verify"])
 def test_a_missing_peer_is_one_line_naming_it_and_how_to_install_it(name: str, tmp_path: Path) -> None:
     """PATH without the peers (the binaries name their interpreter by its absolute path)."""
     completed = _run(name, SMOKE[name][0], env={"PATH": str(tmp_path)})

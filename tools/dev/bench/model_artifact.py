@@ -21,75 +21,25 @@ it the oras rows say so. docs/models.md#performance records the results.
 from __future__ import annotations
 
 import argparse
-import atexit
-import functools
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from boot.settings import REPO as BOOT_REPO
 from boot.settings import REVISION as BOOT_REVISION
 from tests.fixtures.model import synthetic_checkpoint
 from tests.fixtures.registry import LoopbackRegistry
+from tools.dev.bench.children import Run, oras_env, timed_child
 from tools.dev.bench.peers import cores, openssl_sha256_per_core_mb_s, optional, require
 from tools.model.layers import stream_file_layer
 from tools.model.pack import load_lock_bytes, pack
 from tools.oci.build.image import assemble
 from tools.oci.format.layout import OCI_LAYER_TAR
-
-
-@dataclass(frozen=True)
-class Run:
-    seconds: float
-    cpu_s: float  # the child's user + system time (wait4's rusage): the client's own CPU
-    rss_mb: int
-    out: str
-
-    def row(self, size: int) -> str:
-        return f"{self.seconds:.2f} s, {self.cpu_s / (size / 1e9):.2f} s CPU/GB, {self.rss_mb} MB RSS"
-
-
-def _peak_rss(pid: int, peak: list[int]) -> None:
-    """The child's VmHWM, read from /proc while it runs (rusage's ru_maxrss would count the
-    benchmark's own memory, which the child holds between fork and exec)."""
-    while True:
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            return
-        found = re.search(r"VmHWM:\s+(\d+) kB", status)
-        if found is None:  # a zombie: it has exited
-            return
-        peak[0] = max(peak[0], int(found.group(1)))
-        time.sleep(0.02)
-
-
-def _timed_child(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> Run:
-    """Wall time, CPU time, peak RSS and stdout of a child process."""
-    peak = [0]
-    with tempfile.TemporaryFile() as errors, tempfile.TemporaryFile() as output:
-        started = time.perf_counter()
-        process = subprocess.Popen(argv, stdout=output, stderr=errors, cwd=cwd, env=env)
-        watcher = threading.Thread(target=_peak_rss, args=(process.pid, peak), daemon=True)
-        watcher.start()
-        _, status, usage = os.wait4(process.pid, 0)
-        seconds = time.perf_counter() - started
-        process.returncode = os.waitstatus_to_exitcode(status)
-        watcher.join()
-        if process.returncode != 0:
-            errors.seek(0)
-            raise SystemExit(f"{' '.join(argv[:5])} failed: {errors.read().decode()[-3000:]}")
-        output.seek(0)
-        return Run(seconds, usage.ru_utime + usage.ru_stime, peak[0] // 1024, output.read().decode())
 
 
 def _model(*args: str) -> list[str]:
@@ -114,28 +64,19 @@ def _crane_layout(work: Path, root: Path, lock_path: Path) -> Path:
     return work / "crane-layout"
 
 
-@functools.cache
-def _oras_env() -> dict[str, str]:
-    """oras's own home (its config and credentials): never the user's, and one exists under
-    `bazel test`, which sets no HOME."""
-    home = tempfile.mkdtemp(prefix="oras-home-", dir=os.environ.get("BENCH_DIR"))
-    atexit.register(shutil.rmtree, home, True)
-    return {**os.environ, "HOME": home, "DOCKER_CONFIG": home}
-
-
 def _oras_push(oras: str, root: Path, target: str) -> Run:
     """oras pushing the checkpoint's files as they are (one layer each, hashed by oras)."""
     files = sorted(path.name for path in root.iterdir())
-    return _timed_child([oras, "push", "--plain-http", target, *files], cwd=root, env=_oras_env())
+    return timed_child([oras, "push", "--plain-http", target, *files], cwd=root, env=oras_env())
 
 
 def _oras_pull(oras: str, reference: str, dest: Path, *, sync: bool) -> Run:
     """oras pulling (each layer checked against its digest) into `dest`; `sync` adds the flush
     to disk that tools/model pull does per file (fsync), so both have their bytes on disk."""
-    pulled = _timed_child([oras, "pull", "--plain-http", "-o", str(dest), reference], env=_oras_env())
+    pulled = timed_child([oras, "pull", "--plain-http", "-o", str(dest), reference], env=oras_env())
     if not sync:
         return pulled
-    synced = _timed_child(["sync"])  # a child of its own: the peak RSS stays oras's
+    synced = timed_child(["sync"])  # a child of its own: the peak RSS stays oras's
     return Run(pulled.seconds + synced.seconds, pulled.cpu_s + synced.cpu_s, pulled.rss_mb, pulled.out)
 
 
@@ -146,15 +87,13 @@ def _pulls_in_memory(work: Path, size: int, oras: str | None) -> dict[str, Run]:
     synthetic_checkpoint(root, lock, files=2, total_bytes=size)
     place = Path("/dev/shm") / f"omni-bench-{os.getpid()}"
     with LoopbackRegistry() as registry:
-        _timed_child(_model("pack", "--model", str(root), "--lock", str(lock), "--output", str(work / "memory-pack")))
-        out = _timed_child(_model("push", str(work / "memory-pack"), f"{registry.host}/bench/memory:1", "--unsigned"))
+        timed_child(_model("pack", "--model", str(root), "--lock", str(lock), "--output", str(work / "memory-pack")))
+        out = timed_child(_model("push", str(work / "memory-pack"), f"{registry.host}/bench/memory:1", "--unsigned"))
         if oras:
             _oras_push(oras, root, f"{registry.host}/bench/oras-memory:1")
         os.sync()
         try:
-            runs = {
-                "tmpfs": _timed_child(_model("pull", json.loads(out.out)["image"], str(place), "--lock", str(lock)))
-            }
+            runs = {"tmpfs": timed_child(_model("pull", json.loads(out.out)["image"], str(place), "--lock", str(lock)))}
             shutil.rmtree(place, ignore_errors=True)
             if oras:
                 runs["oras tmpfs"] = _oras_pull(oras, f"{registry.host}/bench/oras-memory:1", place, sync=False)
@@ -178,12 +117,12 @@ def _small_files(work: Path, count: int) -> list[tuple[str, str]]:
     small, small_lock = work / "small", work / "small.lock.json"
     synthetic_checkpoint(small, small_lock, files=count, total_bytes=count << 20)
     with LoopbackRegistry() as registry:
-        _timed_child(
+        timed_child(
             _model("pack", "--model", str(small), "--lock", str(small_lock), "--output", str(work / "small-pack"))
         )
         target = f"{registry.host}/bench/small:1"
-        first = _timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
-        again = _timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
+        first = timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
+        again = timed_child(_model("push", str(work / "small-pack"), target, "--unsigned"))
     uploaded = json.loads(again.out)["uploaded"]
     return [
         (f"push of {count} files (1 MB each), first", f"{first.seconds:.2f} s"),
@@ -208,13 +147,13 @@ def _pushes(work: Path, root: Path, lock: Path, peers: dict[str, str], oras: str
     runs: dict[str, Run] = {}
     layout = _crane_layout(work, root, lock)
     with LoopbackRegistry() as theirs:
-        runs["crane push"] = _timed_child([peers["crane"], "push", "--insecure", str(layout), f"{theirs.host}/b/c:1"])
+        runs["crane push"] = timed_child([peers["crane"], "push", "--insecure", str(layout), f"{theirs.host}/b/c:1"])
     shutil.rmtree(layout)
     if oras:
         with LoopbackRegistry() as theirs:
             runs["oras push"] = _oras_push(oras, root, f"{theirs.host}/bench/oras:1")
     with LoopbackRegistry() as ours:
-        runs["one pass"] = _timed_child(
+        runs["one pass"] = timed_child(
             _model("push", "--model", str(root), "--lock", str(lock), f"{ours.host}/bench/one:1", "--unsigned")
         )
     return runs
@@ -225,20 +164,20 @@ def _pulls_to_disk(work: Path, root: Path, lock: Path, oras: str | None) -> dict
     pulls read, not fight writeback)."""
     runs: dict[str, Run] = {}
     with LoopbackRegistry() as ours:
-        runs["pack"] = _timed_child(
+        runs["pack"] = timed_child(
             _model("pack", "--model", str(root), "--lock", str(lock), "--output", str(work / "pack"))
         )
-        runs["push of the pack"] = _timed_child(
+        runs["push of the pack"] = timed_child(
             _model("push", str(work / "pack"), f"{ours.host}/bench/model:1", "--unsigned")
         )
         if oras:
             _oras_push(oras, root, f"{ours.host}/bench/oras:1")
         os.sync()
         image = json.loads(runs["push of the pack"].out)["image"]
-        runs["pull"] = _timed_child(_model("pull", image, str(work / "pulled"), "--lock", str(lock)))
+        runs["pull"] = timed_child(_model("pull", image, str(work / "pulled"), "--lock", str(lock)))
         shutil.rmtree(work / "pulled")
         os.sync()
-        runs["boot prepare"] = _timed_child([sys.executable, "-m", "boot", "prepare"], env=_boot_env(work, image, lock))
+        runs["boot prepare"] = timed_child([sys.executable, "-m", "boot", "prepare"], env=_boot_env(work, image, lock))
         shutil.rmtree(work / "boot")
         if oras:
             os.sync()

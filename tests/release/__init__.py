@@ -1,0 +1,1 @@
+"""Tests of tools/release: a release mirrored whole between registries and across an air gap."""
