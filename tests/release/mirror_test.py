@@ -39,6 +39,7 @@ from tools.oci.signing.bundles import push_signatures
 from tools.oci.signing.keys import load_private_key
 from tools.oci.verify import verify_image
 from tools.release.cli import main
+from tools.release.offline import PARTIAL
 from tools.release.record import RECORD
 
 SOURCE_USER, TARGET_USER = ("alice", "source-secret"), ("bob", "target-secret")
@@ -309,6 +310,31 @@ def test_the_offline_directory_round_trip(world, tmp_path: Path, capsys) -> None
     assert verify_artifact(f"{target}/offline/tiny@{world['model'].digest}", world["public"], None)["ok"]
     code, checked, _ = _mirror(*args, "--check", "--key", str(world["public"]), capsys=capsys)
     assert (code, checked["missing"]) == (0, [])
+
+
+def test_to_dir_resumes_its_own_unfinished_directory_and_refuses_anyone_elses(world, offline, tmp_path, capsys) -> None:
+    args = [world["image"], "--pins", str(world["pins_path"])]
+    # Stopped before its end: no record, one blob missing, the marker naming this release.
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(offline, unfinished)
+    record = (unfinished / RECORD).read_bytes()
+    (unfinished / RECORD).unlink()
+    (unfinished / PARTIAL).write_text(hashlib.sha256(record).hexdigest() + "\n")
+    lost = max((unfinished / "blobs" / "sha256").iterdir(), key=lambda path: path.stat().st_size)
+    size = lost.stat().st_size
+    lost.unlink()
+    code, resumed, _ = _mirror(*args, "--to-dir", str(unfinished), capsys=capsys)
+    assert code == 0 and resumed["bytes_written"] == size
+    assert (unfinished / RECORD).read_bytes() == record and not (unfinished / PARTIAL).exists()
+    # Someone else's layout, or another release's unfinished mirror: refused, untouched.
+    for name, files in (("theirs", {"oci-layout": "{}", "index.json": "{}"}), ("other", {PARTIAL: "0" * 64})):
+        directory = tmp_path / name
+        directory.mkdir()
+        for file, text in files.items():
+            (directory / file).write_text(text)
+        code, refusal, _ = _mirror(*args, "--to-dir", str(directory), capsys=capsys)
+        assert code == 2 and refusal["field"] == "--to-dir", refusal
+        assert {path.name: path.read_text() for path in directory.iterdir()} == files
 
 
 def _tampered(directory: Path, tmp_path: Path, change) -> Path:

@@ -16,6 +16,7 @@ as it is uploaded (tools.oci.remote.copy); no path is followed through a link.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -25,7 +26,7 @@ from typing import Callable
 
 from attest.documents import parse_document
 from attest.errors import AttestError
-from attest.files import write_atomic
+from attest.files import RUN_LOCK, exclusive_run, write_atomic
 from attest.reader import loads_object, read_file
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import OCI_INDEX, canonical
@@ -37,6 +38,7 @@ from tools.release.closure import IMAGE, LEGACY, LEGACY_SUFFIXES, REFERRER, Blob
 from tools.release.record import MAX_RECORD_BYTES, RECORD, MirrorRecord, RecordedClosure
 
 LAYOUT_MARKER = "oci-layout"
+PARTIAL = ".omni-mirror.partial"  # an unfinished --to-dir: the sha256 of the record it writes
 REF_NAME = "org.opencontainers.image.ref.name"
 ROLE_ANNOTATION = "dev.omni.mirror.role"
 WRITE_JOBS = 4
@@ -59,15 +61,9 @@ class Rooted:
 
 
 def _prepare(directory: Path, record: bytes) -> bool:
-    """The directory made ready: absent or empty (created), or an earlier mirror of the same
-    release (resumed). Whether it is already complete."""
-    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
-        raise OciError(f"--to-dir {directory} is not a directory", field="--to-dir")
-    if directory.exists() and any(directory.iterdir()) and not (directory / LAYOUT_MARKER).is_file():
-        raise OciError(
-            f"--to-dir {directory} holds files that are not an offline mirror; name an empty or new directory",
-            field="--to-dir",
-        )
+    """The directory made ready: empty (just created), or an unfinished `--to-dir` of the same
+    release (resumed: its PARTIAL marker names this record). Anything else there is the user's
+    and is refused, never written over. Whether the mirror is complete already."""
     done = directory / RECORD
     if done.is_file():
         if done.read_bytes() != record:
@@ -76,7 +72,16 @@ def _prepare(directory: Path, record: bytes) -> bool:
                 field="--to-dir",
             )
         return True
-    (directory / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    marker, digest = directory / PARTIAL, hashlib.sha256(record).hexdigest()
+    others = {path.name for path in directory.iterdir()} - {RUN_LOCK}
+    if others and not (marker.is_file() and marker.read_text().strip() == digest):
+        what = "an unfinished mirror of another release" if marker.is_file() else "files that are not a mirror of ours"
+        raise OciError(f"--to-dir {directory} holds {what}; name an empty or new directory", field="--to-dir")
+    write_atomic(marker, digest.encode() + b"\n")
+    for folder in (directory / "blobs", directory / "blobs" / "sha256"):
+        folder.mkdir(exist_ok=True)
+        if folder.is_symlink() or not folder.is_dir():
+            raise OciError(f"--to-dir: {folder} is not a directory of ours (a link or a file)", field="--to-dir")
     write_atomic(directory / LAYOUT_MARKER, b'{"imageLayoutVersion":"1.0.0"}\n')
     return False
 
@@ -169,6 +174,13 @@ def to_dir(
 ) -> dict:
     """Write the closures into `directory` (the module's layout); `sources[i]` streams a blob of
     `rooted[i]`. Returns a summary."""
+    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        raise OciError(f"--to-dir {directory} is not a directory", field="--to-dir")
+    with exclusive_run(directory, what=f"--to-dir {directory}", field="--to-dir"):
+        return _write(rooted, sources, directory, jobs, progress)
+
+
+def _write(rooted: list[Rooted], sources, directory: Path, jobs: int, progress) -> dict:
     record = record_of(rooted)
     if _prepare(directory, record):
         return {"directory": str(directory), "complete_already": True, "bytes_written": 0}
@@ -188,7 +200,8 @@ def to_dir(
         for m in item.closure.manifests:
             write_atomic(blob_file(directory, m.digest), m.data)
     write_atomic(directory / "index.json", _index(rooted))
-    write_atomic(directory / RECORD, record)  # last: the directory is complete
+    write_atomic(directory / RECORD, record)  # the directory is complete
+    (directory / PARTIAL).unlink()
     return {"directory": str(directory), "complete_already": False, "bytes_written": written}
 
 
@@ -289,6 +302,9 @@ def _closure(directory: Path, recorded: RecordedClosure) -> Closure:
 
 def from_dir(directory: Path) -> list[Rooted]:
     """The closures an offline mirror holds, checked (the module's threat model)."""
+    for folder in (directory / "blobs", directory / "blobs" / "sha256"):
+        if folder.is_symlink():
+            raise OciError(f"--from-dir: {folder} is a link; a mirror's folders are its own", field="--from-dir")
     if not (directory / RECORD).exists():
         raise OciError(
             f"--from-dir {directory} holds no {RECORD}: not an offline mirror, or one whose --to-dir did not finish",
