@@ -445,6 +445,14 @@ def test_check_names_a_missing_bundle(world, capsys) -> None:
         f"{target.host}/checked/qwen: bundle {provenance['digest']} (https://slsa.dev/provenance/v1) of "
         f"{world['digest']} is missing"
     ]
+    # Mirrored on from there, the stale listing is left out and said so; with --key the source is
+    # refused, naming the bundle its listing promises and it does not hold.
+    stale = f"{target.host}/checked/qwen@{world['digest']}"
+    code, copied, progress = _mirror(stale, f"{world['far'].host}/stale/qwen", capsys=capsys)
+    assert code == 0 and f"referrer {provenance['digest']}" in progress and "a stale listing" in progress
+    code, refusal, _ = _mirror(stale, f"{world['far'].host}/stale/qwen", "--key", str(world["public"]), capsys=capsys)
+    assert code == 2 and refusal["field"] == "--key" and provenance["digest"] in refusal["error"], refusal
+    assert "the source does not verify" in refusal["error"]
 
 
 def test_pins_of_another_build_are_refused_naming_the_pin(world, tmp_path: Path, capsys) -> None:
@@ -474,6 +482,11 @@ BAD_ARGUMENTS = [
     (("127.0.0.1:1/omni/qwen@sha256:" + "a" * 64, "--to-dir", "d", "--check"), "--check"),
     (("127.0.0.1:1/omni/qwen@sha256:" + "a" * 64, "127.0.0.1:2/x", "--jobs", "0"), "--jobs"),
     (("--from-dir", "d"), "references"),
+    (("127.0.0.1:1/omni/qwen@sha256:" + "a" * 64, "127.0.0.1:2/x", "--jobs", "65"), "--jobs"),
+    (("127.0.0.1:1/omni/qwen@sha256:" + "a" * 64, "127.0.0.1:2/x", "--key", "/nonexistent.pub"), "--key"),
+    (("127.0.0.1:1/omni/qwen@sha256:" + "a" * 64, "127.0.0.1:2/x", "--model-to", "127.0.0.1:2/m:tag"), "--model-to"),
+    (("127.0.0.1:1/omni/qwen@sha256:" + "a" * 64, "127.0.0.1:2/x", "--pins", "/nonexistent.json"), "--pins"),
+    (("127.0.0.1:1/Omni/qwen@sha256:" + "a" * 64, "127.0.0.1:2/x"), "SOURCE"),
 ]
 
 

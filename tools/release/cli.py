@@ -37,10 +37,13 @@ from attest.pins import ImagePins
 from tools.oci.format.errors import OciError
 from tools.oci.format.reference import Reference
 from tools.oci.remote.registry import RegistryClient
+from tools.oci.signing.keys import load_public_key
 from tools.release.check import DirectoryBlobs, bound_to_pins, missing, root_kind, unverified
 from tools.release.closure import walk
 from tools.release.copy import MIRROR_JOBS, RegistrySource, Route, mirror
 from tools.release.offline import DirectorySource, Rooted, from_dir, to_dir
+
+MAX_JOBS = 64  # blobs in flight: beyond this a registry only sees more refused connections
 
 
 def _path(value: str) -> Path:
@@ -111,8 +114,12 @@ def _arguments(args: argparse.Namespace) -> tuple[Reference | None, Reference | 
         raise OciError(f"mirror takes {shapes[wanted]}; got {count} reference(s)", field="references")
     if args.to_dir and args.check:
         raise OciError("--check checks a registry: give a target, not --to-dir", field="--check")
-    if args.jobs < 1:
-        raise OciError(f"--jobs must be at least 1, got {args.jobs}", field="--jobs")
+    if not 1 <= args.jobs <= MAX_JOBS:
+        raise OciError(f"--jobs must be 1 to {MAX_JOBS}, got {args.jobs}", field="--jobs")
+    if args.key:
+        load_public_key(args.key)  # an unreadable key is refused before any request
+    if args.model_to:
+        _model_target(args, None, "")  # checked before any request
     if args.from_dir:
         return None, _reference(args.references[0], "TARGET", digest=False)
     source = _reference(args.references[0], "SOURCE", digest=True)
@@ -172,7 +179,7 @@ def _walked(args, clients: Clients, source: Reference, pins: ImagePins | None) -
     return found
 
 
-def _model_target(args, target: Reference, repository: str) -> tuple[str, str]:
+def _model_target(args, target: Reference | None, repository: str) -> tuple[str, str]:
     """(registry, repository) the model artifact goes to: --model-to, else its own path on the target."""
     if not args.model_to:
         return target.registry, repository.split("/", 1)[1]

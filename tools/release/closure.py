@@ -20,6 +20,7 @@ the root's images first, then the referrers (each after its subject), the legacy
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,6 +160,16 @@ class _Walk:
         for number, item in enumerate(listed):
             digest, _, _ = descriptor_of(item, f"referrer {number} of {subject}")
             if self.closure.has(digest):
+                continue
+            if self.client.manifest_digest(self.repository, digest) is None:
+                # A listing left behind when its referrer was deleted: nothing to copy. A missing
+                # signature is still caught where it matters: --key verifies the release.
+                print(
+                    f"mirror: {self.closure.repository}: referrer {digest}, listed for {subject}, is not in the "
+                    "registry (a stale listing): left out",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
             data, media_type = self.client.manifest(self.repository, digest)
             named = subject_of(refusing_object(data, f"referrer {digest}"))
