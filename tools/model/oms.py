@@ -1,0 +1,200 @@
+"""OpenSSF Model Signing (OMS v1.0, ossf/model-signing-spec) signatures of a checkpoint's files:
+the one home for their statement, their bundle, and reading and checking one (the key method).
+
+An OMS signature is a Sigstore bundle v0.3 whose DSSE envelope holds an in-toto Statement v1:
+- subject: one entry, the model's name, whose sha256 is that of the resources' raw digests
+  concatenated in name order;
+- predicateType PREDICATE; predicate.resources: one {name, algorithm "sha256", digest} per
+  file (a relative POSIX path); predicate.serialization: method "files", hash_type "sha256",
+  allow_symlinks false, and the ignore_paths a verifier leaves out of the directory;
+- verificationMaterial of the key method: publicKey.hint, the hex sha256 of the key's PEM
+  SubjectPublicKeyInfo (what model_signing 1.1.1 writes and checks; Omni's image bundles name
+  a key otherwise, tools/oci/signing/keys.key_hint), and no transparency-log entry.
+The certificate and Sigstore methods are read (`method`) but only the key method is checked.
+
+Threat model: a signature file comes from a publisher or a disk nobody vouches for. It is read
+once, bounded, by the strict JSON reader; every field is checked before it is used; the subject
+digest is recomputed from the resources, never taken from the statement; a resource name that
+is absolute, climbs out (`..`), repeats or is not a plain POSIX path is refused; the envelope's
+signature must verify with the key the caller trusts (the hint only says which key it names).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from attest.errors import AttestError
+from attest.reader import loads_object
+from tools.model.errors import ModelError
+from tools.oci.format.errors import OciError
+from tools.oci.format.statement import STATEMENT_TYPE
+from tools.oci.signing import dsse
+
+BUNDLE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+PREDICATE = "https://model_signing/signature/v1.0"
+# What model_signing leaves out of every directory it signs; Omni adds its own files.
+DEFAULT_IGNORE_PATHS = (".git", ".github", ".gitignore", ".gitattributes")
+SIGNATURE_FILE = "model.sig"  # the name the reference tool gives it, and the one it skips itself
+MAX_SIGNATURE_BYTES = 64 << 20  # a resource line per file: a checkpoint of 100k files fits
+METHODS = {"publicKey": "key", "certificate": "certificate", "x509CertificateChain": "certificate"}
+HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class ModelSignature:
+    """What an OMS signature says: the model's name, each file's sha256, and what is ignored."""
+
+    name: str
+    resources: dict[str, str]  # relative POSIX path -> hex sha256
+    ignore_paths: tuple[str, ...]
+    method: str  # key, certificate (a chain or Sigstore's), as its verification material says
+
+
+def key_hint(public_key: ec.EllipticCurvePublicKey) -> str:
+    """The key method's hint: the hex sha256 of the key's PEM SubjectPublicKeyInfo."""
+    pem = public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(pem).hexdigest()
+
+
+def subject_digest(resources: dict[str, str]) -> str:
+    """The statement's subject: sha256 of the raw resource digests concatenated in name order."""
+    return hashlib.sha256(b"".join(bytes.fromhex(resources[name]) for name in sorted(resources))).hexdigest()
+
+
+def statement(name: str, resources: dict[str, str], ignore_paths: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The in-toto statement an OMS signature signs, over `resources` (path -> hex sha256)."""
+    for path, digest in resources.items():
+        _check_resource(path, digest, "resources")
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": name, "digest": {"sha256": subject_digest(resources)}}],
+        "predicateType": PREDICATE,
+        "predicate": {
+            "resources": [
+                {"name": path, "algorithm": "sha256", "digest": resources[path]} for path in sorted(resources)
+            ],
+            "serialization": {
+                "method": "files",
+                "hash_type": "sha256",
+                "allow_symlinks": False,
+                "ignore_paths": sorted({*DEFAULT_IGNORE_PATHS, *ignore_paths}),
+            },
+        },
+    }
+
+
+def sign(key: ec.EllipticCurvePrivateKey, about: dict[str, Any]) -> bytes:
+    """The OMS bundle of `about`, signed with `key` (the key method)."""
+    document = {
+        "mediaType": BUNDLE_TYPE,
+        "verificationMaterial": {"publicKey": {"hint": key_hint(key.public_key())}, "tlogEntries": []},
+        "dsseEnvelope": dsse.envelope(key, about, keyid=""),
+    }
+    return json.dumps(document, indent=2).encode() + b"\n"
+
+
+def _refuse(what: str, message: str, field: str) -> ModelError:
+    return ModelError(f"{what}: {message}", field=field)
+
+
+def _check_resource(path: Any, digest: Any, what: str) -> None:
+    if not isinstance(path, str) or not path:
+        raise _refuse(what, f"a resource name {str(path)[:80]!r} is not a path", "predicate.resources")
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or ".." in pure.parts or str(pure) != path or "\\" in path or "\x00" in path:
+        raise _refuse(what, f"resource {path[:200]!r} is not a relative POSIX path inside the model", path)
+    if not isinstance(digest, str) or not HEX_DIGEST.fullmatch(digest):
+        raise _refuse(what, f"resource {path!r} has no sha256 digest (64 lower-case hex)", path)
+
+
+def read(data: bytes, what: str) -> tuple[dict[str, Any], str]:
+    """The bundle document and its signing method, checked for shape (any method)."""
+    try:
+        document = loads_object(data, label=what, max_bytes=MAX_SIGNATURE_BYTES)
+    except AttestError as exc:
+        raise ModelError(str(exc), field=what) from None
+    if document.get("mediaType") != BUNDLE_TYPE:
+        raise _refuse(what, f"mediaType is not {BUNDLE_TYPE}", "mediaType")
+    material = document.get("verificationMaterial")
+    if not isinstance(material, dict):
+        raise _refuse(what, "it has no verificationMaterial", "verificationMaterial")
+    methods = [METHODS[name] for name in material if name in METHODS]
+    if len(methods) != 1:
+        raise _refuse(what, "verificationMaterial names no single key or certificate", "verificationMaterial")
+    if "tlogEntries" not in material or not isinstance(material["tlogEntries"], list):
+        raise _refuse(what, "verificationMaterial has no tlogEntries list", "verificationMaterial.tlogEntries")
+    if not isinstance(document.get("dsseEnvelope"), dict):
+        raise _refuse(what, "it has no dsseEnvelope", "dsseEnvelope")
+    return document, methods[0]
+
+
+def signed_facts(about: dict[str, Any], method: str, what: str) -> ModelSignature:
+    """The statement's facts, each checked; the subject recomputed from the resources."""
+    if about.get("_type") != STATEMENT_TYPE or about.get("predicateType") != PREDICATE:
+        raise _refuse(what, f"the statement is not an in-toto v1 statement of {PREDICATE}", "predicateType")
+    predicate = about.get("predicate") if isinstance(about.get("predicate"), dict) else {}
+    serialization_ = predicate.get("serialization") if isinstance(predicate.get("serialization"), dict) else {}
+    wanted = {"method": "files", "hash_type": "sha256", "allow_symlinks": False}
+    if any(serialization_.get(key) != value for key, value in wanted.items()):
+        raise _refuse(what, f"serialization must be {wanted} (found {serialization_})", "predicate.serialization")
+    ignore = serialization_.get("ignore_paths", [])
+    if not isinstance(ignore, list) or not all(isinstance(item, str) and item for item in ignore):
+        raise _refuse(what, "ignore_paths is not a list of paths", "predicate.serialization.ignore_paths")
+    listed = predicate.get("resources")
+    if not isinstance(listed, list) or not all(isinstance(item, dict) for item in listed):
+        raise _refuse(what, "resources is not a list", "predicate.resources")
+    resources: dict[str, str] = {}
+    for item in listed:
+        name, digest = item.get("name"), item.get("digest")
+        _check_resource(name, digest, what)
+        if item.get("algorithm") != "sha256" or name in resources:
+            raise _refuse(what, f"resource {name!r} is listed twice or is not sha256", name)
+        resources[name] = digest
+    subjects = about.get("subject")
+    if not isinstance(subjects, list) or len(subjects) != 1 or not isinstance(subjects[0], dict):
+        raise _refuse(what, "the statement must name exactly one subject", "subject")
+    digest = (subjects[0].get("digest") or {}).get("sha256") if isinstance(subjects[0].get("digest"), dict) else None
+    if digest != subject_digest(resources):
+        raise _refuse(what, f"the subject's sha256 {digest} is not that of its resources", "subject")
+    return ModelSignature(str(subjects[0].get("name", "")), resources, tuple(ignore), method)
+
+
+def verified(data: bytes, public_key: ec.EllipticCurvePublicKey, what: str) -> ModelSignature:
+    """The signature's facts, once its envelope verifies with `public_key` (the key method)."""
+    document, method = read(data, what)
+    if method != "key":
+        raise _refuse(what, f"it is signed by the {method} method; a public key verifies only the key method", method)
+    named = document["verificationMaterial"]["publicKey"]
+    hint = named.get("hint") if isinstance(named, dict) else None
+    if hint is not None and hint != key_hint(public_key):
+        raise _refuse(what, f"it names the key {str(hint)[:80]}, not the given one ({key_hint(public_key)})", "hint")
+    try:
+        body = dsse.opened(document["dsseEnvelope"], public_key, what, "signature", "dsseEnvelope")
+    except OciError as exc:
+        raise ModelError(str(exc), field=exc.field) from None
+    try:
+        about = loads_object(body, label=f"{what} statement", max_bytes=MAX_SIGNATURE_BYTES)
+    except AttestError as exc:
+        raise ModelError(str(exc), field="statement") from None
+    return signed_facts(about, method, what)
+
+
+def differences(signed: dict[str, str], expected: dict[str, str]) -> list[str]:
+    """Each file the two disagree on, named: missing from the signature, not expected, or of
+    another digest. [] when they are the same files with the same digests."""
+    found = [f"{path}: expected, not in the signature" for path in sorted(set(expected) - set(signed))]
+    found += [f"{path}: in the signature, not expected" for path in sorted(set(signed) - set(expected))]
+    found += [
+        f"{path}: the signature says sha256:{signed[path]}, expected sha256:{expected[path]}"
+        for path in sorted(set(signed) & set(expected))
+        if signed[path] != expected[path]
+    ]
+    return found
