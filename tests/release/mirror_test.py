@@ -514,7 +514,8 @@ def test_an_index_arrives_with_every_platform_and_each_ones_referrers(world, tmp
         images.append(tmp_path / name)
     write_index(tmp_path / "index", images)
     arm_digest = read_layout(tmp_path / "arm")[0]
-    key = load_private_key(key_pair(tmp_path, "index")[0])
+    private, public = key_pair(tmp_path, "index")
+    key = load_private_key(private)
     with RegistryClient(source.host) as client:
         pushed = push(tmp_path / "index", f"{source.host}/multi/img", client=client)
         index_bytes = client.manifest("multi/img", pushed.digest)[0]
@@ -531,6 +532,11 @@ def test_an_index_arrives_with_every_platform_and_each_ones_referrers(world, tmp
         assert client.manifest_digest("multi/img", pushed.digest.replace(":", "-") + ".sig") is not None
     code, checked, _ = _mirror(reference, f"{target.host}/multi/img:2", "--check", capsys=capsys)
     assert (code, checked["missing"]) == (0, [])
+    code, checked, _ = _mirror(reference, f"{target.host}/multi/img:2", "--check", "--key", str(public), capsys=capsys)
+    assert (code, checked["missing"]) == (0, []), checked  # the index's own signature verifies
+    _, other = key_pair(tmp_path, "other")
+    code, checked, _ = _mirror(reference, f"{target.host}/multi/img:2", "--check", "--key", str(other), capsys=capsys)
+    assert code == 2 and checked["field"] == "--key" and "the source does not verify" in checked["error"]
 
 
 def test_the_deadline_bounds_the_whole_mirror(world, capsys) -> None:

@@ -4,8 +4,9 @@
   by digest, every referrer listed for its subject, every legacy tag and release tag holding
   the closure's digest. Each item is named: a missing bundle by its predicate and subject.
 - `unverified(route, key, lock)`: the release's signatures, read from the target, checked
-  with the public key by the verifiers users run: tools/oci:verify for an image,
-  tools/model verify for a model artifact (both manifests), the lock bound where pinned.
+  with the public key by the verifiers users run: tools/oci:verify for an image (for an
+  index, its signature), tools/model verify for a model artifact (both manifests), the lock
+  bound where pinned.
 - `bound_to_pins(...)`: the image bakes exactly the pins document given (`--pins`), so a
   mirror never carries another build under an image's pins.
 """
@@ -26,9 +27,11 @@ from tools.model.pull import ExpectedLock
 from tools.model.verify import verify_artifact
 from tools.oci.build.image import BAKED_DEST, TITLE
 from tools.oci.format.errors import OciError, refusing_object
+from tools.oci.format.reference import Reference
 from tools.oci.remote.referrers import referrers
 from tools.oci.signing.bundles import PREDICATE_ANNOTATION
-from tools.oci.verify import baked_pins, verify_image
+from tools.oci.signing.keys import load_public_key
+from tools.oci.verify import baked_pins, signatures, verify_image
 from tools.release.closure import IMAGE, LEGACY, REFERRER, Closure, Manifest, parts
 from tools.release.copy import Route
 from tools.release.offline import blob_file
@@ -118,14 +121,20 @@ def unverified(route: Route, key: Path, lock_sha256: str = "") -> list[str]:
         for digest in [route.closure.root, *modelpack]:
             reference = f"{route.target.registry}/{route.repository}@{digest}"
             checks.append((reference, lambda r=reference: verify_artifact(r, key, expected, client=route.target)))
+    elif kind == "index":
+        # An index is signed as one digest (tools/oci/push of a multi-platform image): its signature.
+        index = Reference.parse(route.reference)
+        checks.append((route.reference, lambda: signatures(route.target, index, load_public_key(key))))
     else:
-        return [f"{route.reference}: a {kind} is neither an Omni image nor a model artifact: --key cannot verify it"]
+        return [
+            f"{route.reference}: its root is neither an Omni image, an index nor a model artifact: --key cannot verify it"
+        ]
     failed = []
-    for reference, check in checks:
+    for checked, check in checks:
         try:
             check()
         except AttestError as exc:
-            failed.append(f"{reference}: {exc}")
+            failed.append(f"{checked}: {exc}")
     return failed
 
 
