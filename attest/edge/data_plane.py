@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import http.client
 import math
+import re
 import socket
 import threading
 import time
@@ -316,6 +317,16 @@ class BodyBroken(AttestError):
     def __init__(self, message: str, *, reason: str, received: int) -> None:
         super().__init__(message, field="body")
         self.reason, self.received = reason, received
+
+
+CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
+
+
+def content_range(response: httpx.Response) -> tuple[int, int, int] | None:
+    """(first byte, last byte, total) of a 206's Content-Range, or None where it has none of that
+    form: what a resumed read checks before it takes the body as the rest it asked for."""
+    found = CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
+    return None if found is None else (int(found[1]), int(found[2]), int(found[3]))
 
 
 def read_blob(response: httpx.Response, size: int, deadline: float, what: str) -> Iterator[bytes]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from attest.edge.data_plane import BodyBroken, blob_extensions, read_blob
+from attest.edge.data_plane import BodyBroken, blob_extensions, content_range, read_blob
 from attest.edge.transport import RETRY_STATUS, answer_deadline, retry_after
 from attest.errors import AttestError
 from attest.files import write_atomic
@@ -41,7 +40,6 @@ PART_SUFFIX = ".part"
 RECORD_SUFFIX = ".part.json"
 MAX_RECORD_BYTES = 4096
 READ_BYTES = 1 << 20
-_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -179,9 +177,8 @@ def _accept(response: httpx.Response, partial: _Partial, revision: str, progress
             print(f"{item.path}: the hub ignored the range: starting again from byte 0", file=sys.stderr, flush=True)
             partial.restart(progress)
     else:
-        found = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
         expected = (partial.size, item.size - 1, item.size)
-        if found is None or tuple(map(int, found.groups())) != expected or (partial.etag and etag != partial.etag):
+        if content_range(response) != expected or (partial.etag and etag != partial.etag):
             partial.restart(progress)
             raise _Retry(
                 f"{item.path}: the hub's partial answer ({response.headers.get('Content-Range', 'no Content-Range')}, "

@@ -139,12 +139,21 @@ class _Walk:
         self.client, self.repository = client, repository
         self.closure = Closure(f"{client.registry}/{repository}", root)
 
-    def manifest(self, digest: str, kind: str, subject: str = "", tag: str = "", depth: int = 0) -> None:
-        """`digest` and everything it names, children first."""
+    def manifest(
+        self, digest: str, kind: str, subject: str = "", tag: str = "", depth: int = 0, listed_by: str = ""
+    ) -> None:
+        """`digest` and everything it names, children first. `listed_by`: the listing that named
+        it a referrer of `subject`, which its own `subject` must then be."""
         if self.closure.has(digest):
             return
         data, media_type = self.client.manifest(self.repository, digest)
         document, named, is_index = parts(data, digest, media_type)
+        if listed_by and subject_of(document) != subject:
+            raise OciError(
+                f"{self.closure.repository}: referrer {digest}, listed for {subject} ({listed_by}), names the "
+                f"subject {subject_of(document) or 'none'}",
+                field=f"referrer {digest}",
+            )
         if is_index:
             if depth >= MAX_INDEX_DEPTH:
                 raise OciError(f"index {digest} is nested more than {MAX_INDEX_DEPTH} deep", field=digest)
@@ -171,15 +180,8 @@ class _Walk:
                     flush=True,
                 )
                 continue
-            data, media_type = self.client.manifest(self.repository, digest)
-            named = subject_of(refusing_object(data, f"referrer {digest}"))
-            if named != subject:
-                raise OciError(
-                    f"{self.closure.repository}: referrer {digest}, listed for {subject} "
-                    f"({'referrers API' if how == 'api' else 'fallback tag'}), names the subject {named or 'none'}",
-                    field=f"referrer {digest}",
-                )
-            self.manifest(digest, REFERRER, subject=subject)
+            listing = "referrers API" if how == "api" else "fallback tag"
+            self.manifest(digest, REFERRER, subject=subject, listed_by=listing)
 
     def legacy_of(self, subject: str) -> None:
         for suffix in LEGACY_SUFFIXES:

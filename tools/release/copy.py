@@ -118,7 +118,7 @@ def _copy_blob(route: Route, blob: Blob, report: Copied) -> tuple[str, int, str]
     with report.lock:
         report.blobs_copied.append(blob.digest)
         report.bytes_copied += blob.size
-        report.resumed_reads += getattr(stream, "resumed", 0)
+        report.resumed_reads += stream.resumed
     return "copied", blob.size, f"copied {blob.digest[:19]}…"
 
 
@@ -137,23 +137,23 @@ def copy_blobs(routes: list[Route], reports: list[Copied], jobs: int, progress: 
 
 
 def _put(route: Route, item: Manifest, report: Copied) -> None:
-    """One manifest by digest, unless the target serves it already (a referrer also listed)."""
+    """One manifest, unless the target has it already: a legacy tag holding it, a manifest by
+    digest, a referrer by digest and listed for its subject."""
     target, repository = route.target, route.repository
-    present = target.manifest_digest(repository, item.digest) == item.digest
-    if item.kind == REFERRER:
-        listed, _ = referrers(target, repository, item.subject) if present else ([], "")
-        if present and any(entry.get("digest") == item.digest for entry in listed):
-            report.manifests_present.append(item.digest)
-            return
-        put_referrer(target, repository, item.data, item.media_type)
-    elif item.kind == LEGACY:
-        if target.manifest_digest(repository, item.tag) == item.digest:
-            report.manifests_present.append(item.digest)
-            return
-        target.put_manifest(repository, item.tag, item.data, item.media_type)
-    elif present:
+    if item.kind == LEGACY:
+        there = target.manifest_digest(repository, item.tag) == item.digest
+    else:
+        there = target.manifest_digest(repository, item.digest) == item.digest
+        if there and item.kind == REFERRER:
+            listed, _ = referrers(target, repository, item.subject)
+            there = any(entry.get("digest") == item.digest for entry in listed)
+    if there:
         report.manifests_present.append(item.digest)
         return
+    if item.kind == LEGACY:
+        target.put_manifest(repository, item.tag, item.data, item.media_type)
+    elif item.kind == REFERRER:
+        put_referrer(target, repository, item.data, item.media_type)
     else:
         target.put_manifest(repository, item.digest, item.data, item.media_type)
     report.manifests_written.append(item.digest)

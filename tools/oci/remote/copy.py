@@ -38,7 +38,7 @@ class HashedSource:
         self._hashed = 0  # bytes hashed, in order, from byte 0
         self._last = b""  # the last piece handed on: it ends at byte _hashed
         self._live: Iterator[bytes] | None = None
-        self._cuts = 0  # reads that broke off and were resumed
+        self.resumed = 0  # reads that broke off and were resumed
 
     def _open(self, offset: int) -> Iterator[bytes]:
         raise NotImplementedError
@@ -96,9 +96,9 @@ class HashedSource:
                 piece = next(self._live, b"")
             except OciError as exc:
                 self._live = None
-                if not self._resumable(exc) or self._cuts >= RESUMES:
+                if not self._resumable(exc) or self.resumed >= RESUMES:
                     raise
-                self._cuts += 1
+                self.resumed += 1
                 print(
                     redact_known(f"{self.what}: the read broke off ({exc}); resuming at byte {self._hashed}"),
                     file=sys.stderr,
@@ -121,11 +121,8 @@ class RegistryBlob(HashedSource):
     def __init__(self, client: RegistryClient, repository: str, digest: str, size: int) -> None:
         super().__init__(digest, size, f"{client.registry}/{repository}: blob {digest}")
         self.client, self.repository = client, repository
-        self.resumed = 0
 
     def _open(self, offset: int) -> Iterator[bytes]:
-        if offset:
-            self.resumed += 1
         return self.client.stream_blob(self.repository, self.digest, self.size, hashed=False, offset=offset)
 
     def _resumable(self, exc: OciError) -> bool:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 import threading
 import time
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ from typing import Iterator
 import httpx
 
 from attest.edge.bodies import DETAIL_READ_BYTES, error_detail, read_bounded
-from attest.edge.data_plane import BodyBroken, DataPlaneTransport, blob_extensions, read_blob
+from attest.edge.data_plane import BodyBroken, DataPlaneTransport, blob_extensions, content_range, read_blob
 from attest.edge.transport import RETRY_STATUS, ProxyRefused, answer_deadline, retry_after
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
@@ -325,9 +324,9 @@ class RegistryClient(BlobUploads):
         if response.status_code == 404:
             return None
         self._expect(response, (200,), f"manifest {repository}:{reference}")
-        named = response.headers.get("Docker-Content-Digest", "")
         if DIGEST_RE.fullmatch(reference):
             return reference
+        named = response.headers.get("Docker-Content-Digest", "")
         if not DIGEST_RE.fullmatch(named):
             raise OciError(
                 f"{self.registry}/{repository}: the answer for {reference} names no sha256 digest "
@@ -391,8 +390,7 @@ class RegistryClient(BlobUploads):
         against its Content-Range), `offset` for a 200 (the registry ignored the range)."""
         if not offset or response.status_code == 200:
             return offset
-        found = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", response.headers.get("Content-Range", ""))
-        if found is None or tuple(map(int, found.groups())) != (offset, size - 1, size):
+        if content_range(response) != (offset, size - 1, size):
             raise OciError(
                 f"{what}: the partial answer ({response.headers.get('Content-Range', 'no Content-Range')[:80]}) "
                 f"does not continue at byte {offset} of {size}",
