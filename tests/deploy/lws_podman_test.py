@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -291,19 +292,39 @@ def test_below_image_volumes_each_rank_pulls_its_own_copy_with_no_hub_and_no_sha
 
 
 # podman 4.3 without systemd (a chroot, a CI container) fails to remove an exec probe's
-# healthcheck timer and says so with exit 125, though the pods went down: taken as down when
-# that is the only error and no pod of the group is left.
-HEALTHCHECK_TIMER = "unable to get systemd connection to remove healthchecks"
+# healthcheck timer and says so with exit 125, though the pods went down; and it may find a pod
+# without its infra container while tearing the group down. Neither is the group's own doing.
+PODMAN_TEARDOWN_NOISE = ("unable to get systemd connection to remove healthchecks", "pod has no infra container")
+# podman 4.3 restarts a worker (restartPolicy Always) whose engine lost rank 0 while kube down
+# stops the group, and may then mount that container's /dev/shm twice: kube down's lazy unmount
+# leaves one, and the removal stops at "unlinkat .../userdata/shm: device or resource busy" (CI
+# and here, Debian 12: 1 run in 3), the pods before it already gone. The test unmounts the path
+# podman names, inside this test's own graph root, and removes the pods left.
+BUSY_SHM = re.compile(r"unlinkat (/\S+/userdata/shm): device or resource busy")
+REMOVE_TRIES = 3
 
 
 def _kube_down(engine: Podman, played: Path, pods: list[dict[str, Any]]) -> None:
-    done = engine("kube", "down", str(played), timeout=180, check=False)
-    if done.returncode == 0:
-        return
-    errors = [line for line in done.stderr.splitlines() if "level=error" in line]
-    left = engine("pod", "ps", "--format", "{{.Name}}").stdout.split()
+    """`kube down`, then no pod of the group left: it exits 0, or says only podman's own
+    teardown errors above, and the pods a busy /dev/shm kept are removed once it is unmounted."""
     names = {pod["metadata"]["name"] for pod in pods}
-    assert errors and all(HEALTHCHECK_TIMER in line for line in errors) and not names & set(left), done.stderr
+    done = engine("kube", "down", str(played), timeout=180, check=False)
+    for _ in range(REMOVE_TRIES):
+        if done.returncode == 0:
+            return
+        busy = BUSY_SHM.findall(done.stderr)
+        errors = [line for line in done.stderr.splitlines() if "level=error" in line]
+        known = all(any(noise in line for noise in PODMAN_TEARDOWN_NOISE) for line in errors)
+        assert known and (busy or errors), done.stderr
+        left = sorted(names & set(engine("pod", "ps", "--format", "{{.Name}}").stdout.split()))
+        if not left:
+            return
+        print(json.dumps({"lws_podman_busy_shm": busy, "pods_left": left}))
+        for path in busy:
+            assert Path(path).is_relative_to(engine.root / "graph"), path
+            subprocess.run(["umount", "-l", path], capture_output=True, check=False)
+        done = engine("pod", "rm", "--force", "--time", "0", *left, timeout=180, check=False)
+    pytest.fail(f"pods {left} still there after {REMOVE_TRIES} tries: {done.stderr}")
 
 
 def _no_more_restarts(engine: Podman, pods: list[dict[str, Any]]) -> None:
@@ -312,7 +333,7 @@ def _no_more_restarts(engine: Podman, pods: list[dict[str, Any]]) -> None:
     ends, and podman 5.4 restarts it (restartPolicy Always) while kube down reaches its pod; the
     restarted container then stays "Stopping" for 30-60 s (Debian 13's podman 5.4.2: in the full
     suite and in 4 of 6 runs beside two busy cores; in none of 3 with restarts off). podman before
-    5 has no `update --restart`, and 4.3 shows no such race."""
+    5 has no `update --restart`; 4.3's form of the race is BUSY_SHM, which _kube_down clears."""
     if engine.version >= (5, 0):
         for pod in pods:
             engine("update", "--restart", "no", container_of(pod))
