@@ -35,6 +35,9 @@ PUBLISHED_LOCK = ".omni-checkpoint.lock.json"
 REFUSED_MARKER = ".omni-refused.json"  # rank 0's refusal, so the other ranks stop waiting
 # The lock a model artifact carries (tools/model): in an image volume it lies in the model root.
 ARTIFACT_LOCK = ".omni-artifact.lock.json"
+# The OpenSSF Model Signing signature a model artifact may carry (tools/model/oms.py), beside
+# the files in the model root: not a working name, since a publisher's repository may hold its own.
+ARTIFACT_SIGNATURE = "model.sig"
 WORKING_NAMES = frozenset({PARTIAL_DIR, VERIFIED_MARKER, PUBLISHED_LOCK, REFUSED_MARKER, ARTIFACT_LOCK})
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from attest.errors import AttestError
 from attest.hashing import digest_fd
-from attest.lock import WORKING_NAMES, CheckpointLock, LockedFile
+from attest.lock import ARTIFACT_SIGNATURE, WORKING_NAMES, CheckpointLock, LockedFile
 from attest.progress import Progress
 from attest.reader import loads_object
 from attest.tree import open_regular, stat_regular, walk_files
@@ -152,6 +152,8 @@ def unexpected_files(model: Path, lock: CheckpointLock) -> tuple[list[str], list
     for name, is_link in walk_files(model, OWN_NAMES):
         if name in listed and not is_link:
             continue
+        if name == ARTIFACT_SIGNATURE and not is_link:
+            continue  # the model artifact's signature (tools/model), never loaded by the engine
         if is_link or name.lower().endswith(ENGINE_LOADED_SUFFIXES):
             refused.append(name + (" (symlink)" if is_link else ""))
         else:

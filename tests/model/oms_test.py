@@ -14,16 +14,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from jsonschema import Draft202012Validator, ValidationError
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
 
+from tests.fixtures.oms import OMS, payload, schema_valid
 from tests.fixtures.pins import key_pair
 from tools.model.errors import ModelError
 from tools.model.oms import differences, key_hint, read, sign, signed_facts, statement, verified
 from tools.oci.signing.keys import load_private_key, load_public_key
 
-OMS = Path("tests/data/oms/v1.0")
 # ossf/model-signing-spec at a0c91e2c930298efb8e8445bf475e4fa217d89cd (Apache-2.0): the schemas
 # and test vectors, byte for byte.
 PINNED = {
@@ -56,32 +53,6 @@ def test_the_spec_files_are_the_pinned_ones() -> None:
 
 
 @pytest.fixture(scope="module")
-def validators() -> tuple[Draft202012Validator, Draft202012Validator]:
-    schemas = {name: json.loads((OMS / name).read_text()) for name in PINNED if name.endswith(".schema.json")}
-    registry = Registry().with_resources(
-        (schema["$id"], Resource.from_contents(schema, default_specification=DRAFT202012))
-        for schema in schemas.values()
-    )
-    bundle = Draft202012Validator(schemas["bundle.schema.json"], registry=registry)
-    return bundle, Draft202012Validator(schemas["statement.schema.json"], registry=registry)
-
-
-def _payload(document: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(base64.b64decode(document["dsseEnvelope"]["payload"]))
-
-
-def _schema_valid(validators, data: bytes) -> bool:
-    bundle, statement_schema = validators
-    try:
-        document = json.loads(data)
-        bundle.validate(document)
-        statement_schema.validate(_payload(document))
-    except (ValueError, ValidationError, KeyError, TypeError):
-        return False
-    return True
-
-
-@pytest.fixture(scope="module")
 def keys(tmp_path_factory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("keys")
     private, public = key_pair(work, "signer")
@@ -92,20 +63,20 @@ def keys(tmp_path_factory) -> dict[str, Any]:
 RESOURCES = {"config.json": "1" * 64, "model-00001-of-00002.safetensors": "2" * 64, "sub/tokenizer.json": "3" * 64}
 
 
-def test_omnis_signature_validates_against_the_spec_schemas_and_reads_back(keys, validators) -> None:
+def test_omnis_signature_validates_against_the_spec_schemas_and_reads_back(keys) -> None:
     data = sign(keys["key"], statement("tiny", RESOURCES, (".omni-artifact.lock.json",)))
-    assert _schema_valid(validators, data)
+    assert schema_valid(data)
     signed = verified(data, keys["public"], "model.sig")
     assert (signed.name, signed.resources, signed.method) == ("tiny", RESOURCES, "key")
     assert ".omni-artifact.lock.json" in signed.ignore_paths and ".git" in signed.ignore_paths
 
 
 @pytest.mark.parametrize("name", sorted(name for name in PINNED if "/" in name))
-def test_the_spec_vectors_give_the_spec_outcomes(name: str, validators) -> None:
+def test_the_spec_vectors_give_the_spec_outcomes(name: str) -> None:
     """valid/ passes the schemas and Omni's reader (naming its method); invalid/ fails both;
     invalid-payload/ passes the bundle's shape and fails the statement (ours: its predicate)."""
     data = (OMS / name).read_bytes()
-    assert _schema_valid(validators, data) is name.startswith("valid/")
+    assert schema_valid(data) is name.startswith("valid/")
     if name.startswith("valid/"):
         assert read(data, name)[1] == {"valid/key": "key"}.get(name.split(".")[0], "certificate")
     elif name.startswith("invalid/"):
@@ -114,7 +85,7 @@ def test_the_spec_vectors_give_the_spec_outcomes(name: str, validators) -> None:
     else:
         document, method = read(data, name)
         with pytest.raises(ModelError, match="predicate|serialization"):
-            signed_facts(_payload(document), method, name)
+            signed_facts(payload(document), method, name)
 
 
 def test_a_signature_of_the_reference_tool_verifies_and_its_files_are_named() -> None:
@@ -163,7 +134,7 @@ def _tampered(edit: Callable[[dict[str, Any]], None]):
 
 
 def _swap_payload(document: dict[str, Any]) -> None:
-    about = _payload(document)
+    about = payload(document)
     about["predicate"]["resources"][0]["digest"] = "f" * 64
     document["dsseEnvelope"]["payload"] = base64.b64encode(json.dumps(about).encode()).decode()
 

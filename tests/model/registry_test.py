@@ -18,8 +18,7 @@ import pytest
 from attest.errors import AttestError
 from attest.lock import ARTIFACT_LOCK, PARTIAL_DIR
 from tests.fixtures.cosign import verifiers
-from tests.fixtures.model import REVISION, checkpoint_files, write_checkpoint
-from tests.fixtures.oci import SKOPEO, UMOCI, run
+from tests.fixtures.model import REVISION, checkpoint_files, tree, unpacked_tree, write_checkpoint
 from tests.fixtures.pins import key_pair
 from tests.fixtures.raw_tar import EOA, member
 from tests.fixtures.registry import LoopbackRegistry, only_credentials
@@ -73,28 +72,16 @@ def _push(world, repository: str, **kwargs):
         )
 
 
-def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def test_pushed_signed_pulled_by_skopeo_and_umoci_and_by_pull_to_the_same_tree(world) -> None:
     report = _push(world, "models/tiny")
     assert report.signed and not report.present
-    expected = {**_tree(world.root), ARTIFACT_LOCK: world.lock_path.read_bytes()}
-    layout, bundle = world.tmp / "skopeo", world.tmp / "bundle"
-    copied = run(
-        [SKOPEO, "copy", "--src-tls-verify=false", "--src-creds", f"{USER}:{PASSWORD}"]
-        + [f"docker://{world.host}/models/tiny@{report.digest}", f"oci:{layout}:model"]
-    )
-    assert copied.returncode == 0, copied.stderr
-    unpacked = run([UMOCI, "unpack", "--rootless", "--image", f"{layout}:model", str(bundle)])
-    assert unpacked.returncode == 0, unpacked.stderr
-    assert _tree(bundle / "rootfs") == expected
+    expected = {**tree(world.root), ARTIFACT_LOCK: world.lock_path.read_bytes()}
+    assert unpacked_tree(f"{world.host}/models/tiny@{report.digest}", world.tmp, f"{USER}:{PASSWORD}") == expected
     for digest in (report.digest, report.model_digest):
         pulled = world.tmp / f"pulled-{digest[7:15]}"
         argv = ["pull", f"{world.host}/models/tiny@{digest}", str(pulled), "--lock", str(world.lock_path)]
         assert main([*argv, "--key", str(world.public)]) == 0
-        assert _tree(pulled) == expected
+        assert tree(pulled) == expected
         assert not (pulled / ".omni-partial").exists()
     again = _push(world, "models/tiny")
     assert (
@@ -412,7 +399,7 @@ def test_a_second_pull_into_one_directory_is_refused_naming_the_first_and_change
         holder.kill()
         holder.wait()
     assert main(argv) == 0
-    assert _tree(dest) == {**_tree(world.root), ARTIFACT_LOCK: world.lock_path.read_bytes()}
+    assert tree(dest) == {**tree(world.root), ARTIFACT_LOCK: world.lock_path.read_bytes()}
 
 
 @pytest.mark.parametrize("where", ["partial file", "placed file"])

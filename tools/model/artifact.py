@@ -1,9 +1,11 @@
 """The model artifact's documents: the ModelPack config and manifest, the plain image config and
 manifest over the same layers, and the check that a manifest holds exactly a lock's files.
 
-Layers, in order: one per locked file, sorted by path, then the lock itself (ARTIFACT_LOCK, the
-exact bytes whose sha256 an image pins as model.lock_sha256). The ModelPack manifest names the
-plain one as its subject, so the registry lists it as a referrer of the digest images mount.
+Layers, in order: one per locked file, sorted by path; where the artifact is signed, its
+OpenSSF Model Signing signature (ARTIFACT_SIGNATURE, tools/model/sign.py); then the lock itself
+(ARTIFACT_LOCK, the exact bytes whose sha256 an image pins as model.lock_sha256). The ModelPack
+manifest names the plain one as its subject, so the registry lists it as a referrer of the
+digest images mount.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attest.errors import AttestError
-from attest.lock import ARTIFACT_LOCK, CheckpointLock
+from attest.lock import ARTIFACT_LOCK, ARTIFACT_SIGNATURE, CheckpointLock
 from attest.reader import loads_object
 from tools.model.errors import ModelError
 from tools.model.layers import (
@@ -37,6 +39,8 @@ from tools.oci.format.reference import DIGEST_RE
 MODEL_ARTIFACT = "application/vnd.cncf.model.manifest.v1+json"
 MODEL_CONFIG = "application/vnd.cncf.model.config.v1+json"
 PLATFORMS = ("linux/amd64", "linux/arm64")
+# A model signature's bytes at most: a resource line per file, so a checkpoint of 100k files fits.
+MAX_SIGNATURE_BYTES = 64 << 20
 
 # Manifest annotations: what the artifact is, readable without pulling anything.
 LOCK_SHA256 = "omni.model.lock_sha256"
@@ -50,9 +54,14 @@ def hub_url(repo: str) -> str:
     return f"https://huggingface.co/{repo}"
 
 
+def one_file_layer(name: str, data: bytes) -> bytes:
+    """A layer of one small file: `data` at `name`, as tools/model/layers.py makes every layer."""
+    return tar_header(name, len(data)) + data + padding(len(data)) + END_OF_ARCHIVE
+
+
 def lock_layer(lock_bytes: bytes) -> bytes:
     """The lock's own layer: the lock file's exact bytes at ARTIFACT_LOCK."""
-    return tar_header(ARTIFACT_LOCK, len(lock_bytes)) + lock_bytes + padding(len(lock_bytes)) + END_OF_ARCHIVE
+    return one_file_layer(ARTIFACT_LOCK, lock_bytes)
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,7 @@ class Artifact:
     image_manifest: bytes
     model_config: bytes
     model_manifest: bytes
+    signature: bytes | None = None  # the OMS bundle (model.sig), where the artifact is signed
 
     @property
     def lock_sha256(self) -> str:
@@ -83,7 +93,10 @@ class Artifact:
 
     def small_blobs(self) -> dict[str, bytes]:
         """The blobs held in memory (configs, the lock's layer), by digest."""
-        return {sha256_digest(blob): blob for blob in (self.lock_blob, self.image_config, self.model_config)}
+        blobs = (self.lock_blob, self.image_config, self.model_config)
+        if self.signature is not None:
+            blobs += (one_file_layer(ARTIFACT_SIGNATURE, self.signature),)
+        return {sha256_digest(blob): blob for blob in blobs}
 
 
 def annotations(lock: CheckpointLock, lock_sha256: str) -> dict[str, str]:
@@ -97,12 +110,20 @@ def annotations(lock: CheckpointLock, lock_sha256: str) -> dict[str, str]:
     }
 
 
-def _lock_descriptor(blob: bytes, image: bool, lock_sha256: str) -> dict[str, Any]:
+def _own_descriptor(name: str, blob: bytes, image: bool, sha256: str) -> dict[str, Any]:
+    """The descriptor of one of the artifact's own files' layers (the lock, the signature)."""
     return descriptor(
-        IMAGE_LAYER if image else DOC,
-        blob,
-        annotations={FILE_DIGEST: f"sha256:{lock_sha256}", FILEPATH: ARTIFACT_LOCK, TITLE: ARTIFACT_LOCK},
+        IMAGE_LAYER if image else DOC, blob, annotations={FILE_DIGEST: f"sha256:{sha256}", FILEPATH: name, TITLE: name}
     )
+
+
+def _own_layers(lock_bytes: bytes, signature: bytes | None, image: bool) -> list[dict[str, Any]]:
+    """The signature's layer, where there is one, then the lock's."""
+    owned = [(ARTIFACT_SIGNATURE, signature)] if signature is not None else []
+    return [
+        _own_descriptor(name, one_file_layer(name, data), image, hashlib.sha256(data).hexdigest())
+        for name, data in (*owned, (ARTIFACT_LOCK, lock_bytes))
+    ]
 
 
 def _model_format(files: tuple[FileLayer, ...]) -> str:
@@ -110,16 +131,22 @@ def _model_format(files: tuple[FileLayer, ...]) -> str:
     return suffixes.pop() if len(suffixes) == 1 else ""
 
 
-def build(lock: CheckpointLock, lock_bytes: bytes, files: list[FileLayer], platform: str) -> Artifact:
-    """The documents of the artifact of `files` (one per locked file, any order)."""
+def build(
+    lock: CheckpointLock, lock_bytes: bytes, files: list[FileLayer], platform: str, signature: bytes | None = None
+) -> Artifact:
+    """The documents of the artifact of `files` (one per locked file, any order), signed by
+    `signature` (tools/model/sign.py) where given."""
     if platform not in PLATFORMS:
         raise ModelError(f"--platform {platform!r}: expected one of {', '.join(PLATFORMS)}", field="--platform")
     ordered = tuple(sorted(files, key=lambda layer: layer.item.path))
     if [layer.item.path for layer in ordered] != sorted(item.path for item in lock.files):
         raise ModelError("the layers are not exactly the checkpoint lock's files", field="checkpoint lock.files")
+    if signature is not None and ARTIFACT_SIGNATURE in lock.by_path:
+        raise ModelError(f"the checkpoint lock lists {ARTIFACT_SIGNATURE} itself", field=ARTIFACT_SIGNATURE)
     lock_sha256 = hashlib.sha256(lock_bytes).hexdigest()
     blob = lock_layer(lock_bytes)
-    diff_ids = [layer.digest for layer in ordered] + [sha256_digest(blob)]
+    own = _own_layers(lock_bytes, signature, True)
+    diff_ids = [layer.digest for layer in ordered] + [layer["digest"] for layer in own]
     notes = annotations(lock, lock_sha256)
     os_name, architecture = platform.split("/")
     image_config = canonical(
@@ -135,7 +162,7 @@ def build(lock: CheckpointLock, lock_bytes: bytes, files: list[FileLayer], platf
             "schemaVersion": 2,
             "mediaType": OCI_MANIFEST,
             "config": descriptor(OCI_CONFIG, image_config),
-            "layers": [layer.descriptor(image=True) for layer in ordered] + [_lock_descriptor(blob, True, lock_sha256)],
+            "layers": [layer.descriptor(image=True) for layer in ordered] + own,
             "annotations": notes,
         }
     )
@@ -152,14 +179,13 @@ def build(lock: CheckpointLock, lock_bytes: bytes, files: list[FileLayer], platf
             "mediaType": OCI_MANIFEST,
             "artifactType": MODEL_ARTIFACT,
             "config": descriptor(MODEL_CONFIG, model_config),
-            "layers": [layer.descriptor(image=False) for layer in ordered]
-            + [_lock_descriptor(blob, False, lock_sha256)],
+            "layers": [layer.descriptor(image=False) for layer in ordered] + _own_layers(lock_bytes, signature, False),
             "subject": descriptor(OCI_MANIFEST, image_manifest),
             "annotations": notes,
         }
     )
     return Artifact(
-        lock, lock_bytes, ordered, platform, blob, image_config, image_manifest, model_config, model_manifest
+        lock, lock_bytes, ordered, platform, blob, image_config, image_manifest, model_config, model_manifest, signature
     )
 
 
@@ -207,35 +233,68 @@ def lock_descriptor(manifest: dict[str, Any]) -> dict[str, Any]:
     return last
 
 
-def read_lock_layer(blob: bytes, where: str) -> bytes:
-    """The lock file's bytes out of its layer (read by the strict tar reader): one regular file
-    named ARTIFACT_LOCK and nothing else."""
+def read_one_file_layer(blob: bytes, name: str, where: str) -> bytes:
+    """The bytes of the file `name` out of its layer (read by the strict tar reader): one regular
+    file of that name and nothing else."""
     from tools.oci.format.tar_reader import TarStream, read_members
 
     found = None
-    for member, data in read_members(TarStream.of_file(io.BytesIO(blob)), where, field=ARTIFACT_LOCK):
-        if found is not None or member.kind != "file" or member.name != ARTIFACT_LOCK:
-            raise ModelError(
-                f"{where}: holds {member.kind} {member.name!r}; expected only the file {ARTIFACT_LOCK}",
-                field=ARTIFACT_LOCK,
-            )
+    for member, data in read_members(TarStream.of_file(io.BytesIO(blob)), where, field=name):
+        if found is not None or member.kind != "file" or member.name != name:
+            raise ModelError(f"{where}: holds {member.kind} {member.name!r}; expected only the file {name}", field=name)
         found = data.read(member.size)
     if found is None:
-        raise ModelError(f"{where}: holds no {ARTIFACT_LOCK}", field=ARTIFACT_LOCK)
+        raise ModelError(f"{where}: holds no {name}", field=name)
     return found
+
+
+def read_lock_layer(blob: bytes, where: str) -> bytes:
+    """The lock file's bytes out of its layer: ARTIFACT_LOCK and nothing else."""
+    return read_one_file_layer(blob, ARTIFACT_LOCK, where)
+
+
+def signature_descriptor(manifest: dict[str, Any], lock: CheckpointLock) -> dict[str, Any] | None:
+    """The signature's layer: the one before the lock's, where it names ARTIFACT_SIGNATURE and
+    the lock does not list that name (a publisher's own model.sig is a locked file). Anywhere
+    else such a layer is a file the lock does not list, and check_manifest refuses it."""
+    layers = _layers(manifest)
+    if len(layers) < 2 or ARTIFACT_SIGNATURE in lock.by_path:
+        return None
+    candidate = layers[-2]
+    if notes_of(candidate).get(FILEPATH) != ARTIFACT_SIGNATURE:
+        return None
+    digest = notes_of(candidate).get(FILE_DIGEST)
+    if not isinstance(digest, str) or not DIGEST_RE.fullmatch(digest):
+        raise ModelError(f"the {ARTIFACT_SIGNATURE} layer names no sha256 of its file", field=ARTIFACT_SIGNATURE)
+    if candidate.get("mediaType") not in (IMAGE_LAYER, DOC):
+        raise ModelError(
+            f"{ARTIFACT_SIGNATURE}: layer media type {candidate.get('mediaType')!r}", field=ARTIFACT_SIGNATURE
+        )
+    return candidate
+
+
+def read_signature_layer(blob: bytes, descriptor_: dict[str, Any], where: str) -> bytes:
+    """The signature's bytes out of its layer, which must hash to what its descriptor says."""
+    data = read_one_file_layer(blob, ARTIFACT_SIGNATURE, where)
+    if f"sha256:{hashlib.sha256(data).hexdigest()}" != notes_of(descriptor_).get(FILE_DIGEST):
+        raise ModelError(
+            f"{where}: {ARTIFACT_SIGNATURE} is not the file its layer's annotation names", field=ARTIFACT_SIGNATURE
+        )
+    return data
 
 
 def check_manifest(manifest: dict[str, Any], lock: CheckpointLock, lock_sha256: str) -> list[dict[str, Any]]:
     """Refuse unless the manifest's layers are exactly the lock's files, sorted by path, each
-    annotated with its path and lock digest and sized as its layer must be, then the lock's
-    layer; and its annotations name this lock. Returns the file layers' descriptors."""
+    annotated with its path and lock digest and sized as its layer must be, then the signature's
+    layer where there is one, then the lock's layer; and its annotations name this lock. Returns
+    the file layers' descriptors."""
     notes = notes_of(manifest)
     for key, expected in ((LOCK_SHA256, lock_sha256), (MODEL_ID, lock.repo), (MODEL_REVISION, lock.revision)):
         if notes.get(key) != expected:
             raise ModelError(
                 f"the manifest annotation {key} is {notes.get(key)!r}; the checkpoint lock says {expected!r}", field=key
             )
-    layers = _layers(manifest)[:-1]
+    layers = _layers(manifest)[: -2 if signature_descriptor(manifest, lock) is not None else -1]
     wanted = sorted(lock.files, key=lambda item: item.path)
     paths = [notes_of(layer).get(FILEPATH) for layer in layers]
     missing = sorted({item.path for item in wanted} - set(paths))

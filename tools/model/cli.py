@@ -1,6 +1,6 @@
 """Models as signed OCI artifacts, from a checkpoint lock:
 
-    bazel run //tools/model -- pack --model DIR --lock LOCK --output PACK
+    bazel run //tools/model -- pack --model DIR --lock LOCK --output PACK [--signing-key KEY]
     bazel run //tools/model -- push PACK REGISTRY/REPO[:TAG]          (signed with OMNI_SIGNING_KEY_FILE)
     bazel run //tools/model -- push --model DIR --lock LOCK REGISTRY/REPO[:TAG]   (pack and push, one pass)
     bazel run //tools/model -- pull REGISTRY/REPO@sha256:... DIR --lock LOCK [--key cosign.pub]
@@ -9,7 +9,10 @@
 Each locked file becomes one uncompressed tar layer holding it at its lock path; the lock
 itself travels as the last layer (.omni-artifact.lock.json) and as manifest annotations. Two
 manifests share the layers: a plain OCI image (what Kubernetes image volumes mount) and a
-ModelPack artifact (application/vnd.cncf.model.manifest.v1+json) referring to it. Relative
+ModelPack artifact (application/vnd.cncf.model.manifest.v1+json) referring to it. A signed
+push (and pack --signing-key) also carries an OpenSSF Model Signing signature of the files as
+model.sig, which pull places beside them: `model_signing verify key DIR --signature
+DIR/model.sig --public_key cosign.pub` checks a pulled or mounted directory. Relative
 paths are taken from the directory `bazel run` was started in. Results are JSON on stdout;
 a refusal is one JSON line on stderr and exit 2. See docs/models.md.
 """
@@ -29,6 +32,7 @@ from tools.model.errors import ModelError
 from tools.model.pack import load_lock_bytes, pack, read_pack, summary, write_pack
 from tools.model.pull import expected_lock, pull
 from tools.model.push import PUSH_JOBS, push_artifact, push_checkpoint, push_summary
+from tools.model.sign import signed_artifact
 from tools.model.verify import signed, verify_artifact
 from tools.oci.signing.bundles import BUNDLES_ONLY_WARNING
 from tools.oci.signing.keys import load_private_key
@@ -64,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     packing.add_argument("--lock", type=_path, required=True, help="its checkpoint lock")
     packing.add_argument("--output", type=_path, required=True, help="the pack directory to write")
     packing.add_argument("--platform", default="linux/amd64", choices=PLATFORMS, help="of the plain image's config")
+    packing.add_argument(
+        "--signing-key", type=Path, help="PEM ECDSA P-256 key: sign the files as model.sig (OpenSSF Model Signing)"
+    )
     pushing = commands.add_parser(
         "push",
         help="push a pack (its files from the checkpoint), or --model and --lock in one pass; signed",
@@ -80,6 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     pushing.add_argument("--tag", action="append", default=[], help="another tag (repeatable)")
     pushing.add_argument("--signing-key", type=Path, help="PEM ECDSA P-256 key (else OMNI_SIGNING_KEY_FILE)")
     pushing.add_argument("--unsigned", action="store_true", help="push without signature or provenance")
+    pushing.add_argument(
+        "--no-model-signature",
+        action="store_true",
+        help="with --model: sign the manifests but carry no model.sig (a pack carries what pack made)",
+    )
     pushing.add_argument(
         "--legacy-signatures",
         action=argparse.BooleanOptionalAction,
@@ -110,6 +122,11 @@ def _push(args: argparse.Namespace) -> dict:
     one_pass = args.model is not None or args.lock is not None
     if len(args.places) != (1 if one_pass else 2) or (one_pass and (args.model is None or args.lock is None)):
         raise ModelError("push takes PACK TARGET, or --model DIR --lock LOCK TARGET (one pass, no pack)", field="push")
+    if args.no_model_signature and not one_pass:
+        raise ModelError(
+            "--no-model-signature is for push --model; a pack carries the model signature pack made (or none)",
+            field="--no-model-signature",
+        )
     key = None if args.unsigned else load_private_key(args.signing_key)
     options = {
         "key": key,
@@ -120,7 +137,15 @@ def _push(args: argparse.Namespace) -> dict:
     }
     if one_pass:
         lock, lock_bytes = load_lock_bytes(args.lock)
-        report = push_checkpoint(args.model, lock, lock_bytes, args.places[0], platform=args.platform, **options)
+        report = push_checkpoint(
+            args.model,
+            lock,
+            lock_bytes,
+            args.places[0],
+            platform=args.platform,
+            model_signed=not args.no_model_signature,
+            **options,
+        )
     else:
         artifact, model = read_pack(_path(args.places[0]))
         report = push_artifact(artifact, model, args.places[1], **options)
@@ -135,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "pack":
         lock, lock_bytes = load_lock_bytes(args.lock)
+        key = load_private_key(args.signing_key) if args.signing_key is not None else None
         artifact = pack(args.model, lock, lock_bytes, platform=args.platform)
+        artifact = signed_artifact(artifact, args.model, key) if key is not None else artifact
         write_pack(artifact, args.model, args.output)
         result = summary(artifact)
     elif args.command == "push":

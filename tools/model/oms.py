@@ -32,7 +32,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from attest.errors import AttestError
+from attest.lock import ARTIFACT_SIGNATURE
 from attest.reader import loads_object
+from tools.model.artifact import MAX_SIGNATURE_BYTES
 from tools.model.errors import ModelError
 from tools.oci.format.errors import OciError
 from tools.oci.format.statement import STATEMENT_TYPE
@@ -42,8 +44,7 @@ BUNDLE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 PREDICATE = "https://model_signing/signature/v1.0"
 # What model_signing leaves out of every directory it signs; Omni adds its own files.
 DEFAULT_IGNORE_PATHS = (".git", ".github", ".gitignore", ".gitattributes")
-SIGNATURE_FILE = "model.sig"  # the name the reference tool gives it, and the one it skips itself
-MAX_SIGNATURE_BYTES = 64 << 20  # a resource line per file: a checkpoint of 100k files fits
+SIGNATURE_FILE = ARTIFACT_SIGNATURE  # the name the reference tool gives it, and the one it skips itself
 METHODS = {"publicKey": "key", "certificate": "certificate", "x509CertificateChain": "certificate"}
 HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
@@ -92,11 +93,12 @@ def statement(name: str, resources: dict[str, str], ignore_paths: tuple[str, ...
 
 
 def sign(key: ec.EllipticCurvePrivateKey, about: dict[str, Any]) -> bytes:
-    """The OMS bundle of `about`, signed with `key` (the key method)."""
+    """The OMS bundle of `about`, signed with `key` (the key method): the same bytes for the same
+    key and statement (RFC 6979), since the bundle becomes a layer of a reproducible artifact."""
     document = {
         "mediaType": BUNDLE_TYPE,
         "verificationMaterial": {"publicKey": {"hint": key_hint(key.public_key())}, "tlogEntries": []},
-        "dsseEnvelope": dsse.envelope(key, about, keyid=""),
+        "dsseEnvelope": dsse.envelope(key, about, keyid="", deterministic=True),
     }
     return json.dumps(document, indent=2).encode() + b"\n"
 

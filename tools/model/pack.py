@@ -16,10 +16,10 @@ from typing import Any
 from attest.documents import parse_document
 from attest.errors import AttestError
 from attest.files import canonical_json, write_atomic
-from attest.lock import MAX_LOCK_BYTES, CheckpointLock, load_lock
+from attest.lock import ARTIFACT_SIGNATURE, MAX_LOCK_BYTES, CheckpointLock, load_lock
 from attest.progress import Progress
 from attest.reader import loads_object
-from tools.model.artifact import Artifact, build, read_lock_layer
+from tools.model.artifact import Artifact, build, read_lock_layer, read_signature_layer, signature_descriptor
 from tools.model.errors import ModelError
 from tools.model.layers import FileLayer, hash_file_layer
 from tools.oci.format.layout import OCI_INDEX, OCI_MANIFEST, canonical, descriptor, sha256_digest
@@ -47,7 +47,8 @@ def parse_lock(data: bytes, where: str) -> CheckpointLock:
 def pack(
     model: Path, lock: CheckpointLock, lock_bytes: bytes, *, platform: str, jobs: int = PACK_JOBS, quiet: bool = False
 ) -> Artifact:
-    """Every locked file read once, checked against the lock and hashed into its layer."""
+    """Every locked file read once, checked against the lock and hashed into its layer (signed
+    by tools/model/sign.py's signed_artifact, where the caller holds a key)."""
     if not model.is_dir():
         raise ModelError(f"--model {model} is not a directory", field="--model")
     total = sum(item.size for item in lock.files)
@@ -124,12 +125,15 @@ def read_pack(output: Path) -> tuple[Artifact, Path]:
         raise ModelError(f"{output} is not a pack directory (`pack --output`): {exc}", field=str(output)) from None
     lock_bytes = read_lock_layer(lock_blob, f"{output}: the lock's layer")
     lock = parse_lock(lock_bytes, f"{output}: the checkpoint lock")
+    signed = signature_descriptor(manifest, lock)
+    where = f"{output}: the {ARTIFACT_SIGNATURE} layer"
+    signature = read_signature_layer(_blob(output, signed["digest"]), signed, where) if signed else None
     by_path = lock.by_path
     try:
         files = [FileLayer(by_path[entry["path"]], entry["digest"], entry["size"]) for entry in layers]
     except (KeyError, TypeError) as exc:
         raise ModelError(f"{output}/{SIDECAR} names a file the lock does not: {exc}", field=SIDECAR) from None
-    artifact = build(lock, lock_bytes, files, sidecar.get("platform", ""))
+    artifact = build(lock, lock_bytes, files, sidecar.get("platform", ""), signature)
     if artifact.image_digest != image_entry["digest"]:
         raise ModelError(f"{output}: the pack's documents do not match its lock and layers", field=str(output))
     return artifact, model
@@ -143,6 +147,7 @@ def summary(artifact: Artifact) -> dict[str, Any]:
         "repo": artifact.lock.repo,
         "revision": artifact.lock.revision,
         "files": len(artifact.files),
+        "model_signature": ARTIFACT_SIGNATURE if artifact.signature is not None else None,
         "bytes": sum(layer.item.size for layer in artifact.files),
         "platform": artifact.platform,
     }

@@ -3,8 +3,9 @@ it is written (one pass over the bytes), placed only whole and verified.
 
 The expected lock comes from the caller (`--lock` or `--lock-sha256`), never from the registry.
 Files are written under DIR/.omni-partial and renamed into place once the layer is exactly the
-one tools/model makes of the locked file; the artifact's lock (ARTIFACT_LOCK) is placed last, so a DIR holding
-it is complete, and a DIR without it never passes for a pulled one. A re-run keeps each file
+one tools/model makes of the locked file; the artifact's model signature (ARTIFACT_SIGNATURE), where
+it carries one, follows them, and its lock (ARTIFACT_LOCK) is placed last, so a DIR holding it is
+complete, and a DIR without it never passes for a pulled one. A re-run keeps each file
 already placed that still matches the lock (hashed locally, unless the caller vouches for it
 as it is: boot's receipt identities) and fetches the rest.
 """
@@ -23,9 +24,25 @@ from typing import Any, Callable, Iterator
 from attest.errors import AttestError
 from attest.files import exclusive_run
 from attest.hashing import digest_fd, new_digest
-from attest.lock import ARTIFACT_LOCK, MAX_LOCK_BYTES, PARTIAL_DIR, WORKING_NAMES, CheckpointLock, LockedFile
+from attest.lock import (
+    ARTIFACT_LOCK,
+    ARTIFACT_SIGNATURE,
+    MAX_LOCK_BYTES,
+    PARTIAL_DIR,
+    WORKING_NAMES,
+    CheckpointLock,
+    LockedFile,
+)
 from attest.tree import open_regular, place, walk_files
-from tools.model.artifact import check_manifest, lock_descriptor, parse_manifest, read_lock_layer
+from tools.model.artifact import (
+    MAX_SIGNATURE_BYTES,
+    check_manifest,
+    lock_descriptor,
+    parse_manifest,
+    read_lock_layer,
+    read_signature_layer,
+    signature_descriptor,
+)
 from tools.model.errors import ModelError
 from tools.model.layers import BLOCK, END_OF_ARCHIVE, padding, tar_header
 from tools.model.pack import parse_lock
@@ -81,6 +98,21 @@ def fetch_lock(
             f"the artifact carries the checkpoint lock {found}; expected {expected.sha256}", field=ARTIFACT_LOCK
         )
     return parse_lock(data, f"the artifact's {ARTIFACT_LOCK}"), data
+
+
+def fetch_signature(
+    client: RegistryClient, repository: str, manifest: dict[str, Any], lock: CheckpointLock
+) -> bytes | None:
+    """The model signature the artifact carries, or None: read bounded, one file, its digest the
+    one its layer names (a pin's manifest digest covers both)."""
+    entry = signature_descriptor(manifest, lock)
+    if entry is None:
+        return None
+    try:
+        blob = client.blob(repository, entry["digest"], size=entry.get("size"), max_bytes=MAX_SIGNATURE_BYTES + 4096)
+    except OciError as exc:
+        raise ModelError(str(exc), field=ARTIFACT_SIGNATURE) from None
+    return read_signature_layer(blob, entry, f"the artifact's {ARTIFACT_SIGNATURE}")
 
 
 def _write_member(stream: TarStream, item: LockedFile, partial: Path, where: str) -> None:
@@ -175,6 +207,8 @@ def _placed_matches(dest: Path, item: LockedFile, vouched: Vouched | None) -> tu
 def _refuse_foreign_files(dest: Path, lock: CheckpointLock) -> None:
     listed = lock.by_path
     for name, is_link in walk_files(dest, WORKING_NAMES):
+        if name == ARTIFACT_SIGNATURE and name not in listed:
+            continue  # an earlier pull's, replaced (or removed) before the lock is placed
         if name not in listed or is_link:
             raise ModelError(
                 f"{dest} holds {name}, which the checkpoint lock does not list; pull into an empty directory "
@@ -204,20 +238,36 @@ def pull(
         manifest, _ = parse_manifest(data, str(ref))
         lock, lock_bytes = fetch_lock(client, ref.repository, manifest, expected)
         layers = check_manifest(manifest, lock, expected.sha256)
-        return _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress, vouched)
+        signature = fetch_signature(client, ref.repository, manifest, lock)
+        return _pull_files(client, ref, dest, lock, (lock_bytes, signature), layers, jobs, progress, vouched)
 
 
-def _pull_files(client, ref, dest, lock, lock_bytes, layers, jobs, progress, vouched) -> dict[str, Any]:
+def _pull_files(client, ref, dest, lock, own, layers, jobs, progress, vouched) -> dict[str, Any]:
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ModelError(f"{dest} cannot be created: {exc.strerror}", field="DIR") from None
     with exclusive_run(dest / PARTIAL_DIR, what=f"DIR {dest}", field=PARTIAL_DIR):
-        return _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress, vouched)
+        return _pull_locked(client, ref, dest, lock, own, layers, jobs, progress, vouched)
 
 
-def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress, vouched) -> dict[str, Any]:
+def _place_own(partial: Path, dest: Path, name: str, data: bytes | None) -> None:
+    """One of the artifact's own files placed whole (the old one removed where there is none)."""
+    if data is None:
+        if os.path.lexists(dest / name):
+            os.unlink(dest / name)
+        return
+    temporary = partial / f"{name}.part"
+    with _create(temporary) as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    place(temporary, dest, name)
+
+
+def _pull_locked(client, ref, dest, lock, own, layers, jobs, progress, vouched) -> dict[str, Any]:
     """The pull proper, this run alone on DIR (its run lock held in DIR/.omni-partial)."""
+    lock_bytes, signature = own
     _refuse_foreign_files(dest, lock)
     if os.path.lexists(dest / ARTIFACT_LOCK):
         os.unlink(dest / ARTIFACT_LOCK)  # from here on DIR is not a complete pull until the end
@@ -248,10 +298,9 @@ def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress, vo
         return None, layer["size"], item.path
 
     in_parallel(wanted, fetch, jobs=jobs, progress=shown)
-    temporary = partial / "lock.part"
-    with _create(temporary) as handle:
-        handle.write(lock_bytes)
-    place(temporary, dest, ARTIFACT_LOCK)
+    if ARTIFACT_SIGNATURE not in lock.by_path:
+        _place_own(partial, dest, ARTIFACT_SIGNATURE, signature)
+    _place_own(partial, dest, ARTIFACT_LOCK, lock_bytes)
     shutil.rmtree(partial, ignore_errors=True)
     return {
         "reference": str(ref),
@@ -265,4 +314,5 @@ def _pull_locked(client, ref, dest, lock, lock_bytes, layers, jobs, progress, vo
         "lock_sha256": hashlib.sha256(lock_bytes).hexdigest(),
         "repo": lock.repo,
         "revision": lock.revision,
+        "model_signature": ARTIFACT_SIGNATURE if signature is not None else None,
     }

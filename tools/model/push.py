@@ -14,10 +14,12 @@ from typing import Any, Callable
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from attest.lock import ARTIFACT_LOCK, CheckpointLock
+from attest.lock import ARTIFACT_LOCK, ARTIFACT_SIGNATURE, CheckpointLock
+from tools.model import oms
 from tools.model.artifact import Artifact, build, hub_url
 from tools.model.errors import ModelError
 from tools.model.layers import FileLayer, FileLayerStream, layer_size, stream_file_layer
+from tools.model.sign import model_signature
 from tools.oci.build.image import TOOLKIT_VERSION
 from tools.oci.build.provenance import BUILDER_ID
 from tools.oci.format.errors import OciError
@@ -43,6 +45,7 @@ def push_summary(report: PushReport) -> dict[str, Any]:
         "uploaded_bytes": report.uploaded_bytes,
         "already_present": len(report.present),
         "signed": report.signed,
+        "model_signature": ARTIFACT_SIGNATURE if report.model_signed else None,
         "tags": report.tags,
     }
 
@@ -126,6 +129,7 @@ def _publish(
     for tag in tags:
         client.put_manifest(ref.repository, tag, artifact.image_manifest, OCI_MANIFEST)
     report.digest, report.model_digest, report.tags = artifact.image_digest, artifact.model_digest, tags
+    report.model_signed = artifact.signature is not None
     report.uploaded_bytes = client.uploaded_bytes  # the artifact's own blobs, not the signatures'
     if key is not None:
         statement = provenance(artifact, report.repository)
@@ -149,8 +153,9 @@ def push_artifact(
     legacy_signatures: bool = True,
 ) -> PushReport:
     """A pack: each file layer skipped after a HEAD when the registry has it, else streamed from
-    the checkpoint."""
+    the checkpoint. A pack's model signature must be `key`'s, the key that signs the manifests."""
     ref, tags = _target(target, list(tags))
+    _same_signer(artifact, key, progress)
     with client_for(ref.registry, client) as client:
         report = PushReport(
             f"{ref.registry}/{ref.repository}", artifact.image_digest, model_digest=artifact.model_digest
@@ -166,6 +171,24 @@ def push_artifact(
         return _publish(client, ref, artifact, tags, key, report, legacy_signatures)
 
 
+def _same_signer(artifact: Artifact, key: ec.EllipticCurvePrivateKey | None, progress) -> None:
+    """A signed push of a pack: its model signature verifies with the push's key, or it has none
+    (and says so)."""
+    if key is None:
+        return
+    if artifact.signature is None:
+        if progress is not None:
+            progress(f"note: the pack carries no model signature ({ARTIFACT_SIGNATURE}); pack --signing-key makes one")
+        return
+    try:
+        oms.verified(artifact.signature, key.public_key(), f"the pack's {ARTIFACT_SIGNATURE}")
+    except ModelError as exc:
+        raise ModelError(
+            f"{exc}: the pack was signed with another key than this push's; pack again with --signing-key",
+            field=ARTIFACT_SIGNATURE,
+        ) from None
+
+
 def push_checkpoint(
     model: Path,
     lock: CheckpointLock,
@@ -179,10 +202,12 @@ def push_checkpoint(
     jobs: int = PUSH_JOBS,
     progress: Callable[[str], None] | None = None,
     legacy_signatures: bool = True,
+    model_signed: bool = True,
 ) -> PushReport:
     """pack and push in one pass over the files: each file's layer goes up as it is read,
     checked against the lock and hashed, its digest learned as it goes (no HEAD first: use a
-    pack to skip what the registry has)."""
+    pack to skip what the registry has). With `key`, the model signature too, unless not
+    `model_signed`: the same artifact `pack --signing-key` makes."""
     ref, tags = _target(target, list(tags))
     with client_for(ref.registry, client) as client:
         report = PushReport(f"{ref.registry}/{ref.repository}")
@@ -195,4 +220,6 @@ def push_checkpoint(
             return FileLayer(item, digest, size), size, f"uploaded {digest[:19]}…"
 
         files = in_parallel(list(lock.files), send, jobs=jobs, progress=shown)
-        return _publish(client, ref, build(lock, lock_bytes, files, platform), tags, key, report, legacy_signatures)
+        signature = model_signature(model, lock, key) if key is not None and model_signed else None
+        artifact = build(lock, lock_bytes, files, platform, signature)
+        return _publish(client, ref, artifact, tags, key, report, legacy_signatures)

@@ -1,7 +1,8 @@
 """verify: a pushed model artifact checked without pulling its files: the cosign signature and
 the signed provenance of this digest, the lock it carries (the expected one, when given, and
 the one the provenance names), and its layers against that lock (paths, order, sizes, the
-files' digests, media types), and the config's layer list.
+files' digests, media types), the config's layer list, and the model signature it carries
+(model.sig: verified with the same key, its files the lock's).
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from attest.errors import AttestError
+from attest.hashing import SHA256
+from attest.lock import ARTIFACT_SIGNATURE, CheckpointLock
 from attest.reader import loads_object
-from tools.model.artifact import MODEL_ARTIFACT, check_manifest, lock_descriptor, parse_manifest
+from tools.model import oms
+from tools.model.artifact import MODEL_ARTIFACT, check_manifest, lock_descriptor, parse_manifest, signature_descriptor
 from tools.model.errors import ModelError
-from tools.model.pull import ExpectedLock, fetch_lock
+from tools.model.pull import ExpectedLock, fetch_lock, fetch_signature
 from tools.model.push import BUILD_TYPE
 from tools.oci.format.errors import OciError
 from tools.oci.format.reference import Reference
@@ -72,9 +76,13 @@ def verify_artifact(
         manifest, modelpack = parse_manifest(data, str(ref))
         lock, lock_bytes = fetch_lock(client, ref.repository, manifest, expected or ExpectedLock(model["lock_sha256"]))
         layers = check_manifest(manifest, lock, model["lock_sha256"])
-        digests = [layer["digest"] for layer in layers] + [lock_descriptor(manifest)["digest"]]
+        carried = signature_descriptor(manifest, lock)
+        own = [carried] if carried is not None else []
+        digests = [layer["digest"] for layer in [*layers, *own, lock_descriptor(manifest)]]
         if _diff_ids(client, ref, manifest, modelpack) != digests:
             raise ModelError("the config's layer list differs from the manifest's layers", field="config")
+        signature = fetch_signature(client, ref.repository, manifest, lock)
+        model_signature = checked_model_signature(signature, lock, public_key) if signature is not None else None
     return {
         "ok": True,
         "reference": str(ref),
@@ -88,4 +96,26 @@ def verify_artifact(
         "bytes": sum(item.size for item in lock.files),
         "lock_bytes": len(lock_bytes),
         "signatures": accepted,
+        "model_signature": model_signature,
     }
+
+
+def checked_model_signature(signature: bytes, lock: CheckpointLock, public_key: Path) -> str:
+    """The carried model signature, verified with the key and compared with the lock: the same
+    paths, and each LFS file's sha256 (the others' sha256 the lock does not hold: pull checks
+    their bytes against its git sha1, model_signing verify against the signature)."""
+    key = load_public_key(public_key)
+    facts = oms.verified(signature, key, ARTIFACT_SIGNATURE)
+    signed, listed = facts.resources, lock.by_path
+    problems = [f"{path}: in the lock, not in the signature" for path in sorted(listed.keys() - signed.keys())]
+    problems += [f"{path}: in the signature, not in the lock" for path in sorted(signed.keys() - listed.keys())]
+    problems += [
+        f"{path}: the signature says sha256:{signed[path]}, the lock sha256:{item.digest}"
+        for path, item in sorted(listed.items())
+        if item.algorithm == SHA256 and path in signed and signed[path] != item.digest
+    ]
+    if problems:
+        raise ModelError(
+            f"{ARTIFACT_SIGNATURE} does not sign the lock's files: {'; '.join(problems[:5])}", field=ARTIFACT_SIGNATURE
+        )
+    return f"{ARTIFACT_SIGNATURE} verified: OpenSSF Model Signing v1.0, {len(signed)} files, key {oms.key_hint(key)}"

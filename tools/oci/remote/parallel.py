@@ -41,7 +41,7 @@ class PushReport:
     """What one push sent, image or model artifact alike: its top manifest's digest (an image's
     or index's; a model artifact's plain image), each blob by how it got there, the bytes
     uploaded, the tags, whether it was signed; a model artifact also names its ModelPack
-    manifest over the same blobs (`model_digest`)."""
+    manifest over the same blobs (`model_digest`) and whether it carries a model signature."""
 
     repository: str  # REGISTRY/REPO
     digest: str = ""
@@ -53,6 +53,7 @@ class PushReport:
     tags: list[str] = field(default_factory=list)
     signed: bool = False
     model_digest: str = ""
+    model_signed: bool = False  # a model artifact carries its model signature (model.sig)
 
     @property
     def reference(self) -> str:

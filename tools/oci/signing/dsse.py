@@ -23,13 +23,15 @@ def pae(payload_type: str, body: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(body), body)
 
 
-def envelope(key: ec.EllipticCurvePrivateKey, statement: dict[str, Any], *, keyid: str | None = None) -> dict[str, Any]:
+def envelope(
+    key: ec.EllipticCurvePrivateKey, statement: dict[str, Any], *, keyid: str | None = None, deterministic: bool = False
+) -> dict[str, Any]:
     """The envelope of `statement` (canonical JSON: sorted keys, no spaces), signed with `key`.
     `keyid` None writes no keyid at all, as cosign does in bundles: cosign 3's DSSE verifier skips
-    a signature whose keyid is not its own empty one."""
+    a signature whose keyid is not its own empty one. `deterministic`: keys.sign's."""
     body = json.dumps(statement, separators=(",", ":"), sort_keys=True).encode()
     signature: dict[str, str] = {} if keyid is None else {"keyid": keyid}
-    signature["sig"] = sign(key, pae(INTOTO_PAYLOAD_TYPE, body))
+    signature["sig"] = sign(key, pae(INTOTO_PAYLOAD_TYPE, body), deterministic=deterministic)
     return {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": base64.b64encode(body).decode(), "signatures": [signature]}
 
 

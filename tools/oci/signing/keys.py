@@ -76,8 +76,11 @@ def load_public_key(path: Path) -> ec.EllipticCurvePublicKey:
     return key
 
 
-def sign(key: ec.EllipticCurvePrivateKey, data: bytes) -> str:
-    return base64.b64encode(key.sign(data, ec.ECDSA(hashes.SHA256()))).decode()
+def sign(key: ec.EllipticCurvePrivateKey, data: bytes, *, deterministic: bool = False) -> str:
+    """`deterministic`: RFC 6979's k, so the same key and data give the same signature bytes (a
+    signature that lies in a layer must not change the artifact's digest on every run)."""
+    algorithm = ec.ECDSA(hashes.SHA256(), deterministic_signing=deterministic)
+    return base64.b64encode(key.sign(data, algorithm)).decode()
 
 
 def verify(key: ec.EllipticCurvePublicKey, data: bytes, signature: str) -> bool:
