@@ -24,6 +24,10 @@ from attest.reader import UntrustedBytes, read_json_file
 LOCK_FILE = "checkpoint.lock.json"
 REVIEWED = "reviewed"
 TRUST_ON_FIRST_USE = "trust-on-first-use"
+# tools/pin found the lock's files exactly those a publisher's OpenSSF Model Signing signature
+# names, verified with the key the pins record (model.signature): who published these bytes.
+PUBLISHER_SIGNED = "publisher-signed"
+PINNED_TRUST = frozenset({REVIEWED, PUBLISHER_SIGNED})  # a lock an image pins and carries
 MAX_LOCK_BYTES = 32 * 1024 * 1024
 GIT_SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
 # boot's own working names inside the model root (boot/checkpoint/verify.py uses these): partial
@@ -82,8 +86,17 @@ class CheckpointLock(Document):
     schema_version: Literal["1"]
     repo: str = Field(min_length=1)
     revision: Revision
-    trust: Literal["reviewed", "trust-on-first-use"]
+    trust: Literal["reviewed", "publisher-signed", "trust-on-first-use"]
     files: list[LockedFile] = Field(min_length=1)
+    # With trust publisher-signed, and only then: the publisher's key, as the pins record it
+    # (model.signature.signer: key:<hex sha256 of its PEM public key>).
+    signed_by: str | None = Field(default=None, pattern=r"^key:[0-9a-f]{64}$")
+
+    @model_validator(mode="after")
+    def _signer_with_its_trust(self) -> "CheckpointLock":
+        if (self.trust == PUBLISHER_SIGNED) != (self.signed_by is not None):
+            raise ValueError(f"signed_by is required with trust {PUBLISHER_SIGNED}, and only with it")
+        return self
 
     @field_validator("files")
     @classmethod

@@ -75,6 +75,15 @@ class ArtifactPin(Document):
     digest: OptionalDigest = ""
 
 
+class ModelSignaturePin(Document):
+    """A publisher's OpenSSF Model Signing signature that `tools/pin --model-signature` verified
+    and found to name exactly the lock's files (docs/models.md#a-publishers-signature)."""
+
+    # key:<hex sha256 of the signer's PEM public key>, the OMS key method's hint.
+    signer: str = Field(pattern=r"^key:[0-9a-f]{64}$")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")  # the signature file's own bytes
+
+
 class ModelPin(Document):
     id: str = Field(min_length=1)
     # The hub branch or tag `tools/pin` resolved the revision from ("": main).
@@ -85,6 +94,8 @@ class ModelPin(Document):
     lock_sha256: OptionalSha256 | None = None
     # Where the model is also published as a signed OCI artifact (docs/models.md); None: it is not.
     artifact: ArtifactPin | None = None
+    # The publisher's model signature the lock was checked against; None: none was.
+    signature: ModelSignaturePin | None = None
 
 
 class HardwarePin(Document):

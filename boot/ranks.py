@@ -29,7 +29,7 @@ from attest.documents import Document, parse_document
 from attest.edge.redact import escaped, redact_known
 from attest.errors import AttestError
 from attest.files import canonical_json, write_atomic
-from attest.lock import PUBLISHED_LOCK, REFUSED_MARKER, REVIEWED, TRUST_ON_FIRST_USE, VERIFIED_MARKER
+from attest.lock import PINNED_TRUST, PUBLISHED_LOCK, REFUSED_MARKER, TRUST_ON_FIRST_USE, VERIFIED_MARKER
 from attest.pins import BakedImage
 from attest.reader import read_file, read_json_file
 from attest.tree import stat_regular
@@ -127,7 +127,7 @@ def publish(settings: BootSettings, in_use: LockInUse, receipt: Receipt) -> None
             for name, item in receipt.files.items()
         },
     }
-    if in_use.trust != REVIEWED:
+    if in_use.trust not in PINNED_TRUST:
         # Other ranks have no reviewed lock either: they take this one, bound by the marker's digest.
         write_atomic(settings.model / PUBLISHED_LOCK, in_use.data)
     _publish(settings, VERIFIED_MARKER, marker, rank_key(settings))

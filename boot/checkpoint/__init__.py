@@ -7,13 +7,14 @@ and its tests may reach the modules themselves.
 """
 
 from boot.checkpoint.download import Limits, download_progress
-from boot.checkpoint.hub import compare_with_lock, fetch_listing, fetch_model_info, lock_from_listing
+from boot.checkpoint.hub import compare_with_lock, download_file, fetch_listing, fetch_model_info, lock_from_listing
 from boot.checkpoint.locks import LockInUse, resolve_lock
 from boot.checkpoint.receipt import RECEIPT, Identity, Receipt
-from boot.checkpoint.verify import VerifyReport
+from boot.checkpoint.verify import ENGINE_LOADED_SUFFIXES, VerifyReport
 from boot.checkpoint.volume import verify_image_volume
 
 __all__ = [
+    "ENGINE_LOADED_SUFFIXES",
     "RECEIPT",
     "download_progress",
     "Identity",
@@ -22,6 +23,7 @@ __all__ = [
     "Receipt",
     "VerifyReport",
     "compare_with_lock",
+    "download_file",
     "fetch_listing",
     "fetch_model_info",
     "lock_from_listing",

@@ -59,7 +59,7 @@ class Receipt(Document):
     status: Literal["verified"] = "verified"
     revision: str
     lock_sha256: str
-    trust: Literal["reviewed", "trust-on-first-use", "unpinned"]
+    trust: Literal["reviewed", "publisher-signed", "trust-on-first-use", "unpinned"]
     files: dict[str, Identity]
     mac: str = ""
 

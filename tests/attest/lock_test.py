@@ -37,7 +37,21 @@ def _file(**changes: Any) -> dict[str, Any]:
 REFUSED = [
     ("empty repo", _lock(repo=""), "lock.repo", "at least 1 character"),
     ("no files", _lock(files=[]), "lock.files", "at least 1 item"),
-    ("unknown trust", _lock(trust="trusted"), "lock.trust", "'reviewed' or 'trust-on-first-use'"),
+    ("unknown trust", _lock(trust="trusted"), "lock.trust", "'reviewed', 'publisher-signed' or 'trust-on-first-use'"),
+    # A publisher-signed lock names its signer (tools/pin --model-signature), and only it does.
+    ("signed, no signer", _lock(trust="publisher-signed"), "lock", "signed_by is required with trust publisher-signed"),
+    (
+        "a signer, reviewed",
+        _lock(signed_by="key:" + "a" * 64),
+        "lock",
+        "signed_by is required with trust publisher-signed, and only with it",
+    ),
+    (
+        "a signer without its method",
+        _lock(trust="publisher-signed", signed_by="a" * 64),
+        "lock.signed_by",
+        "should match pattern",
+    ),
     ("branch revision", _lock(revision="main"), "lock.revision", "40-character commit SHA"),
     ("negative size", _file(size=-1), "lock.files.0.size", "greater than or equal to 0"),
     ("size past 2**50", _file(size=(1 << 50) + 1), "lock.files.0.size", "less than or equal to 1125899906842624"),

@@ -18,7 +18,7 @@ import pytest
 from attest.errors import AttestError
 from attest.lock import ARTIFACT_LOCK, PARTIAL_DIR
 from tests.fixtures.cosign import verifiers
-from tests.fixtures.model import REVISION, checkpoint_files, tree, unpacked_tree, write_checkpoint
+from tests.fixtures.model import REVISION, keyed_checkpoint, tree, unpacked
 from tests.fixtures.pins import key_pair
 from tests.fixtures.raw_tar import EOA, member
 from tests.fixtures.registry import LoopbackRegistry, only_credentials
@@ -47,9 +47,8 @@ def registry():
 @pytest.fixture
 def world(tmp_path: Path, registry, monkeypatch):
     only_credentials(tmp_path / "home", monkeypatch, registry.host, USER, PASSWORD)
-    root, lock_path = tmp_path / "checkpoint", tmp_path / "lock.json"
-    write_checkpoint(root, checkpoint_files(), lock_path)
-    private, public = key_pair(tmp_path, "signer")
+    made = keyed_checkpoint(tmp_path)
+    root, lock_path, private, public = made.root, made.lock_path, made.private, made.public
     lock, data = load_lock_bytes(lock_path)
     artifact = pack(root, lock, data, platform="linux/amd64", quiet=True)
 
@@ -76,7 +75,7 @@ def test_pushed_signed_pulled_by_skopeo_and_umoci_and_by_pull_to_the_same_tree(w
     report = _push(world, "models/tiny")
     assert report.signed and not report.present
     expected = {**tree(world.root), ARTIFACT_LOCK: world.lock_path.read_bytes()}
-    assert unpacked_tree(f"{world.host}/models/tiny@{report.digest}", world.tmp, f"{USER}:{PASSWORD}") == expected
+    assert tree(unpacked(f"{world.host}/models/tiny@{report.digest}", world.tmp, f"{USER}:{PASSWORD}")) == expected
     for digest in (report.digest, report.model_digest):
         pulled = world.tmp / f"pulled-{digest[7:15]}"
         argv = ["pull", f"{world.host}/models/tiny@{digest}", str(pulled), "--lock", str(world.lock_path)]

@@ -15,7 +15,7 @@ import pytest
 
 from attest.lock import ARTIFACT_LOCK, ARTIFACT_SIGNATURE, PARTIAL_DIR, WORKING_NAMES
 from boot.checkpoint.verify import unexpected_files
-from tests.fixtures.model import checkpoint_files, tree, unpacked_tree, write_checkpoint
+from tests.fixtures.model import checkpoint_files, tree, unpacked, write_checkpoint
 from tests.fixtures.oms import payload, schema_valid
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import LoopbackRegistry, only_credentials
@@ -241,7 +241,7 @@ def test_pushed_signed_the_signature_lies_beside_the_files_pulled_and_unpacked(
         name: hashlib.sha256(data).hexdigest() for name, data in placed.items() if name not in facts.ignore_paths
     }
     assert oms.differences(facts.resources, on_disk) == []
-    assert unpacked_tree(f"{target}@{report.digest}", tmp_path, f"{USER}:{PASSWORD}") == placed
+    assert tree(unpacked(f"{target}@{report.digest}", tmp_path, f"{USER}:{PASSWORD}")) == placed
     for digest in (report.digest, report.model_digest):
         verified = verify_artifact(f"{target}@{digest}", checkpoint["public"], None)
         assert verified["model_signature"].startswith(f"{ARTIFACT_SIGNATURE} verified"), verified
@@ -253,3 +253,16 @@ def test_pushed_signed_the_signature_lies_beside_the_files_pulled_and_unpacked(
     assert not unsigned.model_signed and unsigned.digest == plain.image_digest
     pull(f"{target}@{unsigned.digest}", pulled, expected_lock(lock, ""))
     assert not (pulled / ARTIFACT_SIGNATURE).exists() and (pulled / ARTIFACT_LOCK).exists()
+
+
+def test_verify_names_the_publisher_a_publisher_signed_lock_names(
+    checkpoint, registry, tmp_path: Path, monkeypatch
+) -> None:
+    only_credentials(tmp_path / "home", monkeypatch, registry.host, USER, PASSWORD)
+    signer = "key:" + oms.key_hint(load_public_key(checkpoint["public"]))
+    document = {**json.loads(checkpoint["lock_bytes"]), "trust": "publisher-signed", "signed_by": signer}
+    checkpoint["lock_path"].write_text(json.dumps(document))
+    checkpoint["lock"], checkpoint["lock_bytes"] = load_lock_bytes(checkpoint["lock_path"])
+    report = _push(checkpoint, registry, f"{registry.host}/models/publisher-signed")
+    verified = verify_artifact(f"{registry.host}/models/publisher-signed@{report.digest}", checkpoint["public"], None)
+    assert verified["lock_trust"] == f"publisher-signed by {signer}"

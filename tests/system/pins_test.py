@@ -13,7 +13,9 @@ from unittest import mock
 
 import pytest
 
+from attest.documents import parse_document
 from attest.errors import AttestError
+from attest.pins import ImagePins
 from boot.cli import main as boot_main
 from boot.settings import REVISION
 from tests.fixtures.cosign import Cosign, verifiers
@@ -30,7 +32,7 @@ from tools.oci.remote.registry import RegistryClient
 from tools.oci.signing.bundles import BUNDLE_TYPE
 from tools.oci.signing.keys import load_private_key
 from tools.oci.signing.legacy import dsse_envelope, push_attestation, tag_for
-from tools.oci.verify import verify_image
+from tools.oci.verify import model_trust, verify_image
 
 OTHER = "fe" * 20
 
@@ -143,6 +145,31 @@ def test_pins_edited_in_one_place_change_labels_baked_file_and_provenance(tmp_pa
     statement = build_statement("qwen_mi300x", result["digest"], pins, "cd" * 20, {}, "", "")
     assert resolved(statement, "model") == {"gitCommit": OTHER}
     assert resolved(statement, "engine") == {"gitCommit": "ab" * 20}
+
+
+@pytest.mark.parametrize(
+    "signature, field",
+    [
+        ({"signer": "key:" + "a" * 64, "sha256": "b" * 64}, ""),
+        ({"signer": "a" * 64, "sha256": "b" * 64}, "model.signature.signer"),
+        ({"signer": "key:" + "a" * 64, "sha256": "B" * 64}, "model.signature.sha256"),
+        ({"signer": "key:" + "a" * 64}, "model.signature.sha256"),
+    ],
+    ids=["recorded", "a signer without its method", "upper-case hex", "no sha256"],
+)
+def test_a_publisher_signature_pin_is_labelled_baked_and_reported(tmp_path: Path, signature, field: str) -> None:
+    path = tmp_path / "qwen_mi300x.pins.json"
+    path.write_text(json.dumps(qwen_pins(model__signature=signature)))
+    if field:
+        with pytest.raises(AttestError) as refused:
+            load_pins_checked(path, release=False)
+        assert field in str(refused.value), refused.value
+        return
+    pins = load_pins_checked(path, release=False)
+    result = make_image(tmp_path / "layout", [make_layer(tmp_path, "app", {"/opt/x": "x"})], pins=pins)
+    assert result["config"]["config"]["Labels"]["omni.model.signer"] == signature["signer"]
+    trust = model_trust(parse_document(ImagePins, pins, label="pins"))
+    assert trust == f"publisher-signed by {signature['signer']} (model.sig sha256 {signature['sha256']})"
 
 
 def test_release_builds_refuse_empty_pins(tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ def verify_artifact(
         "repo": lock.repo,
         "revision": lock.revision,
         "lock_sha256": model["lock_sha256"],
-        "lock_trust": lock.trust,
+        "lock_trust": f"{lock.trust} by {lock.signed_by}" if lock.signed_by else lock.trust,
         "files": len(layers),
         "bytes": sum(item.size for item in lock.files),
         "lock_bytes": len(lock_bytes),

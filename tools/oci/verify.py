@@ -301,6 +301,7 @@ def verify_image(
         "image": baked["image"],
         "engine": pins["engine"],
         "model": pins["model"],
+        "model_trust": model_trust(typed_pins),
         "base_digest": baked["base_digest"],
         "bytes_fetched_from_layers": baked_size,
         "pinned": not empty,
@@ -309,6 +310,13 @@ def verify_image(
         "signatures": accepted_layout(statements),
         "sbom_signed": SPDX_PREDICATE in evidence,
     }
+
+
+def model_trust(pins: ImagePins) -> str:
+    """What the pins say vouches for the model's files: a publisher's signature, or the lock."""
+    if pins.model.signature is not None:
+        return f"publisher-signed by {pins.model.signature.signer} (model.sig sha256 {pins.model.signature.sha256})"
+    return "the pinned checkpoint lock" if pins.model.lock_sha256 else "the pinned revision"
 
 
 @refusing_main

@@ -15,6 +15,10 @@ IMAGE names images/IMAGE.pins.json. What is resolved, each value computed here:
   model.artifact.digest  where the image names its model artifact (or --model-artifact
                        REGISTRY/REPO[:TAG]): the manifest digest of the tag, refused unless the
                        artifact carries the pinned checkpoint lock (docs/models.md)
+  model.signature      with --model-signature FILE --model-signer-key PEM: a publisher's
+                       OpenSSF Model Signing signature, verified with the key and naming
+                       exactly the lock's files and digests; the lock's trust is then
+                       publisher-signed, and the pins record the signer and the file's sha256
 
 Without --write it prints a table (pin, current, upstream) and the diff, and writes nothing.
 --write writes the pins (and lock) atomically. --check exits 1 when any pin differs from
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import difflib
 import json
 import os
@@ -41,12 +46,14 @@ from attest.edge.redact import redacting_output
 from attest.edge.refusal import refusing_main
 from attest.errors import AttestError
 from attest.files import write_atomic
+from attest.lock import PUBLISHER_SIGNED, CheckpointLock
 from attest.pins import ImagePins
 from attest.reader import MAX_JSON_BYTES, loads_object, read_file
 from boot.settings import url_or_empty
 from tools.oci.format.reference import Reference
 from tools.pin.artifact import ArtifactUpstream, resolve_artifact
-from tools.pin.upstream import Upstream, engine_pins, lock_summary, resolve_base, resolve_model
+from tools.pin.signature import PublisherSignature, publisher_signature
+from tools.pin.upstream import ModelUpstream, Upstream, engine_pins, lock_summary, resolve_base, resolve_model
 from tools.settings import PIN, tools_help
 
 IMAGE_NAME = re.compile(r"^[a-z0-9_]{1,64}$")
@@ -66,7 +73,10 @@ def _leading(entry: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _proposed(
-    current: dict[str, Any], upstream: Upstream, artifact: ArtifactUpstream | None
+    current: dict[str, Any],
+    upstream: Upstream,
+    artifact: ArtifactUpstream | None,
+    signature: PublisherSignature | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """(the pin document with upstream's values, notes on how they were found)."""
     document = copy.deepcopy(current)
@@ -92,6 +102,12 @@ def _proposed(
             "digest": artifact.digest,
         }
         notes.append(f"model artifact: {artifact.repository}@{artifact.digest} holds the lock's {artifact.files} files")
+    if signature is not None:
+        document["model"]["signature"] = signature.pin()
+        notes.append(
+            f"model signature: publisher-signed by {signature.signer}, {signature.files} files"
+            + (f"; not signed (its ignore_paths): {', '.join(signature.unsigned)}" if signature.unsigned else "")
+        )
     parse_document(ImagePins, document, label="the proposed pins")  # what is written must load as pins
     return document, notes
 
@@ -106,6 +122,8 @@ PIN_ROWS = (
     "model.lock_sha256",
     "model.artifact.tag",
     "model.artifact.digest",
+    "model.signature.signer",
+    "model.signature.sha256",
     "speculator.ref",
     "speculator.revision",
 )
@@ -178,6 +196,60 @@ def _artifact(
         raise
 
 
+def _signed_model(
+    args: argparse.Namespace, pins: ImagePins, model: ModelUpstream, endpoint: str, deadline: float
+) -> tuple[ModelUpstream, PublisherSignature | None]:
+    """With --model-signature: the publisher's signature checked against the resolved lock,
+    whose trust becomes publisher-signed. Pins that record one and no signature given: refused,
+    since the lock would silently lose that trust."""
+    if args.model_signature is None:
+        if pins.model.signature is not None:
+            raise AttestError(
+                f"the pins record a publisher signature of the model ({pins.model.signature.signer}): pass "
+                "--model-signature FILE --model-signer-key PEM again, or remove model.signature to pin a "
+                "reviewed lock",
+                field="model.signature",
+            )
+        return model, None
+    if model.lock is None:
+        raise AttestError(
+            "--model-signature: these pins lock no checkpoint (model.lock_sha256)", field="--model-signature"
+        )
+    try:
+        signature = publisher_signature(
+            args.model_signature, args.model_signer_key, model.lock, endpoint=endpoint, deadline=deadline
+        )
+    except AttestError as exc:
+        if exc.field == "deadline":
+            raise AttestError(f"{exc} (--deadline {args.deadline:g} s)", field="--deadline") from None
+        raise
+    signed = {**model.lock.model_dump(mode="json", exclude_none=True), "trust": PUBLISHER_SIGNED}
+    lock = parse_document(CheckpointLock, {**signed, "signed_by": signature.signer}, label="the publisher-signed lock")
+    return dataclasses.replace(model, lock=lock, lock_bytes=lock.document_bytes()), signature
+
+
+def _shown(
+    current: dict[str, Any], proposed: dict[str, Any], notes: list[str], name: str
+) -> tuple[list[str], list[str], bytes]:
+    """The table, the notes and the diff printed; (pins that moved, the diff, the new text)."""
+    lines, moved = _table(current, proposed)
+    print("\n".join(lines))
+    for note in notes:
+        print(f"note: {note}")
+    before, after = _pins_text(current), _pins_text(proposed)
+    diff = list(
+        difflib.unified_diff(
+            before.decode().splitlines(),
+            after.decode().splitlines(),
+            f"a/images/{name}",
+            f"b/images/{name}",
+            lineterm="",
+        )
+    )
+    print("\n".join(diff) if diff else f"images/{name}: every pin matches upstream")
+    return moved, diff, after
+
+
 def run(args: argparse.Namespace) -> int:
     if not IMAGE_NAME.fullmatch(args.image):
         raise AttestError(
@@ -208,23 +280,10 @@ def run(args: argparse.Namespace) -> int:
         if exc.field == "deadline":
             raise AttestError(f"{exc} (--deadline {args.deadline:g} s)", field="--deadline") from None
         raise
+    model, signature = _signed_model(args, pins, model, endpoint, deadline)
     artifact = _artifact(args, current, pins.model.id, model, deadline)
-    proposed, notes = _proposed(current, Upstream(base, model, speculator), artifact)
-    lines, moved = _table(current, proposed)
-    print("\n".join(lines))
-    for note in notes:
-        print(f"note: {note}")
-    before, after = _pins_text(current), _pins_text(proposed)
-    diff = list(
-        difflib.unified_diff(
-            before.decode().splitlines(),
-            after.decode().splitlines(),
-            f"a/images/{pins_path.name}",
-            f"b/images/{pins_path.name}",
-            lineterm="",
-        )
-    )
-    print("\n".join(diff) if diff else f"images/{pins_path.name}: every pin matches upstream")
+    proposed, notes = _proposed(current, Upstream(base, model, speculator), artifact, signature)
+    moved, diff, after = _shown(current, proposed, notes, pins_path.name)
     lock_path = images / f"{args.image}{LOCK_SUFFIX}"
     if args.write:
         if model.lock is not None:
@@ -238,6 +297,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"pin: upstream differs from the pins of {args.image}: {', '.join(moved)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _user_path(text: str) -> Path:
+    """A path as the user typed it: relative to where `bazel run` was started."""
+    return Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / text
 
 
 def _seconds(text: str) -> float:
@@ -269,6 +333,16 @@ def parser() -> argparse.ArgumentParser:
         metavar="REGISTRY/REPO[:TAG]",
         help="pin the model's OCI artifact (tools/model push) at this tag (default: model.artifact of the pins)",
     )
+    result.add_argument(
+        "--model-signature",
+        type=_user_path,
+        metavar="FILE",
+        help="a publisher's OpenSSF Model Signing signature (model.sig) of the model: verified and compared "
+        "with the lock's files (docs/models.md#a-publishers-signature)",
+    )
+    result.add_argument(
+        "--model-signer-key", type=_user_path, metavar="PEM", help="the publisher's public key (with --model-signature)"
+    )
     mode = result.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="write the pins (and checkpoint lock) atomically")
     mode.add_argument("--check", action="store_true", help="exit 1 when any pin differs from upstream")
@@ -284,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         args = arguments.parse_args(argv)
     except SystemExit as exc:
         return 0 if exc.code == 0 else 2
+    if (args.model_signature is None) != (args.model_signer_key is None):
+        raise AttestError("--model-signature and --model-signer-key go together", field="--model-signer-key")
     return run(args)
 
 

@@ -187,6 +187,8 @@ def pin_labels(pins: dict[str, Any]) -> dict[str, str]:
     artifact = pins["model"].get("artifact")
     if artifact:
         labels["omni.model.artifact"] = f"{artifact['repository']}@{artifact['digest'] or 'unpinned'}"
+    if pins["model"].get("signature"):
+        labels["omni.model.signer"] = pins["model"]["signature"]["signer"]
     if pins.get("speculator"):
         labels["omni.speculator.id"] = pins["speculator"]["id"]
         labels["omni.speculator.revision"] = pins["speculator"]["revision"] or "unpinned"

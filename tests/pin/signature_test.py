@@ -1,0 +1,217 @@
+"""tools/pin --model-signature FILE --model-signer-key PEM: a publisher's OpenSSF Model Signing
+signature checked against the lock pin resolves from a loopback hub. A signature the reference
+tool made (model_signing 1.1.1, tests/data/oms) and one Omni made are taken: the lock's trust is
+publisher-signed and the pins record the signer and the file's sha256. Signatures of another key,
+with a file missing or more, of other bytes (an LFS file's or a small file's, fetched from the
+hub), leaving out a file the engine loads, and a hub serving other bytes are refused by name,
+nothing written; and `model_signing sign` of the files (the reference tool, live) is taken,
+of another revision's refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
+from attest.lock import ARTIFACT_SIGNATURE, PUBLISHER_SIGNED, REVIEWED
+from attest.pins import load_pins
+from tests.fixtures.hub import HubRepo, LoopbackHub
+from tests.fixtures.oms import model_signing
+from tests.fixtures.pins import key_pair
+from tests.fixtures.registry import LoopbackRegistry
+from tests.fixtures.vendor_base import installed_engine, layer, push_vendor_base
+from tools.model import oms
+from tools.oci.signing.keys import load_private_key, load_public_key
+from tools.pin.cli import main
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = REPO_ROOT / "tests/data/oms/model_signing-1.1.1"
+MODEL_ID = "deepseek-ai/DeepSeek-V4.1-Flash"
+MODEL_COMMIT, ENGINE_COMMIT = "1" * 40, "4" * 40
+SITE = "/usr/local/lib/python3.12/dist-packages"
+FILES = {"config.json": b'{"a": 1}', "model-00001.safetensors": b"d" * 500, "README.md": b"# d\n"}
+LFS = {"model-00001.safetensors"}
+
+
+def _sha256s(files: dict[str, bytes]) -> dict[str, str]:
+    return {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+
+
+def _workspace(tmp_path: Path, registry: LoopbackRegistry, hub: LoopbackHub, monkeypatch) -> Path:
+    """A checkout whose deepseek_spark pins resolve against `registry` and `hub`."""
+    images = tmp_path / "ws" / "images"
+    images.mkdir(parents=True)
+    (images / "deepseek_spark.pins.json").write_bytes((REPO_ROOT / "images/deepseek_spark.pins.json").read_bytes())
+    monkeypatch.setenv("OMNI_BASE_MIRROR", registry.host)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    sglang = installed_engine(SITE, "sglang", "0.5.23", package="sglang", direct_url_commit=ENGINE_COMMIT)
+    base = {"linux/arm64": [layer(sorted((name.lstrip("/"), data) for name, data in sglang.items()))]}
+    push_vendor_base(registry.host, "lmsysorg/sglang", "v0.5.23", base)
+    return tmp_path / "ws"
+
+
+def _pin(workspace: Path, *args: str) -> int:
+    return main(["--workspace", str(workspace), "deepseek_spark", "--base-tag", "v0.5.23", *args])
+
+
+@pytest.fixture(scope="module")
+def registry():
+    with LoopbackRegistry() as served:
+        yield served
+
+
+@pytest.fixture
+def world(tmp_path: Path, registry, monkeypatch):
+    hub_repo = HubRepo(MODEL_ID, MODEL_COMMIT, dict(FILES), lfs=set(LFS), refs={"main": MODEL_COMMIT})
+    with LoopbackHub(hub_repo) as hub:
+        private, public = key_pair(tmp_path, "publisher")
+        yield {
+            "workspace": _workspace(tmp_path, registry, hub, monkeypatch),
+            "key": load_private_key(private),
+            "public": public,
+            "tmp": tmp_path,
+            "hub": hub_repo,
+        }
+
+
+def _signature(world, resources: dict[str, str], ignore: tuple[str, ...] = (), key=None) -> Path:
+    path = world["tmp"] / "model.sig"
+    path.write_bytes(oms.sign(key or world["key"], oms.statement(MODEL_ID, resources, ignore)))
+    return path
+
+
+def _signed_pin(world, signature: Path, public: Path, *more: str) -> int:
+    return _pin(world["workspace"], "--model-signature", str(signature), "--model-signer-key", str(public), *more)
+
+
+def _lock(workspace: Path) -> dict:
+    return json.loads((workspace / "images/deepseek_spark.checkpoint.lock.json").read_text())
+
+
+def test_a_publisher_signature_of_the_locks_files_is_pinned_and_checked_again(world, capsys) -> None:
+    signature = _signature(world, _sha256s(FILES))
+    assert _signed_pin(world, signature, world["public"], "--write") == 0
+    workspace = world["workspace"]
+    pins = load_pins(workspace / "images/deepseek_spark.pins.json")
+    hint = oms.key_hint(load_public_key(world["public"]))
+    assert pins.model.signature.signer == f"key:{hint}"
+    assert pins.model.signature.sha256 == hashlib.sha256(signature.read_bytes()).hexdigest()
+    lock = workspace / "images/deepseek_spark.checkpoint.lock.json"
+    assert (_lock(workspace)["trust"], _lock(workspace)["signed_by"]) == (PUBLISHER_SIGNED, f"key:{hint}")
+    assert pins.model.lock_sha256 == hashlib.sha256(lock.read_bytes()).hexdigest()
+    assert f"publisher-signed by key:{hint}, 3 files" in capsys.readouterr().out
+    assert _signed_pin(world, signature, world["public"], "--check") == 0
+    # Without the signature the lock would silently become a reviewed one: refused, naming the pin.
+    assert _pin(workspace, "--check") == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == "model.signature" and hint in refusal["error"], refusal
+
+
+def test_a_signature_of_the_reference_tool_is_taken(tmp_path: Path, registry, monkeypatch, capsys) -> None:
+    """model_signing 1.1.1 signed config.json and sub/weights.safetensors (tests/data/oms)."""
+    model = REFERENCE / "model"
+    files = {name: (model / name).read_bytes() for name in ("config.json", "sub/weights.safetensors")}
+    served = HubRepo(MODEL_ID, MODEL_COMMIT, files, lfs={"sub/weights.safetensors"}, refs={"main": MODEL_COMMIT})
+    with LoopbackHub(served) as hub:
+        workspace = _workspace(tmp_path, registry, hub, monkeypatch)
+        argv = ["--model-signature", str(REFERENCE / ARTIFACT_SIGNATURE), "--model-signer-key"]
+        assert _pin(workspace, *argv, str(REFERENCE / "signer.pub.pem"), "--write") == 0
+    assert _lock(workspace)["trust"] == PUBLISHER_SIGNED
+    assert "2 files" in capsys.readouterr().out
+
+
+def _signed_by_the_reference_tool(world, files: dict[str, bytes]) -> Path:
+    model = world["tmp"] / "publisher-model"
+    for name, data in files.items():
+        (model / name).parent.mkdir(parents=True, exist_ok=True)
+        (model / name).write_bytes(data)
+    private = world["tmp"] / "publisher.key.pem"
+    private.write_bytes(world["key"].private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    signature = world["tmp"] / "reference.sig"
+    argv = ["sign", "key", str(model), "--private_key", str(private), "--signature", str(signature)]
+    done = model_signing(*argv, home=world["tmp"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    return signature
+
+
+def test_the_reference_tools_signature_of_these_files_is_taken_and_of_others_refused(world, capsys) -> None:
+    other_revision = _signed_by_the_reference_tool(world, {**FILES, "config.json": b'{"a": 2}'})
+    assert _signed_pin(world, other_revision, world["public"], "--write") == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == "model.signature" and "config.json: the signature says" in refusal["error"], refusal
+    assert _signed_pin(world, _signed_by_the_reference_tool(world, FILES), world["public"], "--write") == 0
+    assert _lock(world["workspace"])["trust"] == PUBLISHER_SIGNED
+
+
+def _other_key(world) -> tuple[dict[str, str], tuple[str, ...], object]:
+    private, _ = key_pair(world["tmp"], "someone-else")
+    return _sha256s(FILES), (), load_private_key(private)
+
+
+def _missing(world):
+    return {k: v for k, v in _sha256s(FILES).items() if k != "README.md"}, (), None
+
+
+def _more(world):
+    return {**_sha256s(FILES), "extra.safetensors": "0" * 64}, (), None
+
+
+def _other_lfs_bytes(world):
+    return {**_sha256s(FILES), "model-00001.safetensors": "1" * 64}, (), None
+
+
+def _other_small_bytes(world):
+    return {**_sha256s(FILES), "config.json": hashlib.sha256(b'{"a": 2}').hexdigest()}, (), None
+
+
+def _config_left_out(world):
+    return {k: v for k, v in _sha256s(FILES).items() if k != "config.json"}, ("config.json",), None
+
+
+@pytest.mark.parametrize(
+    "make, field, says",
+    [
+        (_other_key, "hint", "names the key"),
+        (_missing, "model.signature", "README.md: expected, not in the signature"),
+        (_more, "model.signature", "extra.safetensors: in the signature, not expected"),
+        (_other_lfs_bytes, "model.signature", "model-00001.safetensors: the signature says sha256:1111"),
+        (_other_small_bytes, "model.signature", "config.json: the signature says sha256:"),
+        (_config_left_out, "config.json", "which the engine would load"),
+    ],
+    ids=["another key", "a file missing", "a file more", "another revision", "a small file's bytes", "ignored"],
+)
+def test_a_signature_that_is_not_of_these_files_is_refused_and_nothing_written(
+    world, capsys, make, field: str, says: str
+) -> None:
+    resources, ignore, key = make(world)
+    signature = _signature(world, resources, ignore, key)
+    pins_path = world["workspace"] / "images/deepseek_spark.pins.json"
+    before = pins_path.read_bytes()
+    assert _signed_pin(world, signature, world["public"], "--write") == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] in (field, "model.signature") and says in refusal["error"], refusal
+    assert pins_path.read_bytes() == before
+    assert not (world["workspace"] / "images/deepseek_spark.checkpoint.lock.json").exists()
+
+
+def test_a_hub_serving_other_bytes_for_a_small_file_is_refused(world, capsys) -> None:
+    world["hub"].served_instead["README.md"] = b"# e\n"
+    assert _signed_pin(world, _signature(world, _sha256s(FILES)), world["public"], "--write") == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == "README.md", refusal
+
+
+@pytest.mark.parametrize("given", ["--model-signature", "--model-signer-key"])
+def test_the_signature_and_its_key_go_together(world, capsys, given: str) -> None:
+    assert _pin(world["workspace"], given, str(world["public"])) == 2
+    assert json.loads(capsys.readouterr().err.strip().splitlines()[-1])["field"] == "--model-signer-key"
+
+
+def test_without_a_signature_the_lock_stays_reviewed(world) -> None:
+    assert _pin(world["workspace"], "--write") == 0
+    assert _lock(world["workspace"])["trust"] == REVIEWED
+    assert load_pins(world["workspace"] / "images/deepseek_spark.pins.json").model.signature is None
