@@ -88,9 +88,10 @@ class CheckpointLock(Document):
     revision: Revision
     trust: Literal["reviewed", "publisher-signed", "trust-on-first-use"]
     files: list[LockedFile] = Field(min_length=1)
-    # With trust publisher-signed, and only then: the publisher's key, as the pins record it
-    # (model.signature.signer: key:<hex sha256 of its PEM public key>).
-    signed_by: str | None = Field(default=None, pattern=r"^key:[0-9a-f]{64}$")
+    # With trust publisher-signed, and only then: the publisher, as the pins record it
+    # (model.signature.signer: key:<hex sha256 of its PEM public key>, or cert:<hex sha256 of
+    # the signing certificate>).
+    signed_by: str | None = Field(default=None, pattern=r"^(key|cert):[0-9a-f]{64}$")
 
     @model_validator(mode="after")
     def _signer_with_its_trust(self) -> "CheckpointLock":

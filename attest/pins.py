@@ -79,9 +79,12 @@ class ModelSignaturePin(Document):
     """A publisher's OpenSSF Model Signing signature that `tools/pin --model-signature` verified
     and found to name exactly the lock's files (docs/models.md#a-publishers-signature)."""
 
-    # key:<hex sha256 of the signer's PEM public key>, the OMS key method's hint.
-    signer: str = Field(pattern=r"^key:[0-9a-f]{64}$")
+    # key:<hex sha256 of the signer's PEM public key> (the OMS key method's hint), or
+    # cert:<hex sha256 of the signing certificate's DER> (the certificate method).
+    signer: str = Field(pattern=r"^(key|cert):[0-9a-f]{64}$")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")  # the signature file's own bytes
+    # The certificate method: who the signing certificate names (its subject, SAN e-mails, URIs).
+    identity: str = Field(default="", max_length=1024)
 
 
 class ModelPin(Document):

@@ -36,6 +36,7 @@ import yaml
 from tests.fixtures.deepseek import tiny_repo
 from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.oci import SKOPEO
+from tests.fixtures.pins import key_pair
 from tests.fixtures.podman import Podman, wait_until
 from tests.fixtures.registry import LoopbackRegistry, free_port
 from tools.deploy import group_pods, read_contract
@@ -43,6 +44,7 @@ from tools.dev.podman_group.cli import EDITS, OLD_INIT_PODMAN, OLD_PODMAN, read_
 from tools.model.pack import load_lock_bytes
 from tools.model.push import push_checkpoint
 from tools.oci.remote.registry import RegistryClient
+from tools.oci.signing.keys import load_private_key
 
 RUNNER = Path(os.environ["SPARK_PODMAN_MANIFESTS"])
 LAYOUT = Path("tests/deploy/deepseek_spark_podman_pinned.layout")
@@ -95,15 +97,25 @@ def image(registry: LoopbackRegistry) -> str:
 
 @pytest.fixture(scope="module")
 def artifact(registry: LoopbackRegistry, tmp_path_factory) -> str:
-    """The tiny checkpoint as a model artifact (tools/model) carrying the lock the image bakes."""
+    """The tiny checkpoint as a model artifact (tools/model) carrying the lock the image bakes,
+    signed: each rank's copy holds the model signature (model.sig) beside the files, as a signed
+    push makes it, and boot takes it."""
     root = tmp_path_factory.mktemp("checkpoint")
     for name, data in tiny_repo().files.items():
         (root / name).write_bytes(data)
     lock, data = load_lock_bytes(BAKED_LOCK)
+    private, _ = key_pair(tmp_path_factory.mktemp("keys"), "publisher")
     with RegistryClient(registry.host, credential=None) as client:
         report = push_checkpoint(
-            root, lock, data, f"{registry.host}/models/tiny", platform="linux/amd64", client=client
+            root,
+            lock,
+            data,
+            f"{registry.host}/models/tiny",
+            platform="linux/amd64",
+            client=client,
+            key=load_private_key(private),
         )
+    assert report.model_signed
     return f"{registry.host}/models/tiny@{report.digest}"
 
 

@@ -5,7 +5,9 @@ publisher-signed and the pins record the signer and the file's sha256. Signature
 with a file missing or more, of other bytes (an LFS file's or a small file's, fetched from the
 hub), leaving out a file the engine loads, and a hub serving other bytes are refused by name,
 nothing written; and `model_signing sign` of the files (the reference tool, live) is taken,
-of another revision's refused."""
+of another revision's refused. The certificate method: a chain to the given root is taken with
+its identity; another root, a certificate that allows no signing, and the methods swapped are
+refused."""
 
 from __future__ import annotations
 
@@ -14,12 +16,13 @@ import json
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from attest.lock import ARTIFACT_SIGNATURE, PUBLISHER_SIGNED, REVIEWED
 from attest.pins import load_pins
 from tests.fixtures.hub import HubRepo, LoopbackHub
-from tests.fixtures.oms import model_signing
+from tests.fixtures.oms import certificate_chain, model_signing
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import installed_engine, layer, push_vendor_base
@@ -215,3 +218,67 @@ def test_without_a_signature_the_lock_stays_reviewed(world) -> None:
     assert _pin(world["workspace"], "--write") == 0
     assert _lock(world["workspace"])["trust"] == REVIEWED
     assert load_pins(world["workspace"] / "images/deepseek_spark.pins.json").model.signature is None
+
+
+def _signed_with_a_certificate(world, name: str, *, signs: bool = True) -> tuple[Path, dict[str, Path]]:
+    model = world["tmp"] / f"model-{name}"
+    for path, data in FILES.items():
+        (model / path).parent.mkdir(parents=True, exist_ok=True)
+        (model / path).write_bytes(data)
+    certificates = certificate_chain(world["tmp"], name, signs=signs)
+    signature = world["tmp"] / f"{name}.sig"
+    argv = ["sign", "certificate", str(model), "--private_key", str(certificates["signing.key"])]
+    argv += ["--signing_certificate", str(certificates["signing.pem"])]
+    argv += ["--certificate_chain", str(certificates["chain.pem"]), "--signature", str(signature)]
+    done = model_signing(*argv, home=world["tmp"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    return signature, certificates
+
+
+def _chain_pin(world, signature: Path, roots: Path, *more: str) -> int:
+    return _pin(world["workspace"], "--model-signature", str(signature), "--model-signer-chain", str(roots), *more)
+
+
+def test_a_certificate_signature_leading_to_the_given_root_is_pinned_with_its_identity(world, capsys) -> None:
+    signature, certificates = _signed_with_a_certificate(world, "Publisher")
+    assert _chain_pin(world, signature, certificates["root.pem"], "--write") == 0
+    pins = load_pins(world["workspace"] / "images/deepseek_spark.pins.json")
+    leaf = x509.load_pem_x509_certificate(certificates["signing.pem"].read_bytes())
+    signer = "cert:" + hashlib.sha256(leaf.public_bytes(Encoding.DER)).hexdigest()
+    assert (pins.model.signature.signer, pins.model.signature.identity) == (signer, "CN=Publisher Models")
+    assert _lock(world["workspace"])["signed_by"] == signer
+    assert f"publisher-signed by {signer} (CN=Publisher Models), 3 files" in capsys.readouterr().out
+
+
+def _another_root(world, signature: Path, certificates: dict[str, Path]) -> tuple[Path, Path]:
+    return signature, certificate_chain(world["tmp"], "Someone")["root.pem"]
+
+
+def _a_key_signature(world, signature: Path, certificates: dict[str, Path]) -> tuple[Path, Path]:
+    return _signature(world, _sha256s(FILES)), certificates["root.pem"]
+
+
+@pytest.mark.parametrize(
+    "make, says",
+    [(_another_root, "does not lead to a given root"), (_a_key_signature, "not with a certificate chain")],
+    ids=["another root", "a key signature"],
+)
+def test_a_certificate_signature_not_leading_to_the_root_is_refused(world, capsys, make, says: str) -> None:
+    signature, roots = make(world, *_signed_with_a_certificate(world, "Publisher"))
+    assert _chain_pin(world, signature, roots, "--write") == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == "model.signature" and says in refusal["error"], refusal
+
+
+def test_a_signing_certificate_that_allows_no_signing_is_refused(world, capsys) -> None:
+    signature, certificates = _signed_with_a_certificate(world, "Careless", signs=False)
+    assert _chain_pin(world, signature, certificates["root.pem"], "--write") == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert "allows no signing" in refusal["error"], refusal
+
+
+def test_a_certificate_signature_is_not_taken_for_a_key(world, capsys) -> None:
+    signature, _ = _signed_with_a_certificate(world, "Publisher")
+    assert _signed_pin(world, signature, world["public"], "--write") == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert "certificate method" in refusal["error"], refusal

@@ -151,11 +151,12 @@ def test_pins_edited_in_one_place_change_labels_baked_file_and_provenance(tmp_pa
     "signature, field",
     [
         ({"signer": "key:" + "a" * 64, "sha256": "b" * 64}, ""),
+        ({"signer": "cert:" + "c" * 64, "sha256": "b" * 64, "identity": "CN=Publisher Models"}, ""),
         ({"signer": "a" * 64, "sha256": "b" * 64}, "model.signature.signer"),
         ({"signer": "key:" + "a" * 64, "sha256": "B" * 64}, "model.signature.sha256"),
         ({"signer": "key:" + "a" * 64}, "model.signature.sha256"),
     ],
-    ids=["recorded", "a signer without its method", "upper-case hex", "no sha256"],
+    ids=["a key", "a certificate", "a signer without its method", "upper-case hex", "no sha256"],
 )
 def test_a_publisher_signature_pin_is_labelled_baked_and_reported(tmp_path: Path, signature, field: str) -> None:
     path = tmp_path / "qwen_mi300x.pins.json"
@@ -169,7 +170,8 @@ def test_a_publisher_signature_pin_is_labelled_baked_and_reported(tmp_path: Path
     result = make_image(tmp_path / "layout", [make_layer(tmp_path, "app", {"/opt/x": "x"})], pins=pins)
     assert result["config"]["config"]["Labels"]["omni.model.signer"] == signature["signer"]
     trust = model_trust(parse_document(ImagePins, pins, label="pins"))
-    assert trust == f"publisher-signed by {signature['signer']} (model.sig sha256 {signature['sha256']})"
+    who = signature["signer"] + (f" ({signature['identity']})" if "identity" in signature else "")
+    assert trust == f"publisher-signed by {who} (model.sig sha256 {signature['sha256']})"
 
 
 def test_release_builds_refuse_empty_pins(tmp_path: Path) -> None:

@@ -10,7 +10,12 @@ An OMS signature is a Sigstore bundle v0.3 whose DSSE envelope holds an in-toto 
 - verificationMaterial of the key method: publicKey.hint, the hex sha256 of the key's PEM
   SubjectPublicKeyInfo (what model_signing 1.1.1 writes and checks; Omni's image bundles name
   a key otherwise, tools/oci/signing/keys.key_hint), and no transparency-log entry.
-The certificate and Sigstore methods are read (`method`) but only the key method is checked.
+The certificate method (`verificationMaterial.x509CertificateChain`: the signing certificate,
+then the chain its signer sent) is checked against root certificates the caller trusts: the
+chain must lead to one of them, valid at the signing certificate's start (as model_signing
+checks it, so a signature outlives its certificate), the signing certificate must allow
+signing (key usage digitalSignature or extended key usage codeSigning), and its EC key, with
+its curve's hash, verifies the envelope. The Sigstore method is read (`method`), not checked.
 
 Threat model: a signature file comes from a publisher or a disk nobody vouches for. It is read
 once, bounded, by the strict JSON reader; every field is checked before it is used; the subject
@@ -21,6 +26,7 @@ signature must verify with the key the caller trusts (the hint only says which k
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -28,8 +34,11 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.x509.verification import ExtensionPolicy, PolicyBuilder, Store, VerificationError
 
 from attest.errors import AttestError
 from attest.lock import ARTIFACT_SIGNATURE
@@ -47,6 +56,8 @@ DEFAULT_IGNORE_PATHS = (".git", ".github", ".gitignore", ".gitattributes")
 SIGNATURE_FILE = ARTIFACT_SIGNATURE  # the name the reference tool gives it, and the one it skips itself
 METHODS = {"publicKey": "key", "certificate": "certificate", "x509CertificateChain": "certificate"}
 HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+MAX_CHAIN = 8  # certificates a bundle's chain may list
+CURVE_HASHES = {"secp256r1": hashes.SHA256, "secp384r1": hashes.SHA384, "secp521r1": hashes.SHA512}
 
 
 @dataclass(frozen=True)
@@ -178,15 +189,103 @@ def verified(data: bytes, public_key: ec.EllipticCurvePublicKey, what: str) -> M
     hint = named.get("hint") if isinstance(named, dict) else None
     if hint is not None and hint != key_hint(public_key):
         raise _refuse(what, f"it names the key {str(hint)[:80]}, not the given one ({key_hint(public_key)})", "hint")
+    return _opened(document, public_key, what)
+
+
+def _opened(
+    document: dict[str, Any], key: ec.EllipticCurvePublicKey, what: str, algorithm: hashes.HashAlgorithm | None = None
+) -> ModelSignature:
+    """The statement of the envelope `key` verifies, its facts checked."""
     try:
-        body = dsse.opened(document["dsseEnvelope"], public_key, what, "signature", "dsseEnvelope")
+        body = dsse.opened(document["dsseEnvelope"], key, what, "signature", "dsseEnvelope", algorithm)
     except OciError as exc:
         raise ModelError(str(exc), field=exc.field) from None
     try:
         about = loads_object(body, label=f"{what} statement", max_bytes=MAX_SIGNATURE_BYTES)
     except AttestError as exc:
         raise ModelError(str(exc), field="statement") from None
-    return signed_facts(about, method, what)
+    return signed_facts(
+        about, METHODS[next(name for name in document["verificationMaterial"] if name in METHODS)], what
+    )
+
+
+def _certificates(document: dict[str, Any], what: str) -> list[x509.Certificate]:
+    """The chain a certificate-method bundle carries, signing certificate first."""
+    chain = document["verificationMaterial"].get("x509CertificateChain")
+    listed = chain.get("certificates") if isinstance(chain, dict) else None
+    if not isinstance(listed, list) or not 1 <= len(listed) <= MAX_CHAIN:
+        raise _refuse(
+            what,
+            f"x509CertificateChain must list 1 to {MAX_CHAIN} certificates",
+            "verificationMaterial.x509CertificateChain",
+        )
+    try:
+        return [x509.load_der_x509_certificate(base64.b64decode(item["rawBytes"], validate=True)) for item in listed]
+    except (TypeError, KeyError, ValueError):
+        raise _refuse(what, "a certificate of its chain is not base64 DER", "x509CertificateChain") from None
+
+
+def _may_sign(certificate: x509.Certificate) -> bool:
+    extensions = certificate.extensions
+    try:
+        if extensions.get_extension_for_class(x509.KeyUsage).value.digital_signature:
+            return True
+    except x509.ExtensionNotFound:
+        pass
+    try:
+        return ExtendedKeyUsageOID.CODE_SIGNING in extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return False
+
+
+def _chain_verified(certificates: list[x509.Certificate], roots: list[x509.Certificate], what: str) -> None:
+    """The signing certificate leads to one of `roots` through the others (their CA rules as
+    the Web PKI's; the signing certificate's own extensions as model_signing reads them)."""
+    leaf = certificates[0]
+    verifier = (
+        PolicyBuilder()
+        .store(Store(roots))
+        .time(leaf.not_valid_before_utc)
+        .extension_policies(ca_policy=ExtensionPolicy.webpki_defaults_ca(), ee_policy=ExtensionPolicy.permit_all())
+        .build_client_verifier()
+    )
+    try:
+        verifier.verify(leaf, certificates[1:])
+    except VerificationError as exc:
+        raise _refuse(
+            what, f"its certificate chain does not lead to a given root: {exc}", "x509CertificateChain"
+        ) from None
+    if not _may_sign(leaf):
+        raise _refuse(
+            what, "its signing certificate allows no signing (digitalSignature, codeSigning)", "x509CertificateChain"
+        )
+
+
+def certificate_identity(certificate: x509.Certificate) -> str:
+    """Who a signing certificate names: its subject, and its SAN e-mail addresses and URIs."""
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        alternatives = [
+            *names.get_values_for_type(x509.RFC822Name),
+            *names.get_values_for_type(x509.UniformResourceIdentifier),
+        ]
+    except x509.ExtensionNotFound:
+        alternatives = []
+    return ", ".join([certificate.subject.rfc4514_string(), *alternatives])
+
+
+def verified_by_chain(data: bytes, roots: list[x509.Certificate], what: str) -> tuple[ModelSignature, x509.Certificate]:
+    """The signature's facts and its signing certificate, once its chain leads to one of `roots`
+    and the certificate's key verifies the envelope (the certificate method)."""
+    document, method = read(data, what)
+    if method != "certificate" or "x509CertificateChain" not in document["verificationMaterial"]:
+        raise _refuse(what, f"it is signed by the {method} method, not with a certificate chain", method)
+    certificates = _certificates(document, what)
+    _chain_verified(certificates, roots, what)
+    key = certificates[0].public_key()
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name not in CURVE_HASHES:
+        raise _refuse(what, "its signing certificate's key is not ECDSA P-256, P-384 or P-521", "x509CertificateChain")
+    return _opened(document, key, what, CURVE_HASHES[key.curve.name]()), certificates[0]
 
 
 def differences(signed: dict[str, str], expected: dict[str, str]) -> list[str]:

@@ -314,8 +314,10 @@ def verify_image(
 
 def model_trust(pins: ImagePins) -> str:
     """What the pins say vouches for the model's files: a publisher's signature, or the lock."""
-    if pins.model.signature is not None:
-        return f"publisher-signed by {pins.model.signature.signer} (model.sig sha256 {pins.model.signature.sha256})"
+    signature = pins.model.signature
+    if signature is not None:
+        who = f"{signature.signer} ({signature.identity})" if signature.identity else signature.signer
+        return f"publisher-signed by {who} (model.sig sha256 {signature.sha256})"
     return "the pinned checkpoint lock" if pins.model.lock_sha256 else "the pinned revision"
 
 

@@ -15,8 +15,9 @@ IMAGE names images/IMAGE.pins.json. What is resolved, each value computed here:
   model.artifact.digest  where the image names its model artifact (or --model-artifact
                        REGISTRY/REPO[:TAG]): the manifest digest of the tag, refused unless the
                        artifact carries the pinned checkpoint lock (docs/models.md)
-  model.signature      with --model-signature FILE --model-signer-key PEM: a publisher's
-                       OpenSSF Model Signing signature, verified with the key and naming
+  model.signature      with --model-signature FILE and --model-signer-key PEM (or
+                       --model-signer-chain PEM, the root certificates you trust): a
+                       publisher's OpenSSF Model Signing signature, verified and naming
                        exactly the lock's files and digests; the lock's trust is then
                        publisher-signed, and the pins record the signer and the file's sha256
 
@@ -52,7 +53,7 @@ from attest.reader import MAX_JSON_BYTES, loads_object, read_file
 from boot.settings import url_or_empty
 from tools.oci.format.reference import Reference
 from tools.pin.artifact import ArtifactUpstream, resolve_artifact
-from tools.pin.signature import PublisherSignature, publisher_signature
+from tools.pin.signature import PublisherSignature, Signer, publisher_signature
 from tools.pin.upstream import ModelUpstream, Upstream, engine_pins, lock_summary, resolve_base, resolve_model
 from tools.settings import PIN, tools_help
 
@@ -104,8 +105,9 @@ def _proposed(
         notes.append(f"model artifact: {artifact.repository}@{artifact.digest} holds the lock's {artifact.files} files")
     if signature is not None:
         document["model"]["signature"] = signature.pin()
+        who = f"{signature.signer} ({signature.identity})" if signature.identity else signature.signer
         notes.append(
-            f"model signature: publisher-signed by {signature.signer}, {signature.files} files"
+            f"model signature: publisher-signed by {who}, {signature.files} files"
             + (f"; not signed (its ignore_paths): {', '.join(signature.unsigned)}" if signature.unsigned else "")
         )
     parse_document(ImagePins, document, label="the proposed pins")  # what is written must load as pins
@@ -215,10 +217,9 @@ def _signed_model(
         raise AttestError(
             "--model-signature: these pins lock no checkpoint (model.lock_sha256)", field="--model-signature"
         )
+    signer = Signer(key=args.model_signer_key, roots=args.model_signer_chain)
     try:
-        signature = publisher_signature(
-            args.model_signature, args.model_signer_key, model.lock, endpoint=endpoint, deadline=deadline
-        )
+        signature = publisher_signature(args.model_signature, signer, model.lock, endpoint=endpoint, deadline=deadline)
     except AttestError as exc:
         if exc.field == "deadline":
             raise AttestError(f"{exc} (--deadline {args.deadline:g} s)", field="--deadline") from None
@@ -340,8 +341,15 @@ def parser() -> argparse.ArgumentParser:
         help="a publisher's OpenSSF Model Signing signature (model.sig) of the model: verified and compared "
         "with the lock's files (docs/models.md#a-publishers-signature)",
     )
-    result.add_argument(
-        "--model-signer-key", type=_user_path, metavar="PEM", help="the publisher's public key (with --model-signature)"
+    signer = result.add_mutually_exclusive_group()
+    signer.add_argument(
+        "--model-signer-key", type=_user_path, metavar="PEM", help="the publisher's public key (the key method)"
+    )
+    signer.add_argument(
+        "--model-signer-chain",
+        type=_user_path,
+        metavar="PEM",
+        help="root certificates the signature's certificate chain must lead to (the certificate method)",
     )
     mode = result.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="write the pins (and checkpoint lock) atomically")
@@ -358,8 +366,11 @@ def main(argv: list[str] | None = None) -> int:
         args = arguments.parse_args(argv)
     except SystemExit as exc:
         return 0 if exc.code == 0 else 2
-    if (args.model_signature is None) != (args.model_signer_key is None):
-        raise AttestError("--model-signature and --model-signer-key go together", field="--model-signer-key")
+    signer = args.model_signer_key or args.model_signer_chain
+    if (args.model_signature is None) != (signer is None):
+        raise AttestError(
+            "--model-signature goes with --model-signer-key or --model-signer-chain", field="--model-signer-key"
+        )
     return run(args)
 
 

@@ -1,7 +1,8 @@
 """A publisher's OpenSSF Model Signing signature (tools/model/oms.py) checked against the lock
-`tools/pin` resolved: `--model-signature FILE --model-signer-key PEM`.
+`tools/pin` resolved: `--model-signature FILE` with `--model-signer-key PEM` (the key method)
+or `--model-signer-chain PEM` (the certificate method: the root certificates you trust).
 
-The signature must verify with the key (the key method) and name exactly the lock's files with
+The signature must verify as the signer says (tools/model/oms.py) and name exactly the lock's files with
 the sha256 of their bytes: an LFS file's sha256 is the lock's; for the others the lock holds a
 git blob sha1, so each is fetched from the hub at the pinned revision (verified against that
 sha1 as boot downloads it, into a temporary directory) and hashed. A file the lock lists and the
@@ -10,15 +11,20 @@ signature's own ignore_paths leave out (and the signature file `model.sig` in th
 are not compared, but one the engine would load is refused: a publisher-signed lock must not
 carry unsigned weights, configs or code.
 
-Threat model: the signature file and the hub are untrusted; only the key is the user's word.
+Threat model: the signature file (with the certificates it carries) and the hub are untrusted;
+only the key or the root certificates are the user's word.
 The file is read once, bounded; the subject digest is recomputed, never taken from it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from attest.errors import AttestError
 from attest.hashing import SHA256
@@ -32,6 +38,7 @@ from tools.model.sign import file_sha256
 from tools.oci.signing.keys import load_public_key
 
 FIELD = "model.signature"
+MAX_ROOTS_BYTES = 1 << 20
 HUB_LIMITS = Limits(stall_s=120.0, deadline_s=3600.0, attempts=3, workers=1)
 
 
@@ -39,13 +46,41 @@ HUB_LIMITS = Limits(stall_s=120.0, deadline_s=3600.0, attempts=3, workers=1)
 class PublisherSignature:
     """What the pins record, and what the check left out."""
 
-    signer: str  # key:<hex sha256 of the PEM public key>
+    signer: str  # key:<hex sha256 of the PEM public key>, cert:<hex sha256 of the certificate>
     sha256: str  # of the signature file's bytes
     files: int
     unsigned: tuple[str, ...]  # lock files the signature's ignore_paths leave out
+    identity: str = ""  # the certificate method: who the signing certificate names
 
     def pin(self) -> dict[str, str]:
-        return {"signer": self.signer, "sha256": self.sha256}
+        return {"signer": self.signer, "sha256": self.sha256, **({"identity": self.identity} if self.identity else {})}
+
+
+@dataclass(frozen=True)
+class Signer:
+    """Whom the user trusts to have signed: a public key (the key method), or root certificates
+    a certificate chain must lead to (the certificate method)."""
+
+    key: Path | None = None
+    roots: Path | None = None
+
+    def verified(self, data: bytes, what: str) -> tuple[oms.ModelSignature, str, str]:
+        """(the facts, the signer as the pins record it, the certificate's identity or "")."""
+        if self.key is not None:
+            key = load_public_key(self.key)
+            return oms.verified(data, key, what), f"key:{oms.key_hint(key)}", ""
+        roots = _roots(self.roots)
+        facts, certificate = oms.verified_by_chain(data, roots, what)
+        der = certificate.public_bytes(Encoding.DER)
+        return facts, f"cert:{hashlib.sha256(der).hexdigest()}", oms.certificate_identity(certificate)
+
+
+def _roots(path: Path) -> list[x509.Certificate]:
+    read = read_file(path, label="--model-signer-chain", max_bytes=MAX_ROOTS_BYTES)
+    try:
+        return x509.load_pem_x509_certificates(read.data)
+    except ValueError:
+        raise AttestError(f"--model-signer-chain {path}: no PEM certificates", field="--model-signer-chain") from None
 
 
 def _ignored(path: str, ignore_paths: tuple[str, ...]) -> bool:
@@ -68,13 +103,12 @@ def _hub_sha256(lock: CheckpointLock, items: list[LockedFile], endpoint: str, de
 
 
 def publisher_signature(
-    signature: Path, signer_key: Path, lock: CheckpointLock, *, endpoint: str, deadline: float
+    signature: Path, signer: Signer, lock: CheckpointLock, *, endpoint: str, deadline: float
 ) -> PublisherSignature:
-    """The signature, verified with `signer_key` and compared with `lock`'s files."""
+    """The signature, verified as `signer` says and compared with `lock`'s files."""
     read = read_file(signature, label="--model-signature", max_bytes=MAX_SIGNATURE_BYTES)
     try:
-        key = load_public_key(signer_key)
-        facts = oms.verified(read.data, key, f"--model-signature {signature}")
+        facts, signed_by, identity = signer.verified(read.data, f"--model-signature {signature}")
     except (ModelError, AttestError) as exc:
         raise AttestError(str(exc), field=FIELD) from None
     left_out = [
@@ -101,4 +135,4 @@ def publisher_signature(
             + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""),
             field=FIELD,
         )
-    return PublisherSignature(f"key:{oms.key_hint(key)}", read.sha256, len(expected), tuple(sorted(unsigned)))
+    return PublisherSignature(signed_by, read.sha256, len(expected), tuple(sorted(unsigned)), identity)

@@ -9,6 +9,7 @@ import base64
 import json
 from typing import Any
 
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tools.oci.format.errors import OciError
@@ -35,10 +36,17 @@ def envelope(
     return {"payloadType": INTOTO_PAYLOAD_TYPE, "payload": base64.b64encode(body).decode(), "signatures": [signature]}
 
 
-def opened(document: Any, key: ec.EllipticCurvePublicKey, what: str, field: str, malformed_field: str = "") -> bytes:
+def opened(
+    document: Any,
+    key: ec.EllipticCurvePublicKey,
+    what: str,
+    field: str,
+    malformed_field: str = "",
+    algorithm: hashes.HashAlgorithm | None = None,
+) -> bytes:
     """The payload of an untrusted envelope: well formed, an in-toto payload type, and a signature
-    that verifies with `key`; else an OciError naming `field` (`malformed_field`, where given, for
-    an envelope that is not one)."""
+    that verifies with `key` (ECDSA over `algorithm`, SHA-256 unless given); else an OciError
+    naming `field` (`malformed_field`, where given, for an envelope that is not one)."""
     try:
         body = base64.b64decode(str(document["payload"]), validate=True)
         signatures = [str(item["sig"]) for item in document["signatures"]]
@@ -47,6 +55,6 @@ def opened(document: Any, key: ec.EllipticCurvePublicKey, what: str, field: str,
         raise OciError(f"{what}: the DSSE envelope is malformed", field=malformed_field or field) from None
     if payload_type != INTOTO_PAYLOAD_TYPE:
         raise OciError(f"{what}: the DSSE envelope carries {payload_type!r}, not an in-toto statement", field=field)
-    if not any(verify(key, pae(payload_type, body), signature) for signature in signatures):
+    if not any(verify(key, pae(payload_type, body), signature, algorithm) for signature in signatures):
         raise OciError(f"{what}: the signature does not verify with the given public key", field=field)
     return body

@@ -83,9 +83,12 @@ def sign(key: ec.EllipticCurvePrivateKey, data: bytes, *, deterministic: bool = 
     return base64.b64encode(key.sign(data, algorithm)).decode()
 
 
-def verify(key: ec.EllipticCurvePublicKey, data: bytes, signature: str) -> bool:
+def verify(
+    key: ec.EllipticCurvePublicKey, data: bytes, signature: str, algorithm: hashes.HashAlgorithm | None = None
+) -> bool:
+    """ECDSA with SHA-256 (cosign's), or `algorithm` (a certificate's key of another curve)."""
     try:
-        key.verify(base64.b64decode(signature), data, ec.ECDSA(hashes.SHA256()))
+        key.verify(base64.b64decode(signature), data, ec.ECDSA(algorithm or hashes.SHA256()))
         return True
     except (InvalidSignature, ValueError):
         return False
