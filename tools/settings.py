@@ -9,6 +9,9 @@ Starlark cannot import this module, so the test checks their names in the .bzl f
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from attest.edge import settings as declared
 from attest.edge.settings import Setting, text
 
@@ -164,3 +167,9 @@ PIN = tuple(
 
 def tools_help(declarations: tuple[Setting, ...]) -> str:
     return "environment:\n" + declared.help_table(declarations)
+
+
+def user_path(value: str) -> Path:
+    """A path as the user typed it: relative to where `bazel run` was started (Bazel sets
+    BUILD_WORKING_DIRECTORY; the tool itself runs in its runfiles)."""
+    return Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / value

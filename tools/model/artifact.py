@@ -117,11 +117,12 @@ def _own_descriptor(name: str, blob: bytes, image: bool, sha256: str) -> dict[st
     )
 
 
-def _own_layers(lock_bytes: bytes, signature: bytes | None, image: bool) -> list[dict[str, Any]]:
-    """The signature's layer, where there is one, then the lock's."""
+def _own_layers(lock_bytes: bytes, signature: bytes | None) -> list[tuple[str, bytes, str]]:
+    """(name, layer, the file's sha256) of the signature, where there is one, then the lock:
+    made once, described in both manifests."""
     owned = [(ARTIFACT_SIGNATURE, signature)] if signature is not None else []
     return [
-        _own_descriptor(name, one_file_layer(name, data), image, hashlib.sha256(data).hexdigest())
+        (name, one_file_layer(name, data), hashlib.sha256(data).hexdigest())
         for name, data in (*owned, (ARTIFACT_LOCK, lock_bytes))
     ]
 
@@ -143,10 +144,14 @@ def build(
         raise ModelError("the layers are not exactly the checkpoint lock's files", field="checkpoint lock.files")
     if signature is not None and ARTIFACT_SIGNATURE in lock.by_path:
         raise ModelError(f"the checkpoint lock lists {ARTIFACT_SIGNATURE} itself", field=ARTIFACT_SIGNATURE)
-    lock_sha256 = hashlib.sha256(lock_bytes).hexdigest()
-    blob = lock_layer(lock_bytes)
-    own = _own_layers(lock_bytes, signature, True)
-    diff_ids = [layer.digest for layer in ordered] + [layer["digest"] for layer in own]
+    own = _own_layers(lock_bytes, signature)
+    _, blob, lock_sha256 = own[-1]  # the lock's layer, and its file's sha256
+
+    def described(image: bool) -> list[dict[str, Any]]:
+        return [_own_descriptor(name, layer, image, sha256) for name, layer, sha256 in own]
+
+    image_own = described(True)
+    diff_ids = [layer.digest for layer in ordered] + [layer["digest"] for layer in image_own]
     notes = annotations(lock, lock_sha256)
     os_name, architecture = platform.split("/")
     image_config = canonical(
@@ -162,7 +167,7 @@ def build(
             "schemaVersion": 2,
             "mediaType": OCI_MANIFEST,
             "config": descriptor(OCI_CONFIG, image_config),
-            "layers": [layer.descriptor(image=True) for layer in ordered] + own,
+            "layers": [layer.descriptor(image=True) for layer in ordered] + image_own,
             "annotations": notes,
         }
     )
@@ -179,7 +184,7 @@ def build(
             "mediaType": OCI_MANIFEST,
             "artifactType": MODEL_ARTIFACT,
             "config": descriptor(MODEL_CONFIG, model_config),
-            "layers": [layer.descriptor(image=False) for layer in ordered] + _own_layers(lock_bytes, signature, False),
+            "layers": [layer.descriptor(image=False) for layer in ordered] + described(False),
             "subject": descriptor(OCI_MANIFEST, image_manifest),
             "annotations": notes,
         }

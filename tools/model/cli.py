@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -37,11 +36,7 @@ from tools.model.verify import signed, verify_artifact
 from tools.oci.signing.bundles import BUNDLES_ONLY_WARNING
 from tools.oci.signing.keys import load_private_key
 from tools.oci.verify import LAYOUTS
-
-
-def _path(value: str) -> Path:
-    """A path as the user typed it: relative to where `bazel run` was started."""
-    return Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / value
+from tools.settings import user_path
 
 
 def _progress(command: str):
@@ -49,7 +44,7 @@ def _progress(command: str):
 
 
 def _lock_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lock", type=_path, help="the checkpoint lock the artifact must carry")
+    parser.add_argument("--lock", type=user_path, help="the checkpoint lock the artifact must carry")
     parser.add_argument("--lock-sha256", default="", help="or only its sha256 (the image pin model.lock_sha256)")
 
 
@@ -64,9 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="model", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     packing = commands.add_parser("pack", help="make the artifact's documents from a checkpoint and its lock")
-    packing.add_argument("--model", type=_path, required=True, help="the checkpoint directory")
-    packing.add_argument("--lock", type=_path, required=True, help="its checkpoint lock")
-    packing.add_argument("--output", type=_path, required=True, help="the pack directory to write")
+    packing.add_argument("--model", type=user_path, required=True, help="the checkpoint directory")
+    packing.add_argument("--lock", type=user_path, required=True, help="its checkpoint lock")
+    packing.add_argument("--output", type=user_path, required=True, help="the pack directory to write")
     packing.add_argument("--platform", default="linux/amd64", choices=PLATFORMS, help="of the plain image's config")
     packing.add_argument(
         "--signing-key", type=Path, help="PEM ECDSA P-256 key: sign the files as model.sig (OpenSSF Model Signing)"
@@ -79,8 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     pushing.add_argument(
         "places", nargs="+", metavar="[PACK] TARGET", help="a pack `pack --output` wrote, then REGISTRY/REPO[:TAG]"
     )
-    pushing.add_argument("--model", type=_path, help="the checkpoint directory (instead of a pack: one pass)")
-    pushing.add_argument("--lock", type=_path, help="its checkpoint lock (with --model)")
+    pushing.add_argument("--model", type=user_path, help="the checkpoint directory (instead of a pack: one pass)")
+    pushing.add_argument("--lock", type=user_path, help="its checkpoint lock (with --model)")
     pushing.add_argument(
         "--platform", default="linux/amd64", choices=PLATFORMS, help="with --model: of the plain image's config"
     )
@@ -101,12 +96,12 @@ def _parser() -> argparse.ArgumentParser:
     pushing.add_argument("--jobs", type=int, default=PUSH_JOBS, help=f"blobs in flight (default {PUSH_JOBS})")
     pulling = commands.add_parser("pull", help="pull an artifact by digest into a directory, verified")
     pulling.add_argument("reference", help="REGISTRY/REPO@sha256:...")
-    pulling.add_argument("directory", type=_path)
-    pulling.add_argument("--key", type=_path, help="check the signature first, with this PEM public key")
+    pulling.add_argument("directory", type=user_path)
+    pulling.add_argument("--key", type=user_path, help="check the signature first, with this PEM public key")
     _lock_options(pulling)
     verifying = commands.add_parser("verify", help="check a pushed artifact without pulling its files")
     verifying.add_argument("reference", help="REGISTRY/REPO@sha256:...")
-    verifying.add_argument("--key", type=_path, required=True, help="the signer's PEM public key")
+    verifying.add_argument("--key", type=user_path, required=True, help="the signer's PEM public key")
     verifying.add_argument(
         "--layout",
         choices=LAYOUTS,
@@ -147,7 +142,7 @@ def _push(args: argparse.Namespace) -> dict:
             **options,
         )
     else:
-        artifact, model = read_pack(_path(args.places[0]))
+        artifact, model = read_pack(user_path(args.places[0]))
         report = push_artifact(artifact, model, args.places[1], **options)
     if report.signed and not args.legacy_signatures:
         print(f"push: {BUNDLES_ONLY_WARNING}", file=sys.stderr)

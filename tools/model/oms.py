@@ -41,7 +41,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from cryptography.x509.verification import ExtensionPolicy, PolicyBuilder, Store, VerificationError
 
 from attest.errors import AttestError
-from attest.lock import ARTIFACT_SIGNATURE
 from attest.reader import loads_object
 from tools.model.artifact import MAX_SIGNATURE_BYTES
 from tools.model.errors import ModelError
@@ -53,7 +52,6 @@ BUNDLE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 PREDICATE = "https://model_signing/signature/v1.0"
 # What model_signing leaves out of every directory it signs; Omni adds its own files.
 DEFAULT_IGNORE_PATHS = (".git", ".github", ".gitignore", ".gitattributes")
-SIGNATURE_FILE = ARTIFACT_SIGNATURE  # the name the reference tool gives it, and the one it skips itself
 METHODS = {"publicKey": "key", "certificate": "certificate", "x509CertificateChain": "certificate"}
 HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 MAX_CHAIN = 8  # certificates a bundle's chain may list
@@ -189,11 +187,15 @@ def verified(data: bytes, public_key: ec.EllipticCurvePublicKey, what: str) -> M
     hint = named.get("hint") if isinstance(named, dict) else None
     if hint is not None and hint != key_hint(public_key):
         raise _refuse(what, f"it names the key {str(hint)[:80]}, not the given one ({key_hint(public_key)})", "hint")
-    return _opened(document, public_key, what)
+    return _opened(document, public_key, method, what)
 
 
 def _opened(
-    document: dict[str, Any], key: ec.EllipticCurvePublicKey, what: str, algorithm: hashes.HashAlgorithm | None = None
+    document: dict[str, Any],
+    key: ec.EllipticCurvePublicKey,
+    method: str,
+    what: str,
+    algorithm: hashes.HashAlgorithm | None = None,
 ) -> ModelSignature:
     """The statement of the envelope `key` verifies, its facts checked."""
     try:
@@ -204,9 +206,7 @@ def _opened(
         about = loads_object(body, label=f"{what} statement", max_bytes=MAX_SIGNATURE_BYTES)
     except AttestError as exc:
         raise ModelError(str(exc), field="statement") from None
-    return signed_facts(
-        about, METHODS[next(name for name in document["verificationMaterial"] if name in METHODS)], what
-    )
+    return signed_facts(about, method, what)
 
 
 def _certificates(document: dict[str, Any], what: str) -> list[x509.Certificate]:
@@ -285,7 +285,7 @@ def verified_by_chain(data: bytes, roots: list[x509.Certificate], what: str) -> 
     key = certificates[0].public_key()
     if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name not in CURVE_HASHES:
         raise _refuse(what, "its signing certificate's key is not ECDSA P-256, P-384 or P-521", "x509CertificateChain")
-    return _opened(document, key, what, CURVE_HASHES[key.curve.name]()), certificates[0]
+    return _opened(document, key, method, what, CURVE_HASHES[key.curve.name]()), certificates[0]
 
 
 def differences(signed: dict[str, str], expected: dict[str, str]) -> list[str]:

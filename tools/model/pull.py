@@ -100,12 +100,10 @@ def fetch_lock(
     return parse_lock(data, f"the artifact's {ARTIFACT_LOCK}"), data
 
 
-def fetch_signature(
-    client: RegistryClient, repository: str, manifest: dict[str, Any], lock: CheckpointLock
-) -> bytes | None:
-    """The model signature the artifact carries, or None: read bounded, one file, its digest the
-    one its layer names (a pin's manifest digest covers both)."""
-    entry = signature_descriptor(manifest, lock)
+def fetch_signature(client: RegistryClient, repository: str, entry: dict[str, Any] | None) -> bytes | None:
+    """The model signature of its layer `entry` (signature_descriptor's), or None where there is
+    none: read bounded, one file, its digest the one its layer names (a pin's manifest digest
+    covers both)."""
     if entry is None:
         return None
     try:
@@ -238,7 +236,7 @@ def pull(
         manifest, _ = parse_manifest(data, str(ref))
         lock, lock_bytes = fetch_lock(client, ref.repository, manifest, expected)
         layers = check_manifest(manifest, lock, expected.sha256)
-        signature = fetch_signature(client, ref.repository, manifest, lock)
+        signature = fetch_signature(client, ref.repository, signature_descriptor(manifest, lock))
         return _pull_files(client, ref, dest, lock, (lock_bytes, signature), layers, jobs, progress, vouched)
 
 

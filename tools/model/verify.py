@@ -81,7 +81,7 @@ def verify_artifact(
         digests = [layer["digest"] for layer in [*layers, *own, lock_descriptor(manifest)]]
         if _diff_ids(client, ref, manifest, modelpack) != digests:
             raise ModelError("the config's layer list differs from the manifest's layers", field="config")
-        signature = fetch_signature(client, ref.repository, manifest, lock)
+        signature = fetch_signature(client, ref.repository, carried)
         model_signature = checked_model_signature(signature, lock, public_key) if signature is not None else None
     return {
         "ok": True,

@@ -55,7 +55,7 @@ from tools.oci.format.reference import Reference
 from tools.pin.artifact import ArtifactUpstream, resolve_artifact
 from tools.pin.signature import PublisherSignature, Signer, publisher_signature
 from tools.pin.upstream import ModelUpstream, Upstream, engine_pins, lock_summary, resolve_base, resolve_model
-from tools.settings import PIN, tools_help
+from tools.settings import PIN, tools_help, user_path
 
 IMAGE_NAME = re.compile(r"^[a-z0-9_]{1,64}$")
 PINS_SUFFIX = ".pins.json"
@@ -300,11 +300,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _user_path(text: str) -> Path:
-    """A path as the user typed it: relative to where `bazel run` was started."""
-    return Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / text
-
-
 def _seconds(text: str) -> float:
     if not re.fullmatch(r"[0-9]{1,7}(\.[0-9]{1,3})?", text) or float(text) <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds (ASCII digits), got {text!r}")
@@ -336,18 +331,18 @@ def parser() -> argparse.ArgumentParser:
     )
     result.add_argument(
         "--model-signature",
-        type=_user_path,
+        type=user_path,
         metavar="FILE",
         help="a publisher's OpenSSF Model Signing signature (model.sig) of the model: verified and compared "
         "with the lock's files (docs/models.md#a-publishers-signature)",
     )
     signer = result.add_mutually_exclusive_group()
     signer.add_argument(
-        "--model-signer-key", type=_user_path, metavar="PEM", help="the publisher's public key (the key method)"
+        "--model-signer-key", type=user_path, metavar="PEM", help="the publisher's public key (the key method)"
     )
     signer.add_argument(
         "--model-signer-chain",
-        type=_user_path,
+        type=user_path,
         metavar="PEM",
         help="root certificates the signature's certificate chain must lead to (the certificate method)",
     )

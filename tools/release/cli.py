@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from contextlib import ExitStack
@@ -42,13 +41,9 @@ from tools.release.check import DirectoryBlobs, bound_to_pins, missing, root_kin
 from tools.release.closure import walk
 from tools.release.copy import MIRROR_JOBS, RegistrySource, Route, mirror
 from tools.release.offline import DirectorySource, Rooted, from_dir, to_dir
+from tools.settings import user_path
 
 MAX_JOBS = 64  # blobs in flight: beyond this a registry only sees more refused connections
-
-
-def _path(value: str) -> Path:
-    """A path as the user typed it, from the directory `bazel run` was started in."""
-    return Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / value
 
 
 def _seconds(text: str) -> float:
@@ -74,17 +69,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="REFERENCE",
         help="SOURCE/REPO@sha256:... then TARGET/REPO[:TAG]; with --from-dir only the target",
     )
-    mirroring.add_argument("--pins", type=_path, help="the image's pins document: its model artifact comes too")
+    mirroring.add_argument("--pins", type=user_path, help="the image's pins document: its model artifact comes too")
     mirroring.add_argument(
         "--model-to",
         default="",
         help="REGISTRY/REPO for the model artifact (default: its repository path, on the target)",
     )
-    mirroring.add_argument("--key", type=_path, help="the release's PEM public key: signatures checked both sides")
+    mirroring.add_argument("--key", type=user_path, help="the release's PEM public key: signatures checked both sides")
     mirroring.add_argument("--check", action="store_true", help="copy nothing: exit 1 naming what the target lacks")
     where = mirroring.add_mutually_exclusive_group()
-    where.add_argument("--to-dir", type=_path, help="write the closure into DIR (an OCI layout) instead")
-    where.add_argument("--from-dir", type=_path, help="push the closure an offline mirror's DIR holds")
+    where.add_argument("--to-dir", type=user_path, help="write the closure into DIR (an OCI layout) instead")
+    where.add_argument("--from-dir", type=user_path, help="push the closure an offline mirror's DIR holds")
     mirroring.add_argument("--jobs", type=int, default=MIRROR_JOBS, help=f"blobs in flight (default {MIRROR_JOBS})")
     mirroring.add_argument("--deadline", type=_seconds, help="seconds the whole mirror may take (default: none)")
     return parser
