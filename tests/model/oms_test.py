@@ -14,11 +14,25 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import Encoding
 
-from tests.fixtures.oms import OMS, payload, schema_valid
+from tests.fixtures.oms import OMS, certificate_chain, payload, schema_valid
 from tests.fixtures.pins import key_pair
 from tools.model.errors import ModelError
-from tools.model.oms import differences, key_hint, read, sign, signed_facts, statement, verified
+from tools.model.oms import (
+    certificate_identity,
+    differences,
+    key_hint,
+    read,
+    sign,
+    signed_facts,
+    statement,
+    verified,
+    verified_by_chain,
+)
+from tools.oci.signing import dsse
 from tools.oci.signing.keys import load_private_key, load_public_key
 
 # ossf/model-signing-spec at a0c91e2c930298efb8e8445bf475e4fa217d89cd (Apache-2.0): the schemas
@@ -210,3 +224,57 @@ def test_differences_name_each_file() -> None:
         f"b: the signature says sha256:{'9' * 64}, expected sha256:{'2' * 64}",
     ]
     assert differences(expected, dict(expected)) == []
+
+
+def _chained(
+    work: Path, edit: Callable[[list[dict[str, str]]], None] = lambda chain: None, leaf_key=None
+) -> tuple[bytes, Any]:
+    """A certificate-method bundle over RESOURCES, signed by a test chain's signing certificate
+    (the chain as model_signing carries it: signing certificate, then the intermediate), its
+    certificate list edited by `edit`; and the chain's root. With `leaf_key` (not ECDSA) the
+    envelope is signed by another key: the certificate's key type is refused before."""
+    paths = certificate_chain(work, "Publisher", leaf_key=leaf_key)
+    leaf, middle, root = (
+        x509.load_pem_x509_certificate(paths[name].read_bytes()) for name in ("signing.pem", "chain.pem", "root.pem")
+    )
+    key = ec.generate_private_key(ec.SECP256R1()) if leaf_key else load_private_key(paths["signing.key"])
+    listed = [{"rawBytes": base64.b64encode(c.public_bytes(Encoding.DER)).decode()} for c in (leaf, middle)]
+    edit(listed)
+    document = {
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {"x509CertificateChain": {"certificates": listed}, "tlogEntries": []},
+        "dsseEnvelope": dsse.envelope(key, statement("tiny", RESOURCES), keyid=""),
+    }
+    return json.dumps(document).encode(), root
+
+
+def test_a_certificate_signature_verifies_through_its_chain_to_the_root(tmp_path: Path) -> None:
+    data, root = _chained(tmp_path)
+    facts, certificate = verified_by_chain(data, [root], "model.sig")
+    assert facts.resources == RESOURCES and facts.method == "certificate"
+    assert certificate_identity(certificate) == "CN=Publisher Models"
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (lambda chain: chain.clear(), "must list 1 to 8 certificates"),
+        (lambda chain: chain.extend([chain[-1]] * 8), "must list 1 to 8 certificates"),
+        (lambda chain: chain[0].update(rawBytes="not base64!"), "is not base64 DER"),
+        (lambda chain: chain[0].update(rawBytes=base64.b64encode(b"not DER").decode()), "is not base64 DER"),
+        (lambda chain: chain.pop(), "does not lead to a given root"),
+    ],
+    ids=["no certificate", "nine", "not base64", "not DER", "no intermediate"],
+)
+def test_a_malformed_or_broken_chain_is_refused(tmp_path: Path, edit, says: str) -> None:
+    data, root = _chained(tmp_path, edit)
+    with pytest.raises(ModelError, match=says) as refused:
+        verified_by_chain(data, [root], "model.sig")
+    assert "x509CertificateChain" in refused.value.field
+
+
+def test_a_signing_certificate_whose_key_is_not_ecdsa_is_refused(tmp_path: Path) -> None:
+    data, root = _chained(tmp_path, leaf_key=rsa.generate_private_key(public_exponent=65537, key_size=2048))
+    with pytest.raises(ModelError, match="is not ECDSA P-256, P-384 or P-521") as refused:
+        verified_by_chain(data, [root], "model.sig")
+    assert refused.value.field == "x509CertificateChain"

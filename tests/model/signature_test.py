@@ -20,7 +20,15 @@ from tests.fixtures.oms import payload, schema_valid
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import LoopbackRegistry, only_credentials
 from tools.model import oms
-from tools.model.artifact import FILE_DIGEST, FILEPATH, check_manifest, signature_descriptor
+from tools.model.artifact import (
+    FILE_DIGEST,
+    FILEPATH,
+    check_manifest,
+    one_file_layer,
+    read_signature_layer,
+    signature_descriptor,
+)
+from tools.model.cli import main as model_cli
 from tools.model.errors import ModelError
 from tools.model.pack import load_lock_bytes, pack, read_pack, write_pack
 from tools.model.pull import expected_lock, pull
@@ -266,3 +274,20 @@ def test_verify_names_the_publisher_a_publisher_signed_lock_names(
     report = _push(checkpoint, registry, f"{registry.host}/models/publisher-signed")
     verified = verify_artifact(f"{registry.host}/models/publisher-signed@{report.digest}", checkpoint["public"], None)
     assert verified["lock_trust"] == f"publisher-signed by {signer}"
+
+
+def test_a_signature_layer_holding_other_bytes_than_it_names_is_refused(checkpoint) -> None:
+    artifact = _signed(checkpoint)
+    document = json.loads(artifact.image_manifest)
+    layer = signature_descriptor(document, checkpoint["lock"])
+    blob = one_file_layer(ARTIFACT_SIGNATURE, artifact.signature + b" ")
+    with pytest.raises(ModelError, match="is not the file its layer's annotation names") as refused:
+        read_signature_layer(blob, layer, "model.sig layer")
+    assert refused.value.field == ARTIFACT_SIGNATURE
+
+
+def test_no_model_signature_is_refused_for_a_pack(tmp_path: Path, capsys) -> None:
+    argv = ["push", str(tmp_path / "pack"), "127.0.0.1:9/models/x", "--no-model-signature"]
+    assert model_cli(argv) == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == "--no-model-signature", refusal

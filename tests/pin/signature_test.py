@@ -282,3 +282,12 @@ def test_a_certificate_signature_is_not_taken_for_a_key(world, capsys) -> None:
     assert _signed_pin(world, signature, world["public"], "--write") == 2
     refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert "certificate method" in refusal["error"], refusal
+
+
+def test_a_root_file_holding_no_certificate_is_refused(world, capsys) -> None:
+    signature, _ = _signed_with_a_certificate(world, "Publisher")
+    roots = world["tmp"] / "roots.pem"
+    roots.write_text("not a certificate\n")
+    assert _chain_pin(world, signature, roots, "--write") == 2
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == "model.signature" and "no PEM certificates" in refusal["error"], refusal
