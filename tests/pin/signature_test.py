@@ -291,3 +291,15 @@ def test_a_root_file_holding_no_certificate_is_refused(world, capsys) -> None:
     assert _chain_pin(world, signature, roots, "--write") == 2
     refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert refusal["field"] == "model.signature" and "no PEM certificates" in refusal["error"], refusal
+
+
+def test_pins_that_lock_no_checkpoint_are_refused_before_any_request(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("OMNI_BASE_MIRROR", "127.0.0.1:9")  # were anything asked, it would stay on loopback
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    images = tmp_path / "ws" / "images"
+    images.mkdir(parents=True)
+    (images / "qwen_mi300x.pins.json").write_bytes((REPO_ROOT / "images/qwen_mi300x.pins.json").read_bytes())
+    argv = ["--workspace", str(tmp_path / "ws"), "qwen_mi300x", "--model-signature", str(tmp_path / "model.sig")]
+    assert main([*argv, "--model-signer-key", str(tmp_path / "publisher.pub")]) == 2  # no hub, no registry: none asked
+    refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert refusal["field"] == "--model-signature" and "locks no checkpoint" in refusal["error"], refusal

@@ -213,10 +213,7 @@ def _signed_model(
                 field="model.signature",
             )
         return model, None
-    if model.lock is None:
-        raise AttestError(
-            "--model-signature: these pins lock no checkpoint (model.lock_sha256)", field="--model-signature"
-        )
+    assert model.lock is not None  # run() refused pins that lock no checkpoint, before any request
     signer = Signer(key=args.model_signer_key, roots=args.model_signer_chain)
     try:
         signature = publisher_signature(args.model_signature, signer, model.lock, endpoint=endpoint, deadline=deadline)
@@ -268,6 +265,10 @@ def run(args: argparse.Namespace) -> int:
     endpoint = url_or_empty(os.environ.get("HF_ENDPOINT", ""), "HF_ENDPOINT")
     if args.speculator_ref and pins.speculator is None:
         raise AttestError(f"--speculator-ref: {pins_path.name} pins no speculator", field="--speculator-ref")
+    if args.model_signature is not None and pins.model.lock_sha256 is None:
+        raise AttestError(
+            f"--model-signature: {pins_path.name} locks no checkpoint (model.lock_sha256)", field="--model-signature"
+        )
     deadline = time.monotonic() + args.deadline
     try:
         base = resolve_base(pins, args.base_tag or pins.base.tag, mirror, deadline=deadline)
