@@ -80,8 +80,8 @@ class _Watchdog:
             try:
                 # socket.socket's own shutdown: an SSLSocket's would drop its TLS state under a reader.
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
-            except OSError:
-                pass
+            except (OSError, TypeError, ValueError):
+                pass  # closed already: nothing is left to wait on; a timer thread never raises
 
     def disarm(self) -> None:
         """After this returns, the socket is never shut down by this watchdog."""
@@ -97,12 +97,12 @@ class _Exchange:
 
     def __init__(self, connection: http.client.HTTPConnection) -> None:
         self.connection = connection
+        # The socket itself, kept: http.client drops `connection.sock` (sets it to None) as soon as
+        # an answer will close the connection (Connection: close, HTTP/1.0, no framing), while the
+        # answer still reads from it; the watchdog must be able to shut down that very socket.
+        self.sock: socket.socket = connection.sock
         self.watchdog = _Watchdog()
         self.reused = False  # a kept connection the peer may have closed since
-
-    @property
-    def sock(self) -> socket.socket:
-        return self.connection.sock
 
     def close(self) -> None:
         self.watchdog.disarm()
@@ -129,6 +129,8 @@ class _Body(httpx.SyncByteStream):
                 if received > self._limit:  # not the blob: what follows is of no use to anyone
                     return
                 yield piece
+            if watchdog.fired:  # the shutdown ended a body with no framing as if it were whole
+                raise TimeoutError("the watchdog ended the body")
             self._whole = True
         except (OSError, http.client.HTTPException) as exc:
             raise _transport_error(exc, watchdog.fired, "the body passed its deadline", received) from None

@@ -10,6 +10,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -154,6 +155,43 @@ def test_a_silent_body_ends_at_its_deadline_not_at_the_read_timeout() -> None:
         _Fetch()(f"{peer.url}/blob", deadline_s=0.6, read_s=5.0)
     assert (refused.value.reason, refused.value.received) == ("late", 10)
     assert time.monotonic() - started < 1.5
+
+
+# Every framing an answer can have, each stalling after its first bytes (issue #68: http.client
+# drops `connection.sock` for answers that close the connection, and the watchdog had no socket).
+STALL_HEADS = {
+    "content-length": b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n",
+    "chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n64\r\n",
+    "close-delimited": b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n",
+    "http/1.0": b"HTTP/1.0 200 OK\r\n\r\n",
+    "http/1.0 with length": b"HTTP/1.0 200 OK\r\nContent-Length: 100\r\n\r\n",
+}
+STALL_S, DEADLINE_S = 20.0, 1.0
+
+
+@pytest.mark.parametrize("framing", sorted(STALL_HEADS))
+def test_a_stalled_body_ends_at_its_deadline_whatever_its_framing(framing: str, monkeypatch) -> None:
+    raised: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda hook: raised.append(hook.exc_value))
+    release = threading.Event()
+
+    def script(client: socket.socket, head: bytes) -> bool:
+        client.sendall(STALL_HEADS[framing] + BLOB[:10])
+        release.wait(STALL_S)
+        return False
+
+    with ScriptedPeer(script) as peer:
+        started = time.monotonic()
+        try:
+            with pytest.raises(BodyBroken) as refused:
+                _Fetch()(f"{peer.url}/blob", deadline_s=DEADLINE_S, read_s=STALL_S)
+            took = time.monotonic() - started
+        finally:
+            release.set()
+    assert (refused.value.reason, refused.value.received) == ("late", 10)
+    # The deadline ended the wait, not the peer's stall nor the read timeout (both 20 s).
+    assert DEADLINE_S <= took < STALL_S / 4
+    assert raised == []  # the watchdog's timer thread raised nothing
 
 
 def test_a_stalled_body_is_refused_after_one_read_timeout_keeping_what_arrived() -> None:

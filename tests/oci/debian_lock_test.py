@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -97,3 +98,30 @@ def test_an_archive_that_cannot_be_trusted_is_refused(archive, keys, tmp_path, n
 def test_the_default_keyring_is_debians_and_gpgv_is_there() -> None:
     # tools/setup installs both; the lock refuses (names gpgv) where either is missing.
     assert lock.KEYRING == Path("/usr/share/keyrings/debian-archive-keyring.gpg") and lock.KEYRING.is_file()
+
+
+def test_a_dripping_release_ends_at_the_deadline_with_a_named_refusal(archive, keys, tmp_path: Path) -> None:
+    """A mirror sending one byte every 0.2 s would take minutes for InRelease: the run's total
+    deadline (2 s) ends it, not the per-read timeout, which every byte resets (issue #68)."""
+    archive.publish(SUITE, keys["archive"])
+    archive.drip_s = 0.2
+    argv = ["--archive", archive.archive, "--keyring", str(keys["archive"].keyring), "--output", str(tmp_path / "l")]
+    started = time.monotonic()
+    try:
+        with pytest.raises(
+            SystemExit, match=r"refused: .*/InRelease was (still arriving at|not read whole by) the deadline"
+        ):
+            lock.main([*argv, "--deadline", "2"])
+    finally:
+        archive.drip_s = None
+    took = time.monotonic() - started
+    size = len(archive.files[f"dists/{SUITE}/InRelease"])
+    assert 2 <= took < size * 0.2 / 4  # ended by the deadline, long before the last byte
+    assert not (tmp_path / "l").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan"])
+def test_a_deadline_that_is_no_positive_time_is_refused(value: str, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as refused:
+        lock.main(["--output", str(tmp_path / "l"), "--deadline", value])
+    assert refused.value.code == 2

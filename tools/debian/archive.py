@@ -17,6 +17,7 @@ lock, for review, and a refresh that goes back in time is visible in the diff.
 from __future__ import annotations
 
 import email.utils
+import math
 import re
 import subprocess
 import tempfile
@@ -27,12 +28,16 @@ from pathlib import Path
 
 import httpx
 
+from attest.edge.data_plane import DataPlaneTransport, blob_extensions
+from attest.edge.transport import answer_deadline
 from tools.debian.control import stanzas
 
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 MAX_RELEASE_BYTES = 4 << 20  # bookworm's InRelease is ~150 kB
 MAX_SIGNATURE_BYTES = 64 << 10
 GPGV_TIMEOUT_S = 60
+READ_TIMEOUT_S = 60  # one read of the archive's socket; the whole run has its own deadline
+ANSWER_S = 60  # an answer's status line and headers
 # OpenPGP hash algorithm ids (RFC 4880 9.4) apt refuses in archive signatures: MD5, SHA-1, RIPEMD-160.
 WEAK_DIGESTS = {"1": "MD5", "2": "SHA-1", "3": "RIPEMD-160"}
 # Status keywords of a signature that does not count (gpg's doc/DETAILS); BADSIG refuses outright.
@@ -69,19 +74,42 @@ class SignedRelease:
             )
 
 
-def get_bounded(client: httpx.Client, url: str, limit: int) -> bytes | None:
-    """The body at `url`, at most `limit` bytes; None for a 404."""
-    with client.stream("GET", url) as response:
-        if response.status_code == 404:
-            return None
-        if response.status_code != 200:
-            raise ArchiveError(f"{url} answered HTTP {response.status_code}")
-        body = bytearray()
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) > limit:
-                raise ArchiveError(f"{url} is larger than the {limit} bytes allowed")
-        return bytes(body)
+def get_bounded(client: httpx.Client, url: str, limit: int, deadline: float = math.inf) -> bytes | None:
+    """The body at `url`, at most `limit` bytes, every byte by `deadline` (time.monotonic()); None
+    for a 404. With a client on the data plane (archive_client) the deadline also ends a stall; a
+    body still arriving then (a mirror dripping one byte a second) is refused, naming it."""
+    try:
+        with answer_deadline(ANSWER_S, ends=deadline):
+            response = client.send(client.build_request("GET", url, extensions=blob_extensions(deadline)), stream=True)
+        try:
+            return _body(response, url, limit, deadline)
+        finally:
+            response.close()
+    except httpx.HTTPError as exc:
+        if time.monotonic() >= deadline:
+            raise ArchiveError(f"{url} was not read whole by the deadline ({exc})") from None
+        raise
+
+
+def _body(response: httpx.Response, url: str, limit: int, deadline: float) -> bytes | None:
+    if response.status_code == 404:
+        return None
+    if response.status_code != 200:
+        raise ArchiveError(f"{url} answered HTTP {response.status_code}")
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        if time.monotonic() > deadline:
+            raise ArchiveError(f"{url} was still arriving at the deadline (a mirror trickling bytes)")
+        body += chunk
+        if len(body) > limit:
+            raise ArchiveError(f"{url} is larger than the {limit} bytes allowed")
+    return bytes(body)
+
+
+def archive_client() -> httpx.Client:
+    """A client for the archive whose every read is held to the caller's deadline (the data
+    plane's watchdog ends a stalled or trickled body at it), honouring the proxy variables."""
+    return httpx.Client(timeout=READ_TIMEOUT_S, follow_redirects=True, transport=DataPlaneTransport())
 
 
 def _verified_text(signed: bytes, detached: bytes | None, keyring: Path, what: str) -> tuple[bytes, list[str]]:
@@ -168,16 +196,22 @@ def _sha256_list(field: str, what: str) -> dict[str, tuple[str, int]]:
 
 
 def signed_release(
-    client: httpx.Client, dists: str, suite: str, keyring: Path = KEYRING, now: float | None = None
+    client: httpx.Client,
+    dists: str,
+    suite: str,
+    keyring: Path = KEYRING,
+    now: float | None = None,
+    deadline: float = math.inf,
 ) -> SignedRelease:
-    """The Release of `suite` under `dists` (an archive's …/dists URL), authenticated."""
+    """The Release of `suite` under `dists` (an archive's …/dists URL), authenticated, read by
+    `deadline` (time.monotonic())."""
     base = f"{dists}/{suite}"
-    inline = get_bounded(client, f"{base}/InRelease", MAX_RELEASE_BYTES)
+    inline = get_bounded(client, f"{base}/InRelease", MAX_RELEASE_BYTES, deadline)
     if inline is not None:
         source, (text, signers) = "InRelease", _verified_text(inline, None, keyring, f"{base}/InRelease")
     else:
-        release = get_bounded(client, f"{base}/Release", MAX_RELEASE_BYTES)
-        signature = get_bounded(client, f"{base}/Release.gpg", MAX_SIGNATURE_BYTES)
+        release = get_bounded(client, f"{base}/Release", MAX_RELEASE_BYTES, deadline)
+        signature = get_bounded(client, f"{base}/Release.gpg", MAX_SIGNATURE_BYTES, deadline)
         if release is None:
             raise ArchiveError(f"{base} has neither InRelease nor Release")
         if signature is None:

@@ -23,13 +23,15 @@ import email.utils
 import hashlib
 import json
 import lzma
+import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import httpx
 
-from tools.debian.archive import KEYRING, ArchiveError, SignedRelease, get_bounded, signed_release
+from tools.debian.archive import KEYRING, ArchiveError, SignedRelease, archive_client, get_bounded, signed_release
 from tools.debian.control import alternatives, stanzas
 
 ARCHIVE = "http://deb.debian.org/debian"
@@ -39,6 +41,7 @@ COMPONENT = "main"
 ARCHITECTURES = ("amd64", "arm64")
 ROOTS = ("python3-minimal", "libpython3.11-stdlib")
 DATA_ONLY = ("ca-certificates", "tzdata")
+DEADLINE_S = 900.0  # the whole read of the archive: a Release and two Packages indexes
 # Essential packages a real system has but a runtime base that runs no shell scripts
 # does not need; dependencies on them are not followed.
 SKIPPED = {
@@ -56,12 +59,14 @@ SKIPPED = {
 }
 
 
-def _packages_index(client: httpx.Client, archive: str, release: SignedRelease, arch: str) -> dict[str, dict[str, str]]:
+def _packages_index(
+    client: httpx.Client, archive: str, release: SignedRelease, arch: str, deadline: float
+) -> dict[str, dict[str, str]]:
     """The suite's Packages index for `arch`, accepted only as the signed Release lists it."""
     path = f"{COMPONENT}/binary-{arch}/Packages.xz"
     url = f"{archive}/dists/{RELEASE}/{path}"
     # Never read past the size the signed Release gives it.
-    data = get_bounded(client, url, release.listed(path)[1])
+    data = get_bounded(client, url, release.listed(path)[1], deadline)
     if data is None:
         raise ArchiveError(f"{url} answered HTTP 404")
     release.check(path, data, hashlib.sha256(data).hexdigest())
@@ -127,8 +132,9 @@ def _lock_entry(stanza: dict[str, str], archive: str, snapshot: str) -> dict[str
 
 def _resolve_all(lock: dict, args: argparse.Namespace, data_only: tuple[str, ...], over: dict | None) -> None:
     """Every architecture's packages into `lock`, from the Release signed by the keyring."""
-    with httpx.Client(timeout=120, follow_redirects=True) as client:
-        release = signed_release(client, f"{args.archive}/dists", RELEASE, args.keyring)
+    deadline = time.monotonic() + args.deadline
+    with archive_client() as client:
+        release = signed_release(client, f"{args.archive}/dists", RELEASE, args.keyring, deadline=deadline)
         print(
             f"lock_debian: {release.source} of {RELEASE} ({release.date}) verified: signed by "
             f"{', '.join(release.signed_by)}",
@@ -141,7 +147,7 @@ def _resolve_all(lock: dict, args: argparse.Namespace, data_only: tuple[str, ...
             release_signed_by=list(release.signed_by),
         )
         for arch in ARCHITECTURES:
-            index = _packages_index(client, args.archive, release, arch)
+            index = _packages_index(client, args.archive, release, arch, deadline)
             present = frozenset(p["name"] for p in over["packages"][arch]) if over else frozenset()
             chosen = resolve(index, arch, tuple(args.roots), data_only, present)
             entries = [_lock_entry(stanza, args.archive, snapshot) for stanza in chosen]
@@ -167,7 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keyring", type=Path, default=KEYRING, help="the OpenPGP keyring the archive's Release must be signed by"
     )
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=DEADLINE_S,
+        help=f"seconds the whole archive read may take (default {DEADLINE_S:g})",
+    )
     args = parser.parse_args(argv)
+    if not 0 < args.deadline < math.inf:
+        parser.error(f"--deadline must be a positive number of seconds, got {args.deadline}")
     base_dir = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY", "."))
     output = base_dir / args.output
     data_only = () if args.no_data_only else DATA_ONLY
