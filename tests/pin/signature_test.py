@@ -220,12 +220,12 @@ def test_without_a_signature_the_lock_stays_reviewed(world) -> None:
     assert load_pins(world["workspace"] / "images/deepseek_spark.pins.json").model.signature is None
 
 
-def _signed_with_a_certificate(world, name: str, *, signs: bool = True) -> tuple[Path, dict[str, Path]]:
+def _signed_with_a_certificate(world, name: str, *, usage: str = "codeSigning") -> tuple[Path, dict[str, Path]]:
     model = world["tmp"] / f"model-{name}"
     for path, data in FILES.items():
         (model / path).parent.mkdir(parents=True, exist_ok=True)
         (model / path).write_bytes(data)
-    certificates = certificate_chain(world["tmp"], name, signs=signs)
+    certificates = certificate_chain(world["tmp"], name, usage=usage)
     signature = world["tmp"] / f"{name}.sig"
     argv = ["sign", "certificate", str(model), "--private_key", str(certificates["signing.key"])]
     argv += ["--signing_certificate", str(certificates["signing.pem"])]
@@ -270,11 +270,29 @@ def test_a_certificate_signature_not_leading_to_the_root_is_refused(world, capsy
     assert refusal["field"] == "model.signature" and says in refusal["error"], refusal
 
 
-def test_a_signing_certificate_that_allows_no_signing_is_refused(world, capsys) -> None:
-    signature, certificates = _signed_with_a_certificate(world, "Careless", signs=False)
-    assert _chain_pin(world, signature, certificates["root.pem"], "--write") == 2
+# RFC 5280 4.2.1.3 and 4.2.1.12: a usage extension that is present limits the key to what it
+# lists (issue #68: a TLS server's certificate signed models).
+SIGNING_USAGES = [
+    ("serverAuth", "extended key usage (serverAuth) does not include codeSigning"),
+    ("serverAndClientAuth", "extended key usage (serverAuth, clientAuth) does not include codeSigning"),
+    ("noDigitalSignature", "key usage does not include digitalSignature"),
+    ("codeSigningNoDigitalSignature", "key usage does not include digitalSignature"),
+    ("noUsageAtAll", "allows no signing"),
+    ("keyUsageOnly", None),
+    ("codeSigning", None),
+]
+
+
+@pytest.mark.parametrize(("usage", "says"), SIGNING_USAGES, ids=[row[0] for row in SIGNING_USAGES])
+def test_a_signing_certificate_signs_models_only_where_its_usages_allow(world, capsys, usage, says) -> None:
+    signature, certificates = _signed_with_a_certificate(world, f"Usage-{usage}", usage=usage)
+    code = _chain_pin(world, signature, certificates["root.pem"], "--write")
+    if says is None:
+        assert code == 0, capsys.readouterr().err
+        return
+    assert code == 2
     refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
-    assert "allows no signing" in refusal["error"], refusal
+    assert refusal["field"] == "model.signature" and says in refusal["error"], refusal
 
 
 def test_a_certificate_signature_is_not_taken_for_a_key(world, capsys) -> None:

@@ -14,7 +14,8 @@ The certificate method (`verificationMaterial.x509CertificateChain`: the signing
 then the chain its signer sent) is checked against root certificates the caller trusts: the
 chain must lead to one of them, valid at the signing certificate's start (as model_signing
 checks it, so a signature outlives its certificate), the signing certificate must allow
-signing (key usage digitalSignature or extended key usage codeSigning), and its EC key, with
+signing (a key usage present must list digitalSignature, an extended key usage present codeSigning,
+and one of them must be present), and its EC key, with
 its curve's hash, verifies the envelope. The Sigstore method is read (`method`), not checked.
 
 Threat model: a signature file comes from a publisher or a disk nobody vouches for. It is read
@@ -225,17 +226,27 @@ def _certificates(document: dict[str, Any], what: str) -> list[x509.Certificate]
         raise _refuse(what, "a certificate of its chain is not base64 DER", "x509CertificateChain") from None
 
 
-def _may_sign(certificate: x509.Certificate) -> bool:
-    extensions = certificate.extensions
+def _extension(certificate: x509.Certificate, kind: type) -> Any:
     try:
-        if extensions.get_extension_for_class(x509.KeyUsage).value.digital_signature:
-            return True
+        return certificate.extensions.get_extension_for_class(kind).value
     except x509.ExtensionNotFound:
-        pass
-    try:
-        return ExtendedKeyUsageOID.CODE_SIGNING in extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    except x509.ExtensionNotFound:
-        return False
+        return None
+
+
+def _signing_refusal(certificate: x509.Certificate) -> str | None:
+    """Why the signing certificate may not sign models, or None. RFC 5280 4.2.1.3 and 4.2.1.12:
+    a key usage or extended key usage that is present limits the key to the purposes it lists,
+    so a present extended key usage must list codeSigning (a TLS server's certificate signs no
+    model) and a present key usage digitalSignature; one of them must be present."""
+    usage, extended = _extension(certificate, x509.KeyUsage), _extension(certificate, x509.ExtendedKeyUsage)
+    if extended is not None and ExtendedKeyUsageOID.CODE_SIGNING not in extended:
+        listed = ", ".join(oid._name for oid in extended) or "none"
+        return f"its signing certificate's extended key usage ({listed}) does not include codeSigning"
+    if usage is not None and not usage.digital_signature:
+        return "its signing certificate's key usage does not include digitalSignature"
+    if usage is None and extended is None:
+        return "its signing certificate allows no signing (no key usage digitalSignature, no codeSigning)"
+    return None
 
 
 def _chain_verified(certificates: list[x509.Certificate], roots: list[x509.Certificate], what: str) -> None:
@@ -255,10 +266,9 @@ def _chain_verified(certificates: list[x509.Certificate], roots: list[x509.Certi
         raise _refuse(
             what, f"its certificate chain does not lead to a given root: {exc}", "x509CertificateChain"
         ) from None
-    if not _may_sign(leaf):
-        raise _refuse(
-            what, "its signing certificate allows no signing (digitalSignature, codeSigning)", "x509CertificateChain"
-        )
+    refusal = _signing_refusal(leaf)
+    if refusal is not None:
+        raise _refuse(what, refusal, "x509CertificateChain")
 
 
 def certificate_identity(certificate: x509.Certificate) -> str:
