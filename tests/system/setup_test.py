@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-SETUP, MOVES = Path("tools/setup"), Path("tools/setup_moves.awk")
+SETUP, MOVES, PRIVATE_APT = Path("tools/setup"), Path("tools/setup_moves.awk"), Path("tools/private_apt")
 TRANSCRIPT = Path("tests/data/setup/bookworm-bazel.sim")
 CORE = "libc6 libstdc++6 dpkg base-files libssl3 libssl3t64"
 # What --dry-run must leave as it is: apt's and dpkg's state, and every file set-up writes.
@@ -113,3 +113,69 @@ def test_each_shape_of_an_inst_line_is_read(line: str, shown: str) -> None:
     assert len(lines) == 2 and lines[0].startswith("  " + shown), lines
     moved = 1 if "unstable" in line else 0
     assert lines[1].startswith(f"1 packages installed or upgraded; {moved} of them from Debian unstable")
+
+
+# Issue #68: the dry run's private apt runs nothing of the host's. Canary hooks in every list apt
+# runs commands from, given as a host's configuration would give them (through APT_CONFIG, and a
+# parts directory it names); a local file: archive, so that the update reaches no network.
+CANARY_HOOKS = [
+    "APT::Update::Pre-Invoke",
+    "APT::Update::Post-Invoke",
+    "APT::Update::Post-Invoke-Success",
+    "DPkg::Pre-Invoke",
+    "DPkg::Post-Invoke",
+    "DPkg::Pre-Install-Pkgs",
+    "AptCli::Hooks::Update",
+]
+
+
+def _canaries(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose APT configuration sets every canary hook, and where they would land."""
+    landed, parts = tmp_path / "landed", tmp_path / "conf.d"
+    landed.mkdir()
+    parts.mkdir()
+    hooks = "".join(f'{key} {{ "touch {landed}/{key.replace(":", "_")}"; }};\n' for key in CANARY_HOOKS)
+    (parts / "50canary").write_text(hooks)
+    config = tmp_path / "apt.conf"
+    config.write_text(f'Dir::Etc::Parts "{parts}";\n' + hooks.replace("touch", "touch-main"))
+    return {"APT_CONFIG": str(config), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, landed
+
+
+def _archive(tmp_path: Path, *, present: bool) -> Path:
+    repo, sources = tmp_path / "repo", tmp_path / "sources.list"
+    if present:
+        repo.mkdir()
+        (repo / "Packages").write_text("")
+    sources.write_text(f"deb [trusted=yes] file:{repo} ./\n")
+    return sources
+
+
+def _private_update(tmp_path: Path, sources: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    command = [str(PRIVATE_APT), str(tmp_path / "state"), str(sources), "apt-get", "update", "-qq"]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_private_apt_runs_none_of_the_hosts_hooks(tmp_path: Path) -> None:
+    env, landed = _canaries(tmp_path)
+    sources = _archive(tmp_path, present=True)
+    # apt itself reads every canary, from the file and from the parts directory it names.
+    dump = subprocess.run(["apt-config", "dump"], env=env, capture_output=True, text=True, timeout=60).stdout
+    for key in CANARY_HOOKS:
+        assert f'{key}:: "touch {landed}' in dump and f'{key}:: "touch-main {landed}' in dump, key
+    done = _private_update(tmp_path, sources, env)
+    assert done.returncode == 0, done.stderr
+    assert sorted(path.name for path in landed.iterdir()) == []
+
+
+def test_a_failed_private_update_is_a_refusal_not_an_empty_plan(tmp_path: Path) -> None:
+    env, _ = _canaries(tmp_path)
+    sources = _archive(tmp_path, present=False)
+    done = _private_update(tmp_path, sources, env)
+    assert done.returncode != 0 and "Failed to fetch" in done.stderr, done.stderr
+
+
+def test_the_private_apt_takes_only_apts_own_commands(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(PRIVATE_APT), str(tmp_path), "/dev/null", "sh", "-c", "true"], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "COMMAND must be apt-get, apt-cache or apt-config" in done.stderr
