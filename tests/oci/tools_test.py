@@ -20,7 +20,7 @@ from tests.fixtures.registry import LoopbackRegistry
 from tools.oci.build.layer import write_layer
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import canonical, sha256_digest
-from tools.oci.format.reference import Reference
+from tools.oci.format.reference import Reference, api_path
 from tools.oci.push import push
 from tools.oci.remote.registry import RegistryClient
 from tools.oci.remote.shallow_base import fetch_base
@@ -290,6 +290,45 @@ def test_references_parse() -> None:
     assert (ref.registry, ref.repository, ref.tag) == ("127.0.0.1:5000", "omni/app", "v1")
     with pytest.raises(OciError, match="lower case"):
         Reference.parse("127.0.0.1:5000/Omni/App")
+
+
+# Names that must never become a registry URL's path (issue #68): each refused before any request.
+CLIMBING_NAMES = [
+    ("dot segments in a tag", "omni/app", "../../../x/manifests/evil", "reference"),
+    ("a percent-encoded dot segment", "omni/app", "%2e%2e", "reference"),
+    ("a tag starting with a dot", "omni/app", ".hidden", "reference"),
+    ("a slash in a tag", "omni/app", "v1/../../other", "reference"),
+    ("a dot segment in the repository", "omni/../other", "v1", "repository"),
+    ("a percent sign in the repository", "omni/%2e%2e/other", "v1", "repository"),
+    ("an empty repository component", "omni//app", "v1", "repository"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "repository", "reference", "field"), CLIMBING_NAMES, ids=[r[0] for r in CLIMBING_NAMES]
+)
+def test_a_name_that_would_climb_never_reaches_the_registry(case, repository, reference, field) -> None:
+    asked: list[str] = []
+    client = RegistryClient(
+        "127.0.0.1:1", credential=None, transport=httpx.MockTransport(lambda r: asked.append(str(r.url)))
+    )
+    for call in (
+        lambda: client.put_manifest(repository, reference, b"{}", "application/vnd.oci.image.manifest.v1+json"),
+        lambda: client.manifest_digest(repository, reference),
+        lambda: client.manifest(repository, reference),
+    ):
+        with pytest.raises(OciError) as refused:
+            call()
+        assert refused.value.field == field
+    assert asked == []
+
+
+def test_the_api_path_is_built_for_every_kind() -> None:
+    digest = "sha256:" + "a" * 64
+    assert api_path("omni/app", "manifests", "v1.0_rc-1") == "/v2/omni/app/manifests/v1.0_rc-1"
+    assert api_path("omni/app", "blobs", digest) == f"/v2/omni/app/blobs/{digest}"
+    assert api_path("omni/app", "blobs/uploads") == "/v2/omni/app/blobs/uploads/"
+    assert api_path("omni/app", "referrers", digest) == f"/v2/omni/app/referrers/{digest}"
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,32 @@ def _split_domain(text: str, rest: str) -> tuple[str, str]:
     return first, remainder
 
 
+# Where the distribution spec's API puts a repository's objects (distribution-spec, "Endpoints").
+API_KINDS = ("manifests", "blobs", "blobs/uploads", "referrers", "tags")
+# A tag of this shape is not a release's own: it is computed from a digest (the referrers API's
+# fallback tag `sha256-<hex>`, cosign's legacy `sha256-<hex>.sig/.att/.sbom`) and never taken from
+# a document.
+COMPUTED_TAG_RE = re.compile(r"^sha256-[0-9a-f]{64}(?:\.[a-z]+)?$")
+
+
+def api_path(repository: str, kind: str, reference: str = "") -> str:
+    """`/v2/<repository>/<kind>/<reference>`, the one place a registry URL's path is built: the
+    repository must be the grammar's path components (no dot segment, no percent sign), the
+    reference a tag or a sha256 digest (or empty, for an upload), so no name read from a document
+    can climb into another repository of the registry once the URL is normalised."""
+    if not PATH_RE.fullmatch(repository) or len(repository) > MAX_NAME_LENGTH:
+        raise OciError(f"repository {repository!r} is not '/'-separated lower-case components", field="repository")
+    if kind not in API_KINDS:
+        raise OciError(f"{kind!r} is not a registry API path ({', '.join(API_KINDS)})", field="reference")
+    if reference and not (TAG_RE.fullmatch(reference) or DIGEST_RE.fullmatch(reference)):
+        raise OciError(
+            f"{reference!r} is neither a tag (1-128 letters, digits, '_', '.' or '-', not starting with '.' "
+            "or '-') nor a sha256 digest",
+            field="reference",
+        )
+    return f"/v2/{repository}/{kind}/{reference}"
+
+
 @dataclass(frozen=True)
 class Reference:
     registry: str

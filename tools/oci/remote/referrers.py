@@ -10,6 +10,7 @@ import httpx
 
 from tools.oci.format.errors import OciError, refusing_object
 from tools.oci.format.layout import OCI_INDEX, OCI_MANIFEST, canonical, descriptor, sha256_digest
+from tools.oci.format.reference import api_path
 from tools.oci.remote.auth import origin
 from tools.oci.remote.registry import RegistryClient
 
@@ -50,7 +51,7 @@ def referrers(client: RegistryClient, repository: str, subject_digest: str) -> t
         return _pages(client, repository, subject_digest, first), "api"
     tag = _fallback_tag(subject_digest)
     tagged = client.request(
-        "GET", f"/v2/{repository}/manifests/{tag}", repository=repository, headers={"Accept": OCI_INDEX}
+        "GET", api_path(repository, "manifests", tag), repository=repository, headers={"Accept": OCI_INDEX}
     )
     if tagged.status_code == 200:
         return _listed(tagged.content, f"the referrers of {subject_digest} (tag {tag})"), "tag"
@@ -58,7 +59,7 @@ def referrers(client: RegistryClient, repository: str, subject_digest: str) -> t
 
 
 def _api_path(repository: str, subject_digest: str) -> str:
-    return f"/v2/{repository}/referrers/{subject_digest}"
+    return api_path(repository, "referrers", subject_digest)
 
 
 def _pages(

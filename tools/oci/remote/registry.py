@@ -28,7 +28,7 @@ from attest.edge.data_plane import BodyBroken, DataPlaneTransport, blob_extensio
 from attest.edge.transport import RETRY_STATUS, ProxyRefused, answer_deadline, retry_after
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, sha256_digest
-from tools.oci.format.reference import DIGEST_RE
+from tools.oci.format.reference import DIGEST_RE, api_path
 from tools.oci.remote.auth import LOOKUP, RegistryAuth, is_loopback, origin
 from tools.oci.remote.credentials import Credential
 from tools.oci.remote.uploads import ATTEMPTS, CHUNKED_UPLOAD_THRESHOLD, UPLOAD_CHUNK_BYTES, BlobUploads, attempt_failed
@@ -271,7 +271,7 @@ class RegistryClient(BlobUploads):
 
     def manifest(self, repository: str, reference: str) -> tuple[bytes, str]:
         data, response = self._read(
-            f"/v2/{repository}/manifests/{reference}",
+            api_path(repository, "manifests", reference),
             repository,
             f"manifest {repository}@{reference}",
             MAX_MANIFEST_BYTES,
@@ -297,7 +297,7 @@ class RegistryClient(BlobUploads):
                 field=digest,
             )
         data, _ = self._read(
-            f"/v2/{repository}/blobs/{digest}", repository, f"blob {digest}", size if size is not None else max_bytes
+            api_path(repository, "blobs", digest), repository, f"blob {digest}", size if size is not None else max_bytes
         )
         if (size is not None and len(data) != size) or sha256_digest(data) != digest:
             raise OciError(
@@ -308,7 +308,7 @@ class RegistryClient(BlobUploads):
         return data
 
     def has_blob(self, repository: str, digest: str) -> bool:
-        response = self.request("HEAD", f"/v2/{repository}/blobs/{digest}", repository=repository, push=True)
+        response = self.request("HEAD", api_path(repository, "blobs", digest), repository=repository, push=True)
         return response.status_code == 200
 
     def manifest_digest(self, repository: str, reference: str) -> str | None:
@@ -317,7 +317,7 @@ class RegistryClient(BlobUploads):
         trusting on it reads the manifest by digest."""
         response = self.request(
             "HEAD",
-            f"/v2/{repository}/manifests/{reference}",
+            api_path(repository, "manifests", reference),
             repository=repository,
             headers={"Accept": ACCEPT_MANIFESTS},
         )
@@ -353,7 +353,7 @@ class RegistryClient(BlobUploads):
         what = f"{self.registry}/{repository}: blob {digest}"
         response = self.request(
             "GET",
-            f"/v2/{repository}/blobs/{digest}",
+            api_path(repository, "blobs", digest),
             repository=repository,
             stream=True,
             headers={"Range": f"bytes={offset}-"} if offset else None,
@@ -403,7 +403,7 @@ class RegistryClient(BlobUploads):
     def mount(self, repository: str, digest: str, from_repository: str) -> bool:
         response = self.request(
             "POST",
-            f"/v2/{repository}/blobs/uploads/",
+            api_path(repository, "blobs/uploads"),
             repository=repository,
             push=True,
             params={"mount": digest, "from": from_repository},
@@ -420,7 +420,7 @@ class RegistryClient(BlobUploads):
     def put_manifest(self, repository: str, reference: str, data: bytes, media_type: str) -> str:
         response = self.request(
             "PUT",
-            f"/v2/{repository}/manifests/{reference}",
+            api_path(repository, "manifests", reference),
             repository=repository,
             push=True,
             content=data,

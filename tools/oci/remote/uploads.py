@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 from attest.edge.redact import redact_known
 from tools.oci.format.errors import OciError
+from tools.oci.format.reference import api_path
 from tools.oci.remote.pieces import Pieces
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ class BlobUploads:
 
     def _start_upload(self, repository: str, what: str) -> str:
         """A new upload session; its Location."""
-        start = self.request("POST", f"/v2/{repository}/blobs/uploads/", repository=repository, push=True)
+        start = self.request("POST", api_path(repository, "blobs/uploads"), repository=repository, push=True)
         self._expect(start, (202,), f"upload start for {what}")
         location = start.headers.get("Location", "")
         if not location:
