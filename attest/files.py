@@ -1,5 +1,14 @@
-"""Atomic file writes (a reader sees the old file or the new one, never a torn one), and one
-run at a time in a working directory."""
+"""Atomic file writes (a reader sees the old file or the new one, never a torn one), files
+created only anew, directories only of their owner's, and one run at a time in a working
+directory.
+
+Threat model: a directory this run did not make may hold anything another user planted before
+the run: a symlink or a hard link under the very name about to be written, a FIFO. Every file
+Omni creates there is created by `create_new` (exclusively, never through a link), and
+`os.replace` moves only what this run created; a directory named on a command line that another
+user could write is refused first (`refuse_shared_directory`), as ssh refuses such a key
+directory. docs/security.md lists the sites.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +16,11 @@ import contextlib
 import fcntl
 import json
 import os
+import pwd
+import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 RUN_LOCK = ".omni-run.lock"  # in a working directory: the pid of the run holding it
 
@@ -44,6 +55,58 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o644, field: str | Non
         except FileNotFoundError:
             pass
         raise
+
+
+def create_new(path: Path, *, mode: int = 0o644) -> BinaryIO:
+    """`path` opened for writing as a new, empty file of this run's: whatever stands at its name
+    (a symlink, or a hard link to a file elsewhere, planted there) is unlinked first, never opened
+    or written through (O_EXCL | O_NOFOLLOW). The caller's directory must be its own for the run
+    (a run lock held), so nothing can be planted between the unlink and the create."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{path} is a directory where a file of this run's belongs") from None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.fdopen(os.open(path, flags, mode), "wb")
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def refuse_shared_directory(path: Path, *, field: str) -> None:
+    """A directory named on a command line, where it exists, must be a directory (not a link) of
+    the user running Omni (or root's) that no other user can write: not writable by group or
+    others unless sticky. Anything else could have been planted by another user before the run;
+    it is refused, naming the path and its owner and mode."""
+    from attest.errors import AttestError
+
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise AttestError(f"{field} {path} cannot be examined: {exc.strerror}", field=field) from None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise AttestError(f"{field} {path} is not a directory (a link or a file)", field=field)
+    owner, mode = _owner(info.st_uid), stat.S_IMODE(info.st_mode)
+    if info.st_uid not in (os.geteuid(), 0):
+        raise AttestError(
+            f"{field} {path} is owned by {owner}, not by you ({_owner(os.geteuid())}): another user's directory "
+            "is refused; name one of your own",
+            field=field,
+        )
+    if mode & 0o022 and not mode & stat.S_ISVTX:
+        raise AttestError(
+            f"{field} {path} (owner {owner}, mode {mode:04o}) is writable by group or others without the "
+            "sticky bit: anything in it may have been planted; remove that write bit or name another directory",
+            field=field,
+        )
 
 
 def require_replaceable(path: Path, required_keys: frozenset[str], *, what: str, field: str) -> None:

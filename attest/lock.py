@@ -42,7 +42,11 @@ ARTIFACT_LOCK = ".omni-artifact.lock.json"
 # The OpenSSF Model Signing signature a model artifact may carry (tools/model/oms.py), beside
 # the files in the model root: not a working name, since a publisher's repository may hold its own.
 ARTIFACT_SIGNATURE = "model.sig"
-WORKING_NAMES = frozenset({PARTIAL_DIR, VERIFIED_MARKER, PUBLISHED_LOCK, REFUSED_MARKER, ARTIFACT_LOCK})
+# Working names are files, but for the partial directory: a directory under a file's working name
+# is no working file, and whatever lies in it is the checkpoint's to account for (attest.tree.walk_files).
+WORKING_FILES = frozenset({VERIFIED_MARKER, PUBLISHED_LOCK, REFUSED_MARKER, ARTIFACT_LOCK})
+WORKING_DIRS = frozenset({PARTIAL_DIR})
+WORKING_NAMES = WORKING_FILES | WORKING_DIRS
 
 
 def _name(value: str) -> str:

@@ -99,18 +99,23 @@ def place(temporary: Path, root: Path, name: str) -> None:
         os.replace(temporary, leaf, dst_dir_fd=parent)
 
 
-def walk_files(root: Path, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, bool]]:
-    """Every non-directory under `root` as (relative name, is_symlink); top-level names in
-    `skip` are left out. Symlinked directories are reported, never entered."""
+def walk_files(
+    root: Path, skip_files: frozenset[str] = frozenset(), skip_dirs: frozenset[str] = frozenset()
+) -> Iterator[tuple[str, bool]]:
+    """Every non-directory under `root` as (relative name, is_symlink); top-level files (and
+    links) named in `skip_files` and top-level directories named in `skip_dirs` are left out: a
+    directory under a file's name is walked like any other, so nothing hides under a working
+    name. Symlinked directories are reported, never entered."""
     for directory, dirs, files in os.walk(root, followlinks=False):
         relative = os.path.relpath(directory, root)
         prefix = "" if relative == "." else relative + "/"
-        if not prefix:
-            dirs[:] = [d for d in dirs if d not in skip]
-            files = [f for f in files if f not in skip]
         for entry in list(dirs):
             if os.path.islink(os.path.join(directory, entry)):
                 dirs.remove(entry)
-                yield prefix + entry, True
+                if not (not prefix and entry in skip_files):
+                    yield prefix + entry, True
+        if not prefix:
+            dirs[:] = [d for d in dirs if d not in skip_dirs]
+            files = [f for f in files if f not in skip_files]
         for entry in files:
             yield prefix + entry, os.path.islink(os.path.join(directory, entry))

@@ -11,9 +11,11 @@ what was in flight. Progress counts hashed bytes only.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -117,15 +119,38 @@ def _read_record(partial: _Partial) -> str | None:
     return etag if isinstance(etag, str) and len(etag) <= 256 else None
 
 
+def _open_own(path: Path) -> int:
+    """A partial file to continue or begin: opened without following a link and without blocking
+    (a FIFO planted there returns at once); anything but a regular file of one link (a hard link
+    to a file elsewhere would be written through) is removed and the file created anew,
+    exclusively."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        descriptor = os.open(path, flags, 0o600)
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            os.close(descriptor)
+            descriptor = -1
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # a link, a socket, a directory
+            raise
+        descriptor = -1
+    if descriptor < 0:
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise IsADirectoryError(errno.EISDIR, "a directory stands where the partial file belongs", str(path))
+        os.unlink(path)
+        descriptor = os.open(path, flags | os.O_EXCL, 0o600)
+    os.set_blocking(descriptor, True)
+    return descriptor
+
+
 def open_partial(directory: Path, item: LockedFile, progress: Progress) -> _Partial:
     """The partial file of `item`, its bytes hashed once from disk; a fresh one when there is
     none, or when what is there cannot be continued (no matching record, longer than the lock)."""
     part_name, record_name = partial_names(item)
     partial = _Partial(directory / part_name, directory / record_name, item)
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
-        descriptor = os.open(partial.path, flags, 0o600)
-        partial.handle = os.fdopen(descriptor, "r+b")
+        partial.handle = os.fdopen(_open_own(partial.path), "r+b")
     except OSError as exc:
         raise BootError(f"{item.path}: cannot open {partial.path}: {exc.strerror or exc}", field=item.path) from None
     partial.digest = new_digest(item.algorithm, item.size)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from attest.errors import AttestError
 from attest.hashing import digest_fd
-from attest.lock import ARTIFACT_SIGNATURE, WORKING_NAMES, CheckpointLock, LockedFile
+from attest.lock import ARTIFACT_SIGNATURE, WORKING_DIRS, WORKING_FILES, CheckpointLock, LockedFile
 from attest.progress import Progress
 from attest.reader import loads_object
 from attest.tree import open_regular, stat_regular, walk_files
@@ -27,7 +27,6 @@ from boot.errors import BootError
 
 WEIGHT_INDEX = "model.safetensors.index.json"
 # Names of ours inside the model root (partial downloads, rank 0's published verdict): attest.lock.
-OWN_NAMES = WORKING_NAMES
 # What SGLang, transformers and the tokenizers load from a model directory: code under
 # --trust-remote-code, weights, configs, tokenizer and template files.
 ENGINE_LOADED_SUFFIXES = (
@@ -149,7 +148,7 @@ def unexpected_files(model: Path, lock: CheckpointLock) -> tuple[list[str], list
     them or where they are symlinks."""
     listed = lock.by_path
     refused, extra = [], []
-    for name, is_link in walk_files(model, OWN_NAMES):
+    for name, is_link in walk_files(model, WORKING_FILES, WORKING_DIRS):
         if name in listed and not is_link:
             continue
         if name == ARTIFACT_SIGNATURE and not is_link:

@@ -95,7 +95,7 @@ def test_walk_skips_only_top_level_names_and_reports_links_without_entering(tmp_
     (root / "top").write_text("x")
     (root / "sub" / "dirlink").symlink_to(tmp_path)
     (root / "filelink").symlink_to(root / "top")
-    found = sorted(walk_files(root, skip=frozenset({"skip", "top"})))
+    found = sorted(walk_files(root, skip_files=frozenset({"top"}), skip_dirs=frozenset({"skip"})))
     assert found == [("filelink", True), ("sub/dirlink", True), ("sub/skip/kept", False)]
     assert sorted(walk_files(root)) == [
         ("filelink", True),
@@ -104,3 +104,31 @@ def test_walk_skips_only_top_level_names_and_reports_links_without_entering(tmp_
         ("sub/skip/kept", False),
         ("top", False),
     ]
+
+
+# A name skipped as a file hides nothing when it is a directory, and the reverse (issue #68).
+@pytest.mark.parametrize(
+    ("make", "skip_files", "skip_dirs", "found"),
+    [
+        ("dir-under-file-name", {"marker"}, set(), [("marker/evil.py", False)]),
+        ("file-under-dir-name", set(), {"partial"}, [("partial", False)]),
+        ("link-under-dir-name", set(), {"partial"}, [("partial", True)]),
+        ("nested-dir-under-file-name", {"marker"}, set(), [("marker/deep/evil.py", False)]),
+    ],
+)
+def test_working_names_hide_only_what_they_name(
+    tmp_path: Path, make: str, skip_files: set, skip_dirs: set, found: list
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    if make == "dir-under-file-name":
+        (root / "marker").mkdir()
+        (root / "marker" / "evil.py").write_text("x")
+    elif make == "file-under-dir-name":
+        (root / "partial").write_text("x")
+    elif make == "link-under-dir-name":
+        (root / "partial").symlink_to(tmp_path)
+    else:
+        (root / "marker" / "deep").mkdir(parents=True)
+        (root / "marker" / "deep" / "evil.py").write_text("x")
+    assert sorted(walk_files(root, frozenset(skip_files), frozenset(skip_dirs))) == found

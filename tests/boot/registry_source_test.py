@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from attest.lock import ARTIFACT_LOCK
+from attest.lock import ARTIFACT_LOCK, PARTIAL_DIR, WORKING_FILES
 from boot.checkpoint.receipt import RECEIPT
 from tests.fixtures.deepseek import SHARDS, boot_env, tiny_repo, write_lock
 from tests.fixtures.fault_proxy import FaultProxy, Step
@@ -149,6 +149,7 @@ def test_a_tampered_blob_is_refused_naming_its_file_and_nothing_is_complete(worl
         blob.write_bytes(good)
     assert refusal["field"] == SHARDS[0] and "the lock says" in refusal["error"], refusal
     assert not (world.model / ARTIFACT_LOCK).exists() and not (world.model / SHARDS[0]).exists()
+    assert not (world.model / PARTIAL_DIR).exists()  # the refused shard's bytes are not kept
     assert not (world.base / "state" / RECEIPT).exists()
     assert _refusal(world.boot("verify"))["field"] == ARTIFACT_LOCK
 
@@ -194,6 +195,11 @@ REFUSALS = [
     ("another lock pinned", {"CHECKPOINT_LOCK_SHA256": "0" * 64}, "CHECKPOINT_LOCK_SHA256", "pins"),
     ("wrong password", {"OMNI_REGISTRY_PASSWORD": "wrong"}, "registry", "refused the credentials"),
     ("a stray file", "stray", "stray.bin", "does not list"),
+    # Issue #68: a directory under a working file's name is walked like any other.
+    *[
+        (f"a file under {name}/", f"hidden:{name}", f"{name}/modeling_evil.py", "does not list")
+        for name in sorted(WORKING_FILES)
+    ],
     ("another lock carried", "other-lock", ARTIFACT_LOCK, "expected"),
 ]
 
@@ -204,6 +210,9 @@ def test_what_is_not_the_pinned_artifact_is_refused_by_name(world: World, name, 
     if change == "stray":
         world.model.mkdir()
         (world.model / "stray.bin").write_bytes(b"planted")
+    if isinstance(change, str) and change.startswith("hidden:"):
+        (world.model / change.split(":", 1)[1]).mkdir(parents=True)
+        (world.model / field).write_text("import os  # planted")
     if change == "other-lock":  # the pinned lock is another one (a revision the artifact is not of)
         repo = tiny_repo()
         repo.files["tokenizer.json"] = b'{"version": "2.0"}'
@@ -211,4 +220,4 @@ def test_what_is_not_the_pinned_artifact_is_refused_by_name(world: World, name, 
     refusal = _refusal(world.boot(**settings))
     assert refusal["field"] == field, refusal
     assert says in refusal["error"], refusal
-    assert not (world.model / ARTIFACT_LOCK).exists() and not (world.base / "state" / RECEIPT).exists()
+    assert not (world.model / ARTIFACT_LOCK).is_file() and not (world.base / "state" / RECEIPT).exists()

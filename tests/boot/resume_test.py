@@ -131,6 +131,32 @@ def test_a_tampered_partial_file_is_never_placed(tmp_path: Path, capsys) -> None
     assert "the hub served other bytes" in capsys.readouterr().err
 
 
+def _plant(kind: str, part: Path, victim: Path) -> None:
+    part.unlink()
+    if kind == "hard link":
+        os.link(victim, part)
+    elif kind == "symlink":
+        part.symlink_to(victim)
+    else:
+        os.mkfifo(part)
+
+
+# Issue #68: whatever stands under a partial file's name is removed and the file made anew
+# (exclusively, never through a link), and the file elsewhere stays as it was.
+@pytest.mark.parametrize("kind", ["hard link", "symlink", "fifo"])
+def test_a_partial_file_is_never_written_through_what_was_planted(tmp_path: Path, kind: str) -> None:
+    victim = tmp_path / "precious"
+    victim.write_bytes(b"the user's own file")
+    with LoopbackHub(_repo()) as hub:
+        _failed_run(tmp_path, hub)
+        (part,) = _partial_files(tmp_path)
+        _plant(kind, part, victim)
+        _prepare(tmp_path, hub.url)
+        assert hub.ranges[SHARD][-1] == 0  # nothing resumed from what was planted
+    _assert_complete(tmp_path)
+    assert victim.read_bytes() == b"the user's own file" and victim.stat().st_nlink == 1
+
+
 def test_a_partial_file_with_no_matching_record_starts_from_zero(tmp_path: Path) -> None:
     with LoopbackHub(_repo()) as hub:
         _failed_run(tmp_path, hub)

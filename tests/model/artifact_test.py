@@ -14,8 +14,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+import attest.files
 from attest.lock import ARTIFACT_LOCK
 from tests.fixtures.model import LONG_NAME, REVISION, checkpoint_files, write_checkpoint
+from tests.fixtures.owners import owned_by_another_user
 from tools.model.artifact import MODEL_ARTIFACT, MODEL_CONFIG, check_manifest, parse_manifest, read_lock_layer
 from tools.model.errors import ModelError
 from tools.model.layers import IMAGE_LAYER, layer_size, stream_file_layer, tar_header
@@ -155,6 +157,67 @@ def test_pack_writes_a_pack_that_push_reads_back_and_refuses_an_edited_one(tmp_p
     with pytest.raises(ModelError) as refused:
         write_pack(artifact, root, tmp_path / "other")
     assert refused.value.field == "--output" and (tmp_path / "other" / "keep.txt").read_text() == "mine"
+
+
+def _index_is_a_fifo(pack: Path) -> None:
+    (pack / "index.json").unlink()
+    os.mkfifo(pack / "index.json")
+
+
+def _sidecar_is_a_link(pack: Path) -> None:
+    outside = pack.parent / "outside.json"
+    outside.write_bytes((pack / "omni-model-files.json").read_bytes())
+    (pack / "omni-model-files.json").unlink()
+    (pack / "omni-model-files.json").symlink_to(outside)
+
+
+def _sidecar_is_huge(pack: Path) -> None:
+    with open(pack / "omni-model-files.json", "r+b") as handle:
+        handle.truncate(1 << 30)  # sparse
+
+
+def _a_blob_is_a_fifo(pack: Path) -> None:
+    image = next(m for m in json.loads((pack / "index.json").read_text())["manifests"] if m["annotations"]
+                 ["org.opencontainers.image.ref.name"] == "image")  # fmt: skip
+    blob = pack / "blobs" / "sha256" / image["digest"].split(":")[1]
+    blob.unlink()
+    os.mkfifo(blob)
+
+
+# Issue #68: a pack may come from anyone; each of its files is read bounded, as a regular file,
+# never through a link, without blocking.
+HOSTILE_PACKS = [
+    ("index.json is a FIFO", _index_is_a_fifo, "must be a regular file"),
+    ("the sidecar is a link", _sidecar_is_a_link, "symlink"),
+    ("the sidecar is 1 GiB", _sidecar_is_huge, "at most"),
+    ("a blob is a FIFO", _a_blob_is_a_fifo, "must be a regular file"),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "says"), HOSTILE_PACKS, ids=[row[0] for row in HOSTILE_PACKS])
+def test_a_hostile_pack_is_refused_without_blocking(tmp_path: Path, case, change, says: str) -> None:
+    root, lock = _checkpoint(tmp_path)
+    write_pack(_pack(root, lock), root, tmp_path / "pack")
+    change(tmp_path / "pack")
+    with pytest.raises(ModelError, match=says):
+        read_pack(tmp_path / "pack")
+
+
+@pytest.mark.parametrize(
+    ("mode", "owner", "says"), [(0o777, None, "writable by group or others"), (0o700, 65534, "owned by")]
+)
+def test_pack_refuses_an_output_another_user_could_write(
+    tmp_path: Path, monkeypatch, mode: int, owner, says: str
+) -> None:
+    root, lock = _checkpoint(tmp_path)
+    output = tmp_path / "shared"
+    output.mkdir()
+    output.chmod(mode)
+    if owner is not None:
+        owned_by_another_user(output, monkeypatch, attest.files)
+    with pytest.raises(ModelError, match=says) as refused:
+        write_pack(_pack(root, lock), root, output)
+    assert refused.value.field == "--output" and list(output.iterdir()) == []
 
 
 def test_a_path_ustar_cannot_hold_is_refused_naming_it() -> None:

@@ -22,10 +22,12 @@ import httpx
 import pytest
 import yaml
 
+import attest.files
 from tests.fixtures.cosign import verifiers
 from tests.fixtures.fault_proxy import FaultProxy, Step
 from tests.fixtures.model import checkpoint_files, write_checkpoint
 from tests.fixtures.oci import SKOPEO, make_image, make_layer, run
+from tests.fixtures.owners import owned_by_another_user
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import LoopbackRegistry, no_credentials
 from tests.fixtures.release import signed_release
@@ -337,6 +339,84 @@ def test_to_dir_resumes_its_own_unfinished_directory_and_refuses_anyone_elses(wo
         assert {path.name: path.read_text() for path in directory.iterdir()} == files
 
 
+def _unfinished_with_a_link(offline: Path, directory: Path, victim: Path) -> Path:
+    """`offline` copied, unfinished again (its marker planted), its largest blob gone and a link
+    to `victim` under that blob's partial name."""
+    shutil.copytree(offline, directory)
+    record = (directory / RECORD).read_bytes()
+    (directory / RECORD).unlink()
+    (directory / PARTIAL).write_text(hashlib.sha256(record).hexdigest() + "\n")
+    lost = max((directory / "blobs" / "sha256").iterdir(), key=lambda path: path.stat().st_size)
+    lost.unlink()
+    (lost.parent / f".{lost.name}.partial").symlink_to(victim)
+    return lost
+
+
+def test_to_dir_never_writes_through_a_planted_link(world, offline, tmp_path, capsys) -> None:
+    victim = tmp_path / "precious"
+    victim.write_bytes(b"the user's own file")
+    lost = _unfinished_with_a_link(offline, tmp_path / "planted", victim)
+    code, resumed, _ = _mirror(world["image"], "--pins", str(world["pins_path"]), "--to-dir", str(lost.parents[2]),
+                               capsys=capsys)  # fmt: skip
+    assert code == 0, resumed
+    assert victim.read_bytes() == b"the user's own file" and not victim.is_symlink()
+    assert lost.is_file() and not lost.is_symlink()
+    assert "sha256:" + hashlib.sha256(lost.read_bytes()).hexdigest() == "sha256:" + lost.name
+
+
+SHARED_DIRECTORIES = [
+    ("writable by others", 0o777, None, "writable by group or others without the sticky bit"),
+    ("writable by its group", 0o770, None, "writable by group or others without the sticky bit"),
+    ("another user's", 0o700, 65534, "is owned by"),
+]
+
+
+@pytest.mark.parametrize(("case", "mode", "owner", "says"), SHARED_DIRECTORIES, ids=[r[0] for r in SHARED_DIRECTORIES])
+def test_to_dir_refuses_a_directory_another_user_could_have_planted_in(
+    world, offline, tmp_path, capsys, monkeypatch, case, mode, owner, says
+) -> None:
+    victim = tmp_path / "precious"
+    victim.write_bytes(b"the user's own file")
+    lost = _unfinished_with_a_link(offline, tmp_path / "shared", victim)
+    directory = lost.parents[2]
+    directory.chmod(mode)
+    if owner is not None:
+        owned_by_another_user(directory, monkeypatch, attest.files)
+    before = sorted(path.name for path in directory.rglob("*"))
+    code, refusal, _ = _mirror(world["image"], "--pins", str(world["pins_path"]), "--to-dir", str(directory),
+                               capsys=capsys)  # fmt: skip
+    assert code == 2 and refusal["field"] == "--to-dir" and says in refusal["error"], refusal
+    assert str(directory) in refusal["error"]
+    assert sorted(path.name for path in directory.rglob("*")) == before
+    assert victim.read_bytes() == b"the user's own file"
+
+
+def test_a_planted_record_is_no_proof_of_a_complete_directory(world, offline, tmp_path, capsys) -> None:
+    """A copied omni-mirror.json over a directory holding one blob: every missing blob is
+    fetched, and the run does not say it was complete already."""
+    hollow = tmp_path / "hollow"
+    shutil.copytree(offline, hollow)
+    blobs = sorted((hollow / "blobs" / "sha256").iterdir(), key=lambda path: path.stat().st_size)
+    for blob in blobs[:-1]:
+        blob.unlink()
+    (blobs[-1]).write_bytes(b"not the blob")  # the one left is wrong as well
+    code, written, _ = _mirror(world["image"], "--pins", str(world["pins_path"]), "--to-dir", str(hollow),
+                               capsys=capsys)  # fmt: skip
+    assert code == 0 and written["complete_already"] is False and written["bytes_written"] > BIG_BYTES
+    for blob in (hollow / "blobs" / "sha256").iterdir():
+        assert "sha256:" + hashlib.sha256(blob.read_bytes()).hexdigest() == "sha256:" + blob.name
+
+
+def test_an_oversized_record_is_refused_unread(world, tmp_path, capsys) -> None:
+    directory = tmp_path / "big-record"
+    directory.mkdir(mode=0o700)
+    with open(directory / RECORD, "wb") as handle:
+        handle.truncate(768 << 20)  # sparse: nothing to read but its size
+    code, refusal, _ = _mirror(world["image"], "--pins", str(world["pins_path"]), "--to-dir", str(directory),
+                               capsys=capsys)  # fmt: skip
+    assert code == 2 and "at most" in refusal["error"] and RECORD in refusal["error"], refusal
+
+
 def _tampered(directory: Path, tmp_path: Path, change) -> Path:
     copy = tmp_path / "tampered"
     shutil.copytree(directory, copy)
@@ -376,6 +456,12 @@ def _link_a_manifest(directory: Path) -> None:
     path.symlink_to(outside)
 
 
+def _fifo_for_a_blob(directory: Path) -> None:
+    biggest = max((directory / "blobs" / "sha256").iterdir(), key=lambda path: path.stat().st_size)
+    biggest.unlink()
+    os.mkfifo(biggest)
+
+
 TAMPERED = [
     ("a layer's bytes changed", _flip_big_blob, "hash to sha256:"),
     (
@@ -401,6 +487,24 @@ TAMPERED = [
     ),
     ("an unknown field", _record_edit(lambda r: r.update(extra=1)), "unknown field"),
     ("a manifest through a link", _link_a_manifest, "symlink"),
+    # Issue #68: the disk chooses no tag, and a FIFO in place of a blob never blocks the run.
+    (
+        "a model tag computed from a digest",
+        _record_edit(lambda r: r["closures"][1].update(tags=["sha256-" + r["closures"][1]["root"][7:]])),
+        "computed from a digest",
+    ),
+    (
+        "a model tag that climbs into another repository",
+        _record_edit(lambda r: r["closures"][1].update(tags=["../../../x/manifests/evil"])),
+        "closures.1.tags.0",
+    ),
+    (
+        "a percent-encoded model tag",
+        _record_edit(lambda r: r["closures"][1].update(tags=["%2e%2e"])),
+        "closures.1.tags.0",
+    ),
+    ("a tag on the image's closure", _record_edit(lambda r: r["closures"][0].update(tags=["latest"])), "the target's"),
+    ("a FIFO in place of a blob", _fifo_for_a_blob, "not a regular file"),
     ("no record", lambda d: (d / RECORD).unlink(), "holds no omni-mirror.json"),
 ]
 
@@ -422,6 +526,15 @@ def test_a_tampered_offline_directory_is_refused_and_leaves_no_manifest(
     )
     assert code == 2 and says in refusal["error"], refusal
     assert _no_manifest(target, repository, world["digest"])
+
+
+def test_with_pins_the_disk_tags_the_model_only_as_the_pin_does(world, offline, tmp_path: Path, capsys) -> None:
+    directory = _tampered(offline, tmp_path, _record_edit(lambda r: r["closures"][1].update(tags=["latest"])))
+    target = world["far"]
+    code, refusal, _ = _mirror("--from-dir", str(directory), f"{target.host}/pinned/qwen", "--model-to",
+                               f"{target.host}/pinned/tiny", "--pins", str(world["pins_path"]), capsys=capsys)  # fmt: skip
+    assert code == 2 and refusal["field"] == "model.artifact.tag" and "['latest']" in refusal["error"], refusal
+    assert _no_manifest(target, "pinned/qwen", world["digest"])
 
 
 def test_check_names_a_missing_bundle(world, capsys) -> None:

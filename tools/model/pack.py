@@ -15,11 +15,18 @@ from typing import Any
 
 from attest.documents import parse_document
 from attest.errors import AttestError
-from attest.files import canonical_json, write_atomic
+from attest.files import canonical_json, refuse_shared_directory, write_atomic
 from attest.lock import ARTIFACT_SIGNATURE, MAX_LOCK_BYTES, CheckpointLock, load_lock
 from attest.progress import Progress
-from attest.reader import loads_object
-from tools.model.artifact import Artifact, build, read_lock_layer, read_signature_layer, signature_descriptor
+from attest.reader import loads_object, read_file, read_json_file
+from tools.model.artifact import (
+    MAX_SIGNATURE_BYTES,
+    Artifact,
+    build,
+    read_lock_layer,
+    read_signature_layer,
+    signature_descriptor,
+)
 from tools.model.errors import ModelError
 from tools.model.layers import FileLayer, hash_file_layer
 from tools.oci.format.layout import OCI_INDEX, OCI_MANIFEST, canonical, descriptor, sha256_digest
@@ -76,7 +83,15 @@ def _index(artifact: Artifact) -> bytes:
 
 
 def write_pack(artifact: Artifact, model: Path, output: Path) -> None:
-    """The pack directory; refuses a non-empty `output` that is not an earlier pack."""
+    """The pack directory; refuses a directory another user could write, and a non-empty `output`
+    that is not an earlier pack."""
+    try:
+        refuse_shared_directory(output, field="--output")
+    except AttestError as exc:
+        raise ModelError(str(exc), field="--output") from None
+    for folder in (output / "blobs", output / "blobs" / "sha256"):
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise ModelError(f"--output: {folder} is not a directory of a pack's (a link or a file)", field="--output")
     if output.exists() and any(output.iterdir()) and not (output / SIDECAR).is_file():
         raise ModelError(
             f"--output {output} is not empty and not a pack directory; it was left as it is", field="--output"
@@ -95,33 +110,47 @@ def write_pack(artifact: Artifact, model: Path, output: Path) -> None:
     write_atomic(output / "index.json", _index(artifact), field="--output")
 
 
+# A pack's own small blobs (manifests, configs, the lock's and the signature's layers): read
+# bounded, never through a link, never blocking on a FIFO; a pack may come from anyone.
+MAX_PACK_BLOB_BYTES = max(MAX_LOCK_BYTES, MAX_SIGNATURE_BYTES) + (1 << 20)
+
+
 def _blob(output: Path, digest: str) -> bytes:
     path = output / "blobs" / "sha256" / digest.split(":", 1)[-1]
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ModelError(f"{output}: blob {digest} cannot be read: {exc.strerror}", field=str(path)) from None
+        data = read_file(
+            path, label=f"{output}: blob {digest}", max_bytes=MAX_PACK_BLOB_BYTES, follow_symlinks=False
+        ).data
+    except AttestError as exc:
+        raise ModelError(str(exc), field=str(path)) from None
     if sha256_digest(data) != digest:
         raise ModelError(f"{output}: blob {digest} does not hash to its name", field=str(path))
     return data
+
+
+def _document(output: Path, name: str) -> dict[str, Any]:
+    try:
+        value, _ = read_json_file(output / name, label=f"{output}/{name}", follow_symlinks=False)
+    except AttestError as exc:
+        raise ModelError(f"{output} is not a pack directory (`pack --output`): {exc}", field=str(output)) from None
+    return value
 
 
 def read_pack(output: Path) -> tuple[Artifact, Path]:
     """An earlier pack: its documents rebuilt from its lock and layer digests, and compared
     with the ones it holds (a pack edited by hand is refused)."""
     try:
-        sidecar: dict[str, Any] = json.loads((output / SIDECAR).read_text())
-        index = json.loads((output / "index.json").read_text())
+        sidecar, index = _document(output, SIDECAR), _document(output, "index.json")
         image_entry = next(
             entry
             for entry in index["manifests"]
             if entry["annotations"]["org.opencontainers.image.ref.name"] == REF_NAMES["image"]
         )
-        manifest = json.loads(_blob(output, image_entry["digest"]))
+        manifest = loads_object(_blob(output, image_entry["digest"]), label=f"{output}: the image manifest")
         lock_blob = _blob(output, manifest["layers"][-1]["digest"])
         model = Path(sidecar["model"])
         layers = sidecar["layers"]
-    except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
+    except (AttestError, ValueError, KeyError, TypeError, StopIteration) as exc:
         raise ModelError(f"{output} is not a pack directory (`pack --output`): {exc}", field=str(output)) from None
     lock_bytes = read_lock_layer(lock_blob, f"{output}: the lock's layer")
     lock = parse_lock(lock_bytes, f"{output}: the checkpoint lock")

@@ -22,14 +22,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from attest.errors import AttestError
-from attest.files import exclusive_run
+from attest.files import create_new, exclusive_run
 from attest.hashing import digest_fd, new_digest
 from attest.lock import (
     ARTIFACT_LOCK,
     ARTIFACT_SIGNATURE,
     MAX_LOCK_BYTES,
     PARTIAL_DIR,
-    WORKING_NAMES,
+    WORKING_DIRS,
+    WORKING_FILES,
     CheckpointLock,
     LockedFile,
 )
@@ -128,7 +129,7 @@ def _write_member(stream: TarStream, item: LockedFile, partial: Path, where: str
             )
         found = True
         digest = new_digest(item.algorithm, item.size)
-        with _create(partial) as handle:
+        with create_new(partial) as handle:
             while block := data.read(WRITE_BYTES):
                 digest.update(block)
                 handle.write(block)
@@ -141,17 +142,6 @@ def _write_member(stream: TarStream, item: LockedFile, partial: Path, where: str
             )
     if not found:
         raise ModelError(f"{where}: holds no file; expected {item.path}", field=item.path)
-
-
-def _create(path: Path):
-    """A partial file, always a new one (O_EXCL): whatever is at its name (a symlink, or a hard
-    link to a file outside DIR planted there) is unlinked first, never opened and written
-    through. The partial area is this run's alone while it holds the run lock."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644), "wb")
 
 
 def _receive_layer(blob: Iterator[bytes], item: LockedFile, temporary: Path, where: str) -> None:
@@ -168,7 +158,7 @@ def _receive_layer(blob: Iterator[bytes], item: LockedFile, temporary: Path, whe
             f"{where}: not the layer tools/model makes of {item.path} (its header differs)", field=item.path
         )
     digest, written = new_digest(item.algorithm, item.size), 0
-    with _create(temporary) as handle:
+    with create_new(temporary) as handle:
         for piece in pieces.upto(item.size):
             digest.update(piece)
             handle.write(piece)
@@ -204,7 +194,7 @@ def _placed_matches(dest: Path, item: LockedFile, vouched: Vouched | None) -> tu
 
 def _refuse_foreign_files(dest: Path, lock: CheckpointLock) -> None:
     listed = lock.by_path
-    for name, is_link in walk_files(dest, WORKING_NAMES):
+    for name, is_link in walk_files(dest, WORKING_FILES, WORKING_DIRS):
         if name == ARTIFACT_SIGNATURE and name not in listed:
             continue  # an earlier pull's, replaced (or removed) before the lock is placed
         if name not in listed or is_link:
@@ -256,7 +246,7 @@ def _place_own(partial: Path, dest: Path, name: str, data: bytes | None) -> None
             os.unlink(dest / name)
         return
     temporary = partial / f"{name}.part"
-    with _create(temporary) as handle:
+    with create_new(temporary) as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
@@ -286,12 +276,17 @@ def _pull_locked(client, ref, dest, lock, own, layers, jobs, progress, vouched) 
             _receive_layer(
                 client.stream_blob(ref.repository, layer["digest"], layer["size"], hashed=False), item, temporary, where
             )
-        except OciError as exc:
-            raise ModelError(str(exc), field=item.path) from None
-        except OSError as exc:  # a full disk, a directory that went away: named, the partial file kept
-            raise ModelError(
-                f"{item.path} cannot be written under {dest}: {exc.strerror or exc}", field=item.path
-            ) from None
+        except BaseException as exc:
+            # A refused or broken layer's bytes are nobody's: none is resumed (the next pull creates
+            # its partial file anew), so none is left in the partial area to take disk or mislead.
+            temporary.unlink(missing_ok=True)
+            if isinstance(exc, OciError):
+                raise ModelError(str(exc), field=item.path) from None
+            if isinstance(exc, OSError):  # a full disk, a directory that went away: named
+                raise ModelError(
+                    f"{item.path} cannot be written under {dest}: {exc.strerror or exc}", field=item.path
+                ) from None
+            raise
         place(temporary, dest, item.path)
         return None, layer["size"], item.path
 

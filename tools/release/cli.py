@@ -174,6 +174,18 @@ def _walked(args, clients: Clients, source: Reference, pins: ImagePins | None) -
     return found
 
 
+def _model_tags_pinned(rooted: list[Rooted], pins: ImagePins | None, where: Path | None) -> None:
+    """With --pins, the model tags an offline mirror's record lists are exactly the pin's."""
+    artifact = pins.model.artifact if pins is not None else None
+    wanted = [artifact.tag] if artifact is not None and artifact.tag else []
+    for item in rooted if pins is not None else ():
+        if item.role == "model" and item.tags != wanted:
+            raise OciError(
+                f"the offline mirror's record tags the model {item.tags}; --pins {where} pins {wanted}",
+                field="model.artifact.tag",
+            )
+
+
 def _model_target(args, target: Reference | None, repository: str) -> tuple[str, str]:
     """(registry, repository) the model artifact goes to: --model-to, else its own path on the target."""
     if not args.model_to:
@@ -221,7 +233,8 @@ def _run(args: argparse.Namespace, stack: ExitStack) -> tuple[dict, int]:
             raise OciError(f"--pins {args.pins}: {args.from_dir} holds no image to check them against", field="--pins")
         for item in images if pins is not None else ():
             bound_to_pins(DirectoryBlobs(args.from_dir), "", item.closure, pins, args.pins)
-        sources = [DirectorySource(args.from_dir)] * len(rooted)
+        _model_tags_pinned(rooted, pins, args.pins)
+        sources = [DirectorySource(args.from_dir, clients.deadline)] * len(rooted)
     else:
         walked = _walked(args, clients, source, pins)
         rooted = [item for item, _ in walked]

@@ -4,20 +4,26 @@ and that directory read back for a push on the far side of an air gap (`mirror -
 The directory is an OCI image layout (`oci-layout`, `index.json`, `blobs/sha256/`) that skopeo,
 oras and umoci read, with every referrer and legacy tag listed in `index.json`, plus
 `omni-mirror.json` (tools.release.record), written last: a directory without it is unfinished,
-and a second `--to-dir` into it keeps each blob that hashes right and fetches the rest.
+and a second `--to-dir` into it keeps each blob that hashes right and fetches the rest. A
+directory with it is checked the same way: a record proves nothing on its own.
 
 Threat model: the directory crossed an air gap on a disk nobody vouches for. Its record is
 read once, bounded and strictly; every manifest is read bounded and checked against its digest
 before it is parsed; what each manifest names is derived from its bytes, never from the
 record's list (a blob the record lists and no manifest names, or the reverse, is refused); a
-referrer must name its recorded subject, a legacy tag must be that subject's; a blob is hashed
-as it is uploaded (tools.oci.remote.copy); no path is followed through a link.
+referrer must name its recorded subject, a legacy tag must be that subject's; a release tag is a
+tag (the grammar) and never a name computed from a digest; a blob is hashed as it is uploaded
+(tools.oci.remote.copy), read from a regular file only; no path is followed through a link. When
+writing, the directory must be the user's own (attest.files.refuse_shared_directory) and every
+file in it is created exclusively (attest.files.create_new).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
 import os
 import stat
 from dataclasses import dataclass
@@ -26,10 +32,11 @@ from typing import Callable
 
 from attest.documents import parse_document
 from attest.errors import AttestError
-from attest.files import RUN_LOCK, exclusive_run, write_atomic
+from attest.files import RUN_LOCK, create_new, exclusive_run, refuse_shared_directory, write_atomic
 from attest.reader import loads_object, read_file
 from tools.oci.format.errors import OciError
 from tools.oci.format.layout import OCI_INDEX, canonical
+from tools.oci.format.reference import COMPUTED_TAG_RE
 from tools.oci.remote.copy import FileBlob, HashedSource
 from tools.oci.remote.parallel import blob_progress, in_parallel
 from tools.oci.remote.registry import MAX_MANIFEST_BYTES
@@ -60,30 +67,47 @@ class Rooted:
 # --- writing ---------------------------------------------------------------------------------
 
 
+def _small(path: Path, label: str, max_bytes: int) -> bytes | None:
+    """A record or marker of the directory, read once and bounded, never through a link; None
+    where there is none."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return read_file(path, label=label, max_bytes=max_bytes, follow_symlinks=False, allow_empty=True).data
+    except AttestError as exc:
+        raise OciError(str(exc), field="--to-dir") from None
+
+
 def _prepare(directory: Path, record: bytes) -> bool:
-    """The directory made ready: empty (just created), or an unfinished `--to-dir` of the same
-    release (resumed: its PARTIAL marker names this record). Anything else there is the user's
-    and is refused, never written over. Whether the mirror is complete already."""
-    done = directory / RECORD
-    if done.is_file():
-        if done.read_bytes() != record:
-            raise OciError(
-                f"--to-dir {directory} holds another release's mirror ({RECORD} differs); name another directory",
-                field="--to-dir",
-            )
-        return True
+    """The directory made ready: empty (just created), a finished `--to-dir` of the same release
+    (its record is this one), or an unfinished one (its PARTIAL marker names this record).
+    Anything else there is the user's and is refused, never written over. A finished directory
+    is proof of nothing (it may have been copied or planted): it is marked unfinished again, and
+    every blob is checked as for a resume. Whether it held this release's record."""
     marker, digest = directory / PARTIAL, hashlib.sha256(record).hexdigest()
+    done = _small(directory / RECORD, RECORD, MAX_RECORD_BYTES)
+    if done is not None and done != record:
+        raise OciError(
+            f"--to-dir {directory} holds another release's mirror ({RECORD} differs); name another directory",
+            field="--to-dir",
+        )
     others = {path.name for path in directory.iterdir()} - {RUN_LOCK}
-    if others and not (marker.is_file() and marker.read_text().strip() == digest):
-        what = "an unfinished mirror of another release" if marker.is_file() else "files that are not a mirror of ours"
+    marked = _small(marker, PARTIAL, 256)
+    if done is None and others and (marked or b"").strip() != digest.encode():
+        what = (
+            "an unfinished mirror of another release" if marked is not None else "files that are not a mirror of ours"
+        )
         raise OciError(f"--to-dir {directory} holds {what}; name an empty or new directory", field="--to-dir")
     write_atomic(marker, digest.encode() + b"\n")
+    if done is not None:
+        (directory / RECORD).unlink()  # unfinished again until every blob is checked
     for folder in (directory / "blobs", directory / "blobs" / "sha256"):
-        folder.mkdir(exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir()
         if folder.is_symlink() or not folder.is_dir():
             raise OciError(f"--to-dir: {folder} is not a directory of ours (a link or a file)", field="--to-dir")
     write_atomic(directory / LAYOUT_MARKER, b'{"imageLayoutVersion":"1.0.0"}\n')
-    return False
+    return done is not None
 
 
 def _kept(path: Path, blob: Blob) -> bool:
@@ -110,7 +134,7 @@ def _fetch(source: HashedSource, path: Path, blob: Blob) -> int:
         return 0
     partial = path.with_name(f".{path.name}.partial")
     try:
-        with open(partial, "wb") as handle:
+        with create_new(partial) as handle:
             for piece in source.from_offset(0):
                 handle.write(piece)
             handle.flush()
@@ -174,16 +198,17 @@ def to_dir(
 ) -> dict:
     """Write the closures into `directory` (the module's layout); `sources[i]` streams a blob of
     `rooted[i]`. Returns a summary."""
-    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
-        raise OciError(f"--to-dir {directory} is not a directory", field="--to-dir")
+    try:
+        refuse_shared_directory(directory, field="--to-dir")
+    except AttestError as exc:
+        raise OciError(str(exc), field="--to-dir") from None
     with exclusive_run(directory, what=f"--to-dir {directory}", field="--to-dir"):
         return _write(rooted, sources, directory, jobs, progress)
 
 
 def _write(rooted: list[Rooted], sources, directory: Path, jobs: int, progress) -> dict:
     record = record_of(rooted)
-    if _prepare(directory, record):
-        return {"directory": str(directory), "complete_already": True, "bytes_written": 0}
+    finished = _prepare(directory, record)
     work: dict[str, tuple[Blob, Callable[[Blob], HashedSource]]] = {}
     for item, source in zip(rooted, sources):
         for blob in item.closure.blobs.values():
@@ -202,7 +227,8 @@ def _write(rooted: list[Rooted], sources, directory: Path, jobs: int, progress) 
     write_atomic(directory / "index.json", _index(rooted))
     write_atomic(directory / RECORD, record)  # the directory is complete
     (directory / PARTIAL).unlink()
-    return {"directory": str(directory), "complete_already": False, "bytes_written": written}
+    # Complete already: the record was this release's and every blob it names hashed right.
+    return {"directory": str(directory), "complete_already": finished and not written, "bytes_written": written}
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -210,12 +236,14 @@ def _write(rooted: list[Rooted], sources, directory: Path, jobs: int, progress) 
 
 @dataclass
 class DirectorySource:
-    """A closure's blobs from an offline mirror's directory, each hashed as it is read."""
+    """A closure's blobs from an offline mirror's directory, each hashed as it is read, none
+    read past `deadline` (time.monotonic(); the mirror's --deadline)."""
 
     directory: Path
+    deadline: float = math.inf
 
     def blob_stream(self, blob: Blob) -> HashedSource:
-        return FileBlob(blob_file(self.directory, blob.digest), blob.digest, blob.size)
+        return FileBlob(blob_file(self.directory, blob.digest), blob.digest, blob.size, deadline=self.deadline)
 
     def mount_from(self, registry: str) -> str | None:
         return None
@@ -300,6 +328,23 @@ def _closure(directory: Path, recorded: RecordedClosure) -> Closure:
     return closure
 
 
+def _own_tags(recorded: RecordedClosure) -> list[str]:
+    """The release tags a recorded closure may write: a model artifact's (its pin's tag, already
+    held to the tag grammar by the record's schema), never one of the names a registry's listing
+    or a signature lives under (those are computed from digests, never read); an image's none
+    (its tag is the command line's)."""
+    for tag in recorded.tags:
+        if recorded.role == "image":
+            raise OciError(f"{RECORD}: the image's closure lists tag {tag!r}; its tag is the target's", field=tag)
+        if COMPUTED_TAG_RE.fullmatch(tag):
+            raise OciError(
+                f"{RECORD}: tag {tag!r} is a name computed from a digest (a referrers listing or a signature), "
+                "never a release's own tag",
+                field=tag,
+            )
+    return list(recorded.tags)
+
+
 def from_dir(directory: Path) -> list[Rooted]:
     """The closures an offline mirror holds, checked (the module's threat model)."""
     for folder in (directory / "blobs", directory / "blobs" / "sha256"):
@@ -315,4 +360,4 @@ def from_dir(directory: Path) -> list[Rooted]:
         record = parse_document(MirrorRecord, loads_object(read.data, label=RECORD), label=RECORD)
     except AttestError as exc:
         raise OciError(str(exc), field=exc.field or RECORD) from None
-    return [Rooted(item.role, _closure(directory, item), list(item.tags)) for item in record.closures]
+    return [Rooted(item.role, _closure(directory, item), _own_tags(item)) for item in record.closures]

@@ -3,16 +3,21 @@ manifest's role, and the blobs; what `mirror --from-dir` reads before it trusts 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from attest.documents import Document
 from attest.pins import OptionalDigest
+from tools.oci.format.reference import TAG_RE
 
 RECORD = "omni-mirror.json"
 MAX_RECORD_BYTES = 8 << 20
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+# A tag read from a disk nobody vouches for becomes part of a registry URL: the OCI tag grammar
+# and nothing else (no '/', no dot segment, no '%').
+TAG_PATTERN = TAG_RE.pattern
+Tag = Annotated[str, Field(pattern=TAG_PATTERN)]
 
 
 class RecordedManifest(Document):
@@ -21,7 +26,7 @@ class RecordedManifest(Document):
     size: int = Field(ge=0)
     kind: Literal["image", "referrer", "legacy"]
     subject: OptionalDigest = ""
-    tag: str = Field(default="", max_length=128)
+    tag: str = Field(default="", pattern=r"^$|" + TAG_PATTERN)
 
 
 class RecordedBlob(Document):
@@ -33,7 +38,7 @@ class RecordedClosure(Document):
     role: Literal["image", "model"]
     repository: str = Field(min_length=1, max_length=255)  # REGISTRY/REPO it was read from
     root: str = Field(pattern=DIGEST_PATTERN)
-    tags: list[str] = Field(default_factory=list, max_length=64)
+    tags: list[Tag] = Field(default_factory=list, max_length=64)
     manifests: list[RecordedManifest] = Field(min_length=1, max_length=512)
     blobs: list[RecordedBlob] = Field(max_length=8192)
 

@@ -15,8 +15,11 @@ of it hashed again.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import stat
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -130,21 +133,34 @@ class RegistryBlob(HashedSource):
 
 
 class FileBlob(HashedSource):
-    """A blob in a file nobody vouches for: its size and digest are checked as it is read."""
+    """A blob in a file nobody vouches for: its size and digest are checked as it is read, the
+    file must be a regular one (a FIFO, device or socket is refused without blocking), and no
+    read goes past `deadline` (time.monotonic(); a mirror's --deadline)."""
 
-    def __init__(self, path: Path, digest: str, size: int) -> None:
+    def __init__(self, path: Path, digest: str, size: int, *, deadline: float = math.inf) -> None:
         super().__init__(digest, size, f"{path}")
-        self.path = path
+        self.path, self.deadline = path, deadline
 
     def _open(self, offset: int) -> Iterator[bytes]:
         try:
-            # O_NOFOLLOW: a link in a directory nobody vouches for could name any file of this host.
-            handle = os.fdopen(os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+            # O_NOFOLLOW: a link in a directory nobody vouches for could name any file of this host;
+            # O_NONBLOCK: the open of a FIFO planted there returns at once instead of waiting.
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             raise OciError(f"{self.path} cannot be read: {exc.strerror}", field=str(self.path), final=True) from None
+        handle = os.fdopen(fd, "rb")
         with handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OciError(
+                    f"{self.path} is not a regular file (a FIFO, device, socket or directory)",
+                    field=str(self.path),
+                    final=True,
+                )
+            os.set_blocking(fd, True)
             handle.seek(offset)
             while block := handle.read(READ_BYTES):
+                if time.monotonic() > self.deadline:
+                    raise OciError(f"{self.path}: still being read at the deadline", field="deadline", final=True)
                 yield block
 
     def pieces(self) -> Iterator[bytes]:
