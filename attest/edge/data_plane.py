@@ -259,6 +259,8 @@ class DataPlaneTransport(httpx.BaseTransport):
             ends = answer_ends(time.monotonic())
             watchdog.arm(exchange.sock, ends)
             answer = connection.getresponse()
+            if watchdog.fired:  # the shutdown ended a head mid-line: http.client takes that for its end
+                raise TimeoutError("the watchdog ended the answer's head")
         except _RESET as exc:
             exchange.close()
             if exchange.reused and not watchdog.fired:
