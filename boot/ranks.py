@@ -300,6 +300,12 @@ def wait_for_rank0(settings: BootSettings, baked: BakedImage | None, *, poll_s: 
     verdict, refusal = _Watch(settings.model / VERIFIED_MARKER), _Watch(settings.model / REFUSED_MARKER)
     _refusal_already_there(settings, key, refusal)
     seen, field = "no verdict yet", "RANK_WAIT_TIMEOUT_S"
+    print(
+        f"Rank {settings.node_rank}: waiting for rank 0's verdict in {settings.model} "
+        f"(up to {settings.rank_wait_s:g} s, RANK_WAIT_TIMEOUT_S)",
+        file=sys.stderr,
+        flush=True,
+    )
     while True:
         if refusal.changed():
             _check_refusal(settings, key)

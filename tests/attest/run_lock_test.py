@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -76,8 +75,7 @@ def test_a_lock_file_replaced_while_locking_is_locked_again(tmp_path: Path, monk
             (work / RUN_LOCK).write_text("")
 
     monkeypatch.setattr("fcntl.flock", flock_then_swap)
-    started = time.monotonic()
-    with exclusive_run(work, what="it", field="F"):
+    with exclusive_run(work, what="it", field="F"):  # a wrong lock would hang here: Bazel's timeout
         held = os.stat(work / RUN_LOCK).st_ino
         assert (work / RUN_LOCK).read_text() == f"{os.getpid()}\n"
-    assert swapped and held and time.monotonic() - started < 5
+    assert swapped and held

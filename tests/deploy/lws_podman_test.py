@@ -33,13 +33,14 @@ import httpx
 import pytest
 import yaml
 
+from tests.fixtures.bounds import LOAD_SLACK_S, ended_long_before
 from tests.fixtures.deepseek import tiny_repo
 from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.oci import SKOPEO
 from tests.fixtures.pins import key_pair
 from tests.fixtures.podman import Podman, wait_until
 from tests.fixtures.registry import LoopbackRegistry, free_port
-from tools.deploy import group_pods, read_contract
+from tools.deploy import TERMINATION_GRACE_S, group_pods, read_contract
 from tools.dev.podman_group.cli import EDITS, OLD_INIT_PODMAN, OLD_PODMAN, read_lws
 from tools.model.pack import load_lock_bytes
 from tools.model.push import push_checkpoint
@@ -65,7 +66,6 @@ WHAT_THE_CLUSTER_GIVES = (
     "the Secrets deepseek-spark-api-key and deepseek-spark-rank-key, made as docs/running.md tells podman users",
 )
 LEADER_ADDRESS = "127.0.0.1"
-STOP_BOUND_S = 30  # three pods stopped, each PID 1 ending on SIGTERM; the grace period is 120 s
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +259,8 @@ def test_the_generated_group_runs_under_podman(tmp_path: Path, hub: LoopbackHub,
         _kube_down(podman, played, pods)
         down_s = time.monotonic() - stopping
         print(json.dumps({"lws_podman_kube_down_s": round(down_s, 1)}))
-        assert down_s < STOP_BOUND_S, f"kube down took {down_s:.0f} s"
+        # Each PID 1 ends on SIGTERM: under a tenth of the grace period podman would otherwise wait out.
+        ended_long_before(down_s, TERMINATION_GRACE_S, what="kube down")
     finally:
         podman("kube", "down", str(played), check=False)
 
@@ -288,7 +289,7 @@ def test_below_image_volumes_each_rank_pulls_its_own_copy_with_no_hub_and_no_sha
             pytest.fail(f"kube play exited {done.returncode}: {done.stderr[-2000:]}\n{json.dumps(logs, indent=1)}")
         _leader_ready_after_acceptance(podman, pods[0], 240)
         for rank, pod in enumerate(pods):
-            wait_until(lambda pod=pod: _ready(podman, pod), 60, f"rank {rank} ready", every_s=0.5)
+            wait_until(lambda pod=pod: _ready(podman, pod), 300, f"rank {rank} ready", every_s=0.5)
             log = podman.logs(container_of(pod))
             assert f"into /models/DeepSeek-V4.1-Flash (rank {rank})" in log or by_init, log[-3000:]
             # Every file pulled and hashed once, by the init container (boot run then re-used its
@@ -354,7 +355,7 @@ def _no_more_restarts(engine: Podman, pods: list[dict[str, Any]]) -> None:
 def _workers_ready_on_rank_0s_verdict(engine: Podman, workers: list[dict[str, Any]]) -> None:
     for rank, worker in enumerate(workers, start=1):
         try:
-            wait_until(lambda worker=worker: _ready(engine, worker), 60, f"rank {rank} ready", every_s=0.5)
+            wait_until(lambda worker=worker: _ready(engine, worker), 300, f"rank {rank} ready", every_s=0.5)
         except AssertionError:
             answer = probe(engine, worker, "readinessProbe")
             state = engine("ps", "--all", "--format", "{{.Names}} {{.Status}}").stdout
@@ -417,14 +418,15 @@ def _rank_2_dies_and_takes_the_group_down(engine: Podman, pods: list[dict[str, A
     assert killed.returncode == 0 or "exec died event" in killed.stderr, killed.stderr
     started = time.monotonic()
     down: dict[str, float] = {}
-    while len(down) < len(containers) and time.monotonic() - started < GROUP_DOWN_BOUND_S + 30:
+    while len(down) < len(containers) and time.monotonic() - started < GROUP_DOWN_BOUND_S + 10 * LOAD_SLACK_S:
         for container in containers:
             if container not in down and _down(engine, container, before[container]):
                 down[container] = time.monotonic() - started
         time.sleep(0.25)
     print(json.dumps({"lws_podman_rank_down_s": {c: round(s, 1) for c, s in down.items()}}))
-    assert len(down) == len(containers), f"still running {GROUP_DOWN_BOUND_S + 30} s after rank 2 died: {down}"
-    assert max(down.values()) < GROUP_DOWN_BOUND_S, down
+    assert len(down) == len(containers), f"still running long after rank 2 died: {down}"
+    # The documented bound, plus what a loaded machine adds; without the watch the group serves on.
+    assert max(down.values()) < GROUP_DOWN_BOUND_S + LOAD_SLACK_S, down
     refusals = [
         json.loads(line) for line in engine.logs(containers[0]).splitlines() if '"HEALTH_LOSS_TIMEOUT_S"' in line
     ]

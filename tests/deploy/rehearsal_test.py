@@ -23,8 +23,10 @@ import yaml
 
 from attest.edge.status import MAIN_PID_VARIABLE, judge
 from attest.lock import REFUSED_MARKER, VERIFIED_MARKER
+from tests.fixtures.bounds import LOAD_SLACK_S, ended_long_before
 from tests.fixtures.deepseek import SHARDS, tiny_repo
 from tests.fixtures.hub import LoopbackHub
+from tests.fixtures.processes import READY_WAIT_S
 from tests.fixtures.qwen import make_fake_tool
 from tests.fixtures.registry import free_port
 from tools.deploy import GROUP_KEY_LABEL, group_key, k8s_expand, read_contract
@@ -164,12 +166,12 @@ class Group:
     def lead_then_stop(self, workers: list[subprocess.Popen]) -> list[int]:
         """Rank 0 started, the waiting workers joined on its verdict, then SIGTERM to rank 0: every exit code."""
         leader = self.start(0)
-        wait_until(lambda: "Ready: API on port" in self.log(0), "rank 0 to be ready", timeout=120)
+        wait_until(lambda: "Ready: API on port" in self.log(0), "rank 0 to be ready", timeout=2 * READY_WAIT_S)
         wait_until(lambda: all((self.markers / f"joined-{rank}").exists() for rank in (1, 2)), "ranks to join")
         for rank in (1, 2):
             assert f"Rank {rank}: checkpoint verified by rank 0 against the reviewed lock" in self.log(rank)
         leader.send_signal(signal.SIGTERM)
-        return [process.wait(timeout=30) for process in (leader, *workers)]
+        return [process.wait(timeout=300) for process in (leader, *workers)]  # a hang bound, sized for load
 
     def status(self, index: int) -> Path:
         """The rank's verdict for its probes, where the manifest's OMNI_STATUS_FILE points in its pod."""
@@ -196,7 +198,7 @@ class Group:
                 process.wait()
 
 
-def wait_until(check, what: str, timeout: float = 60) -> None:
+def wait_until(check, what: str, timeout: float = READY_WAIT_S) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -261,12 +263,12 @@ def test_ranks_refuse_at_once_when_rank_0_refuses_the_checkpoint(tmp_path: Path)
             assert all(w.poll() is None for w in workers), "a worker took an earlier run's refusal for this one's"
             started = time.monotonic()
             leader = group.start(0)
-            codes = [process.wait(timeout=60) for process in (leader, *workers)]
+            codes = [process.wait(timeout=600) for process in (leader, *workers)]
             took = time.monotonic() - started
         finally:
             group.close()
     assert codes == [2, 2, 2]
-    assert took < 60  # not RANK_WAIT_TIMEOUT_S=600: the refusal reached them
+    ended_long_before(took, 600, what="rank 0's refusal reaching the others")  # not RANK_WAIT_TIMEOUT_S
     leader_refusal = json.loads(group.log(0).strip().splitlines()[-1])
     assert leader_refusal["field"] == SHARDS[1]
     for rank in (1, 2):
@@ -283,7 +285,7 @@ def test_workers_take_no_forged_stale_or_replanted_verdict(tmp_path: Path) -> No
         group = Group(tmp_path, hub, "--env", "RANK_START_SPREAD_S=1")
         verdict = group.model_volume / "DeepSeek-V4.1-Flash" / VERIFIED_MARKER
         try:
-            assert group.start(0, "prepare").wait(timeout=60) == 0  # an earlier run's rank 0
+            assert group.start(0, "prepare").wait(timeout=300) == 0  # an earlier run's rank 0
             earlier = verdict.read_bytes()
             assert json.loads(earlier)["group"] == POD_LABELS["leaderworkerset.sigs.k8s.io/group-key"]
             time.sleep(1.5)  # past RANK_START_SPREAD_S: that verdict is stale for the ranks started now
@@ -322,7 +324,7 @@ def test_the_leader_turns_ready_only_after_acceptance_and_a_dead_rank_takes_the_
             workers = [group.start(1), group.start(2)]
             leader = group.start(0)
             seen_healthy_unaccepted = False
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 2 * READY_WAIT_S
             while True:
                 assert time.monotonic() < deadline, "rank 0 never turned ready"
                 reason = judge(group.status(0), "ready") if group.status(0).exists() else "no file yet"
@@ -341,11 +343,13 @@ def test_the_leader_turns_ready_only_after_acceptance_and_a_dead_rank_takes_the_
             engine = json.loads(group.status(2).read_text())["processes"][1][0]
             os.kill(engine, signal.SIGKILL)  # rank 2's SGLang dies
             started = time.monotonic()
-            codes = [process.wait(timeout=GROUP_DOWN_BOUND_S + 30) for process in (leader, *workers)]
+            codes = [process.wait(timeout=GROUP_DOWN_BOUND_S + 10 * LOAD_SLACK_S) for process in (leader, *workers)]
             took = time.monotonic() - started
         finally:
             group.close()
-    assert took < GROUP_DOWN_BOUND_S, f"the group took {took:.1f} s to go down"
+    # The documented bound, plus what a loaded machine adds to three processes' ends; without the
+    # watch the group would serve on without rank 2 for ever.
+    assert took < GROUP_DOWN_BOUND_S + LOAD_SLACK_S, f"the group took {took:.1f} s to go down"
     assert codes[0] == 2 and codes[2] != 0, codes  # rank 0 refuses (group lost); rank 2's engine was killed
     refusal = json.loads(group.log(0).strip().splitlines()[-1])
     assert refusal["field"] == "HEALTH_LOSS_TIMEOUT_S" and "stopping the group" in refusal["error"]

@@ -7,16 +7,18 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
+from tests.fixtures.bounds import LOAD_SLACK_S
 from tests.fixtures.pins import qwen_pins, write_baked
 from tests.fixtures.qwen import LauncherWorld, sha256
 
-BOUND_S = 2.0
+# A hostile document ends in a refusal instead of a hang (a FIFO, /dev/zero, a symlink loop) or an
+# unbounded parse: a run still going after this is taken for a hang. No speed is asserted.
+HANG_S = 6 * LOAD_SLACK_S
 
 
 def _fifo(path: Path) -> None:
@@ -71,12 +73,10 @@ POSITIONS: dict[str, tuple[Callable[[LauncherWorld], Path], bool]] = {
 def _run_bounded(world: LauncherWorld):
     result: list = []
     worker = threading.Thread(target=lambda: result.append(world.run("--inspect-only")), daemon=True)
-    started = time.monotonic()
     worker.start()
-    worker.join(BOUND_S * 5)
-    elapsed = time.monotonic() - started
-    assert result, f"the launcher did not return within {BOUND_S * 5} s"
-    return result[0], elapsed
+    worker.join(HANG_S)
+    assert result, f"the launcher did not return within {HANG_S:g} s: it hangs on the document"
+    return result[0]
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
@@ -87,8 +87,7 @@ def test_hostile_documents_are_refused_quickly_without_a_traceback(tmp_path: Pat
     world.env["INFERENCE_MODE"] = "dflash2_canary"
     locate, fatal = POSITIONS[position]
     HOSTILE[kind](locate(world))
-    result, elapsed = _run_bounded(world)
-    assert elapsed < BOUND_S, f"{position}/{kind} took {elapsed:.2f} s"
+    result = _run_bounded(world)
     assert "Traceback" not in result.stderr + result.stdout
     assert "sk-test-secret-key-123" not in result.stderr + result.stdout.replace('"api_key_transport"', "")
     if result.code == 2:
@@ -106,23 +105,23 @@ def test_a_symlink_loop_as_model_path_and_as_a_shard(tmp_path: Path) -> None:
     world = LauncherWorld(tmp_path)
     shard = next(world.model.glob("*.safetensors"))
     _loop(shard)
-    result, _ = _run_bounded(world)
+    result = _run_bounded(world)
     assert result.code == 2 and "Traceback" not in result.stderr
     loop = tmp_path / "loop"
     loop.symlink_to("loop")
     world.env["MODEL_PATH"] = str(loop)
-    result, _ = _run_bounded(world)
+    result = _run_bounded(world)
     assert result.code == 2 and json.loads(result.stderr.splitlines()[-1])["field"] == "MODEL_PATH"
 
 
 def test_a_nul_byte_in_a_weight_map_path_or_the_index_path(tmp_path: Path) -> None:
     world = LauncherWorld(tmp_path)
     world.edit_index(lambda index: index["weight_map"].__setitem__("x", "model\u0000.safetensors"))
-    result, _ = _run_bounded(world)
+    result = _run_bounded(world)
     assert result.code == 2 and "Traceback" not in result.stderr
     world = LauncherWorld(tmp_path / "second")
     world.reattest(weight_index_path="model\u0000.index.json")
-    result, _ = _run_bounded(world)
+    result = _run_bounded(world)
     assert result.code == 2 and "Traceback" not in result.stderr
 
 

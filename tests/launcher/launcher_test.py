@@ -14,6 +14,8 @@ from unittest import mock
 
 import pytest
 
+from tests.fixtures.bounds import ended_long_before
+from tests.fixtures.processes import wait_for_file
 from tests.fixtures.qwen import SPECULATOR_REVISION, TARGET_REVISION, LauncherWorld, make_fake_tool, make_fake_vllm
 from tests.fixtures.tools import make_script, make_venv, recorded_timeouts
 
@@ -273,8 +275,9 @@ def test_a_stop_signal_ends_the_launcher_at_once_before_vllm_runs(world: Launche
     import signal
     import time
 
-    slow = tmp_path / "slow-python"
-    slow.write_text(f'#!/bin/sh\nsleep 20\nexec {sys.executable} "$@"\n')
+    slow, ready = tmp_path / "slow-python", tmp_path / "probing"
+    # The launcher runs this once its checks (and long before them its handlers) are done.
+    slow.write_text(f'#!/bin/sh\ntouch {ready}\nsleep 600\nexec {sys.executable} "$@"\n')
     slow.chmod(0o755)
     world.env["OMNI_ENGINE_PYTHON"] = str(slow)
     launcher = subprocess.Popen(
@@ -286,11 +289,10 @@ def test_a_stop_signal_ends_the_launcher_at_once_before_vllm_runs(world: Launche
         start_new_session=True,
     )
     try:
-        time.sleep(3)  # the checkpoint checked: waiting for the engine's interpreter
-        assert launcher.poll() is None
+        wait_for_file(ready, launcher)  # the checkpoint checked: waiting for the engine's interpreter
         started = time.monotonic()
         launcher.send_signal(signal.SIGTERM)
-        code = launcher.wait(timeout=10)
+        code = launcher.wait(timeout=120)
         took = time.monotonic() - started
         stderr = launcher.stderr.read() if launcher.stderr else ""
     finally:
@@ -298,7 +300,9 @@ def test_a_stop_signal_ends_the_launcher_at_once_before_vllm_runs(world: Launche
             os.killpg(launcher.pid, signal.SIGKILL)  # the slow interpreter it left behind
         except ProcessLookupError:
             pass
-    assert code == 143 and took < 2, (code, took, stderr[-2000:])
+    # Ended by the signal, long before the 600 s the interpreter would keep it waiting.
+    assert code == 143, (code, took, stderr[-2000:])
+    ended_long_before(took, 600, what="SIGTERM")
     assert json.loads(stderr.strip().splitlines()[-1]) == {
         "ok": False,
         "error": "launcher: stopped by SIGTERM",

@@ -66,7 +66,7 @@ http {{
 }}
 """)
         self.process = subprocess.Popen([NGINX, "-c", str(config)], stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120  # its start on a loaded machine: an event wait
         while time.monotonic() < deadline:
             with socket.socket() as sock:
                 if sock.connect_ex(("127.0.0.1", self.port)) == 0:

@@ -16,6 +16,7 @@ from attest.engine import find_installed
 from attest.pins import load_pins
 from boot.checkpoint.hub import fetch_model_info
 from boot.errors import BootError
+from tests.fixtures.bounds import ended_by_deadline
 from tests.fixtures.fault_proxy import Trickler
 from tests.fixtures.hub import HubRepo, LoopbackHub
 from tests.fixtures.registry import LoopbackRegistry
@@ -329,7 +330,7 @@ def test_the_deadline_bounds_a_registry_that_trickles_its_answer(workspace, hub,
         took = time.monotonic() - started
     refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert refusal["field"] == "--deadline" and "passed its deadline" in refusal["error"], refusal
-    assert took < 4
+    ended_by_deadline(took, 1, 3 * 120, started_with_it=False)  # not 3 attempts of 120 s
 
 
 @pytest.mark.parametrize("deadline", ["0", "-1", "1e3", "\u0663", " 5", "5s"])

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -31,7 +30,6 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 SECRET = "sk-test-secret-key-123"
-BOUND_S = 2.0
 
 # Environment values: no NUL (the OS refuses those before any program sees them).
 env_text = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=40)
@@ -66,11 +64,12 @@ json_values = st.recursive(
 )
 
 
-def _contract(code: int, stdout: str, stderr: str, elapsed: float, *, codes: set[int]) -> None:
+def _contract(code: int, stdout: str, stderr: str, *, codes: set[int]) -> None:
+    """The exit contract. How long a run takes is not asserted (issue #75): a hang is ended by the
+    test's Bazel timeout, and tests/launcher/hostile_test bounds the hostile documents' runs."""
     assert code in codes, (code, stderr[-500:])
     assert "Traceback" not in stdout + stderr
     assert SECRET not in stdout + stderr
-    assert elapsed < BOUND_S, f"{elapsed:.2f} s"
     if code == 2:
         refusals = [line for line in stderr.splitlines() if line.startswith("{")]
         assert len(refusals) == 1, stderr
@@ -109,9 +108,8 @@ def test_launcher_environment(world: LauncherWorld, changes: dict[str, str]) -> 
     saved = dict(world.env)
     world.env.update(changes)
     try:
-        started = time.monotonic()
         result = world.run("--inspect-only")
-        _contract(result.code, result.stdout, result.stderr, time.monotonic() - started, codes={0, 2})
+        _contract(result.code, result.stdout, result.stderr, codes={0, 2})
     finally:
         world.env.clear()
         world.env.update(saved)
@@ -129,9 +127,8 @@ def test_launcher_documents(world: LauncherWorld, position: str, value: Any) -> 
     try:
         path.write_text(json.dumps(value))
         world.env.pop("QWEN_CHECKPOINT_MANIFEST_SHA256", None)  # let a forged attestation reach the parser
-        started = time.monotonic()
         result = world.run("--inspect-only")
-        _contract(result.code, result.stdout, result.stderr, time.monotonic() - started, codes={2})
+        _contract(result.code, result.stdout, result.stderr, codes={2})
     finally:
         path.write_bytes(original)
         world.env.clear()
@@ -169,10 +166,9 @@ def test_boot_verify_environment(tmp_path: Path, capsys, changes: dict[str, str]
 
     env = {**boot_env(tmp_path, API_KEY=SECRET), **changes}
     with mock.patch.dict(os.environ, env, clear=True):
-        started = time.monotonic()
         code = boot_main(["verify"])
     out = capsys.readouterr()
-    _contract(code, out.out, out.err, time.monotonic() - started, codes={2})
+    _contract(code, out.out, out.err, codes={2})
 
 
 @pytest.fixture(scope="module")

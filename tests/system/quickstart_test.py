@@ -79,7 +79,7 @@ def _explain_in_the_unpacked_image(tmp_path: Path) -> None:
 
 
 def _wait_for_registry(port: int, registry: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # the registry's start on a loaded machine: an event wait
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/v2/", timeout=1).status_code == 200:
@@ -145,4 +145,4 @@ def test_the_quick_start_runs_end_to_end(tmp_path: Path, monkeypatch) -> None:
         assert "engine.commit or engine.record_sha256" in summary["unpinned"]
     finally:
         registry.terminate()
-        registry.wait(timeout=10)
+        registry.wait(timeout=120)

@@ -11,12 +11,14 @@ from tools.deploy.errors import DeployError
 from tools.deploy.k8s_names import is_dns_label, is_dns_subdomain, is_label_value, is_qualified_name, qualified_name
 from tools.deploy.lws import GROUP_KEY_LABEL, expand_env, group_key, group_pods, k8s_expand
 from tools.deploy.manifests import Options, resources
+from tools.deploy.pods import TERMINATION_GRACE_S
 from tools.deploy.targets import TARGETS, Target
 
 __all__ = [
     "GENERATED_MARKER",
     "GROUP_KEY_LABEL",
     "TARGETS",
+    "TERMINATION_GRACE_S",
     "DeployError",
     "ImageContract",
     "Options",
