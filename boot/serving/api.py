@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import httpx
 
+from attest.edge.bodies import read_bounded
+from attest.edge.transport import DeadlineTransport, answer_deadline
 from attest.requests import ANSWER_FORMAT, LOOKUP_TOOL
 from boot.errors import BootError
 from boot.serving.state import save
@@ -24,6 +26,7 @@ from boot.settings import BootSettings
 
 SMOKE_TIMEOUT_S = 300
 WARMUP_TIMEOUT_S = 600
+MAX_ANSWER_BYTES = 16 << 20  # a chat answer or /health: far above any real one
 FILLER = (
     "The quick brown fox jumps over the lazy dog near the riverbank "
     "while the sun sets slowly behind the distant hills. "
@@ -38,26 +41,49 @@ VISION_SIZE = (3024, 588)
 VISION_IMAGE_TOKENS = 1024
 
 
+def engine_client(settings: BootSettings) -> httpx.Client:
+    """A client of the local server (the engine is a peer like any other: untrusted) whose
+    answers' heads arrive within each request's timeout in all (DeadlineTransport), however
+    slowly the server trickles them."""
+    headers = {"Content-Type": "application/json"}
+    if settings.api_key:
+        headers["Authorization"] = "Bearer " + settings.api_key
+    return httpx.Client(base_url=settings.base_url, headers=headers, transport=DeadlineTransport())
+
+
+def answered(client: httpx.Client, method: str, path: str, *, timeout: float, body: bool = True, **kwargs: Any):
+    """(the answer, its body): the head and the whole body within `timeout` in all, the body at most
+    MAX_ANSWER_BYTES (a refusal naming the request otherwise); `body=False` reads none of it."""
+    deadline = time.monotonic() + timeout
+    with answer_deadline(timeout, ends=deadline):
+        response = client.send(client.build_request(method, path, timeout=timeout, **kwargs), stream=True)
+    try:
+        data = b""
+        if body:
+            what = f"the server's answer to {method} {path}"
+            data = read_bounded(response, MAX_ANSWER_BYTES, what, deadline=deadline, error=BootError, field="response")
+    finally:
+        response.close()
+    return response, data
+
+
 class Api:
     """A small client of the local server; the key stays in memory, never re-written."""
 
     def __init__(self, settings: BootSettings, *, client: httpx.Client | None = None) -> None:
-        headers = {"Content-Type": "application/json"}
-        if settings.api_key:
-            headers["Authorization"] = "Bearer " + settings.api_key
-        self.client = client or httpx.Client(base_url=settings.base_url, headers=headers)
+        self.client = client or engine_client(settings)
         self.model = settings.served_model_name
 
     def get(self, path: str, *, timeout: float = 10) -> dict[str, Any]:
-        response = self.client.get(path, timeout=timeout)
+        response, data = answered(self.client, "GET", path, timeout=timeout)
         response.raise_for_status()
-        return response.json() if response.content else {"status": response.status_code}
+        return json.loads(data) if data else {"status": response.status_code}
 
     def chat(self, payload: dict[str, Any], *, timeout: float = SMOKE_TIMEOUT_S) -> dict[str, Any]:
         body = {"model": self.model, "temperature": 0, "chat_template_kwargs": {"thinking": False}, **payload}
-        response = self.client.post("/v1/chat/completions", json=body, timeout=timeout)
+        response, data = answered(self.client, "POST", "/v1/chat/completions", timeout=timeout, json=body)
         response.raise_for_status()
-        return response.json()
+        return json.loads(data)
 
 
 def _content(result: dict[str, Any]) -> str:

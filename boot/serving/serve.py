@@ -23,6 +23,7 @@ from attest.edge.status import write_status
 from attest.errors import AttestError
 from attest.primitives import LOOPBACK_HOSTS, read_json_object
 from boot.errors import BootError
+from boot.serving.api import answered, engine_client
 from boot.serving.state import save, store_api_key
 from boot.settings import CONTEXT_RANGE, REVISION, BootSettings
 
@@ -220,7 +221,7 @@ def wait_healthy(settings: BootSettings, server: Server, client: httpx.Client, *
     deadline = time.monotonic() + settings.ready_timeout_s
     while server.process.poll() is None and time.monotonic() < deadline:
         try:
-            client.get("/health", timeout=3).raise_for_status()
+            answered(client, "GET", "/health", timeout=3, body=False)[0].raise_for_status()
             return
         except httpx.HTTPError:
             time.sleep(poll_s)
@@ -268,7 +269,7 @@ def watch_group(settings: BootSettings, server: Server, client: httpx.Client, *,
     failing_since = None
     while server.process.poll() is None:
         try:
-            client.get("/health", timeout=HEALTH_REQUEST_TIMEOUT_S).raise_for_status()
+            answered(client, "GET", "/health", timeout=HEALTH_REQUEST_TIMEOUT_S, body=False)[0].raise_for_status()
             failing_since = None
         except httpx.HTTPError as exc:
             now = time.monotonic()
@@ -329,8 +330,7 @@ def serve(
             _status(settings, "accepted", server)
             return server.wait()
         _status(settings, "starting", server)
-        headers = {"Authorization": "Bearer " + settings.api_key} if settings.api_key else {}
-        with httpx.Client(base_url=settings.base_url, headers=headers) as client:
+        with engine_client(settings) as client:
             wait_healthy(settings, server, client, poll_s=poll_s)
             if after_healthy:
                 after_healthy()

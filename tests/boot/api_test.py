@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from unittest import mock
 
+import httpx
 import pytest
 
 from boot.errors import BootError
 from boot.serving.api import Api, looks_like_latin_prose, smoke, vision_png, warmup
 from boot.settings import BootSettings
+from tests.fixtures.bounds import ended_by_deadline
 from tests.fixtures.deepseek import boot_env
+from tests.fixtures.fault_proxy import ScriptedPeer, Trickler
 from tests.fixtures.openai_server import GoodModel, ScriptedOpenAI, completion, has_image
 
 KEY = "sk-boot-secret-999"
@@ -160,3 +164,27 @@ def test_warmup_passes_and_survives_failed_requests(tmp_path: Path, capsys) -> N
 )
 def test_latin_prose_check(text: str, latin: bool) -> None:
     assert looks_like_latin_prose(text) is latin
+
+
+def _dripping(client, head: bytes) -> bool:
+    """A server answering 200 with a JSON body that arrives one byte every 0.5 s (60 s in all)."""
+    client.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 120\r\n\r\n")
+    for byte in b"{" + b" " * 118 + b"}":
+        time.sleep(0.5)
+        client.sendall(bytes([byte]))
+    return False
+
+
+# Issue #68: the engine is a peer like any other; a trickling answer ends at the request's timeout
+# in all, not at its last byte (each byte would reset a per-read timeout).
+@pytest.mark.parametrize("where", ["head", "body"])
+def test_a_trickling_engine_answer_ends_at_its_timeout(tmp_path: Path, where: str) -> None:
+    peer = Trickler(0.5) if where == "head" else ScriptedPeer(_dripping)
+    with peer:
+        env = boot_env(tmp_path, SERVER_PORT=peer.host.rsplit(":", 1)[1], API_KEY=KEY)
+        with mock.patch.dict(os.environ, env, clear=True):
+            settings = BootSettings.from_env()
+        started = time.monotonic()
+        with pytest.raises((BootError, httpx.ReadTimeout)):
+            Api(settings).chat({"messages": []}, timeout=2)
+        ended_by_deadline(time.monotonic() - started, 2, 60)
