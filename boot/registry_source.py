@@ -17,7 +17,7 @@ copy and its receipt. Contract:
 - No hub, no token, no verdict for other ranks: each rank pulls and verifies its own copy.
 
 Threat model: the registry, its mirrors and every file under MODEL_PATH are untrusted;
-credentials go only to their own registry (tools.oci.remote.credentials); the whole pull has
+credentials go only to their own registry (omni_oci.remote.credentials); the whole pull has
 one deadline (DOWNLOAD_DEADLINE_S).
 """
 
@@ -37,10 +37,10 @@ from boot.checkpoint.verify import LocalCheck, VerifyReport, check_local
 from boot.checkpoint.volume import carried_lock_is, pinned_lock, record, refuse_skips, verify_own_copy
 from boot.errors import BootError
 from boot.settings import REVISION, BootSettings
-from tools.model.pull import ExpectedLock, pull
-from tools.oci.format.errors import OciError
-from tools.oci.format.reference import Reference
-from tools.oci.remote.registry import RegistryClient
+from omni_oci.format.errors import OciError
+from omni_oci.format.reference import Reference
+from omni_oci.model.pull import ExpectedLock, pull
+from omni_oci.remote.registry import RegistryClient
 
 REGISTRY = "registry"
 # What a refusal of the pull names, said as the variable that sets it.

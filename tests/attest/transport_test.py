@@ -15,11 +15,11 @@ import httpx
 import pytest
 
 from attest.edge.transport import DeadlineTransport, answer_deadline
+from omni_oci.format.errors import OciError
+from omni_oci.remote.registry import RegistryClient
 from tests.fixtures.bounds import ended_by_deadline
 from tests.fixtures.fault_proxy import Trickler
 from tests.fixtures.loopback import LoopbackHTTPServer
-from tools.oci.format.errors import OciError
-from tools.oci.remote.registry import RegistryClient
 
 BLOB = b"a blob behind a proxy\n"
 DIGEST = "sha256:" + hashlib.sha256(BLOB).hexdigest()

@@ -16,14 +16,14 @@ import pytest
 
 import attest.files
 from attest.lock import ARTIFACT_LOCK
+from omni_oci.format.layout import OCI_CONFIG, OCI_MANIFEST
+from omni_oci.format.tar_reader import TarStream, read_members
+from omni_oci.model.artifact import MODEL_ARTIFACT, MODEL_CONFIG, check_manifest, parse_manifest, read_lock_layer
+from omni_oci.model.errors import ModelError
+from omni_oci.model.layers import IMAGE_LAYER, layer_size, stream_file_layer, tar_header
+from omni_oci.model.pack import load_lock_bytes, pack, read_pack, write_pack
 from tests.fixtures.model import LONG_NAME, REVISION, checkpoint_files, write_checkpoint
 from tests.fixtures.owners import owned_by_another_user
-from tools.model.artifact import MODEL_ARTIFACT, MODEL_CONFIG, check_manifest, parse_manifest, read_lock_layer
-from tools.model.errors import ModelError
-from tools.model.layers import IMAGE_LAYER, layer_size, stream_file_layer, tar_header
-from tools.model.pack import load_lock_bytes, pack, read_pack, write_pack
-from tools.oci.format.layout import OCI_CONFIG, OCI_MANIFEST
-from tools.oci.format.tar_reader import TarStream, read_members
 
 SCHEMA = Path("tests/data/modelpack/config-schema.json")
 SCHEMA_SHA256 = "2b47aec475d4e1d82075a1ac414e4b42830ca89f701da47c84425a336ef6a2c3"
@@ -270,7 +270,7 @@ def _hostile(edit):
     ],
 )
 def test_a_hostile_manifest_is_refused_naming_what_is_wrong(tmp_path: Path, edit, field: str) -> None:
-    from tools.model.artifact import lock_descriptor
+    from omni_oci.model.artifact import lock_descriptor
 
     artifact = _pack(*_checkpoint(tmp_path))
     manifest = _hostile(edit)(json.loads(artifact.image_manifest))
@@ -281,7 +281,7 @@ def test_a_hostile_manifest_is_refused_naming_what_is_wrong(tmp_path: Path, edit
 
 
 def test_a_malformed_lock_sha256_is_refused() -> None:
-    from tools.model.pull import expected_lock
+    from omni_oci.model.pull import expected_lock
 
     for value in ("zz", "0" * 63, "0" * 64 + "\n"):
         with pytest.raises(ModelError) as refused:

@@ -1,4 +1,4 @@
-"""tools/model/oms.py: OpenSSF Model Signing (OMS v1.0) signatures. Omni's own validate against
+"""omni_oci/model/oms.py: OpenSSF Model Signing (OMS v1.0) signatures. Omni's own validate against
 the spec's JSON schemas (tests/data/oms, pinned by sha256); the spec's test vectors give the
 outcomes the spec says; a signature the reference tool (model_signing 1.1.1) made is verified
 and its files compared; and each way a signature can be forged or malformed is refused,
@@ -18,10 +18,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from tests.fixtures.oms import OMS, certificate_chain, payload, schema_valid
-from tests.fixtures.pins import key_pair
-from tools.model.errors import ModelError
-from tools.model.oms import (
+from omni_oci.model.errors import ModelError
+from omni_oci.model.oms import (
     certificate_identity,
     differences,
     key_hint,
@@ -32,8 +30,10 @@ from tools.model.oms import (
     verified,
     verified_by_chain,
 )
-from tools.oci.signing import dsse
-from tools.oci.signing.keys import load_private_key, load_public_key
+from omni_oci.signing import dsse
+from omni_oci.signing.keys import load_private_key, load_public_key
+from tests.fixtures.oms import OMS, certificate_chain, payload, schema_valid
+from tests.fixtures.pins import key_pair
 
 # ossf/model-signing-spec at a0c91e2c930298efb8e8445bf475e4fa217d89cd (Apache-2.0): the schemas
 # and test vectors, byte for byte.

@@ -17,6 +17,13 @@ import pytest
 
 from attest.errors import AttestError
 from attest.lock import ARTIFACT_LOCK, PARTIAL_DIR
+from omni_oci.format.layout import OCI_INDEX, OCI_MANIFEST, canonical, sha256_digest
+from omni_oci.model.errors import ModelError
+from omni_oci.model.layers import layer_size
+from omni_oci.model.pack import load_lock_bytes, pack
+from omni_oci.model.pull import expected_lock, pull
+from omni_oci.remote.registry import RegistryClient
+from omni_oci.signing.keys import load_private_key
 from tests.fixtures.cosign import verifiers
 from tests.fixtures.model import REVISION, keyed_checkpoint, tree, unpacked
 from tests.fixtures.pins import key_pair
@@ -24,15 +31,8 @@ from tests.fixtures.raw_tar import EOA, member
 from tests.fixtures.registry import LoopbackRegistry, only_credentials
 from tests.fixtures.tools import hold_run_lock
 from tools.model.cli import main
-from tools.model.errors import ModelError
-from tools.model.layers import layer_size
-from tools.model.pack import load_lock_bytes, pack
-from tools.model.pull import expected_lock, pull
 from tools.model.push import push_artifact
 from tools.model.verify import verify_artifact
-from tools.oci.format.layout import OCI_INDEX, OCI_MANIFEST, canonical, sha256_digest
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.signing.keys import load_private_key
 
 USER, PASSWORD = "omni", "model-secret"
 SAME_SIZE = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
@@ -203,7 +203,7 @@ def _extra(manifest: dict, world) -> list[bytes]:
 
 
 def _other_lock(manifest: dict, world) -> list[bytes]:
-    from tools.model.artifact import lock_layer
+    from omni_oci.model.artifact import lock_layer
 
     data = world.lock_path.read_bytes().replace(REVISION.encode(), b"f" * 40)
     blob = lock_layer(data)

@@ -15,12 +15,8 @@ import pytest
 
 from attest.lock import ARTIFACT_LOCK, ARTIFACT_SIGNATURE, PARTIAL_DIR, WORKING_NAMES
 from boot.checkpoint.verify import unexpected_files
-from tests.fixtures.model import checkpoint_files, tree, unpacked, write_checkpoint
-from tests.fixtures.oms import payload, schema_valid
-from tests.fixtures.pins import key_pair
-from tests.fixtures.registry import LoopbackRegistry, only_credentials
-from tools.model import oms
-from tools.model.artifact import (
+from omni_oci.model import oms
+from omni_oci.model.artifact import (
     FILE_DIGEST,
     FILEPATH,
     check_manifest,
@@ -28,15 +24,19 @@ from tools.model.artifact import (
     read_signature_layer,
     signature_descriptor,
 )
+from omni_oci.model.errors import ModelError
+from omni_oci.model.pack import load_lock_bytes, pack, read_pack, write_pack
+from omni_oci.model.pull import expected_lock, pull
+from omni_oci.remote.registry import RegistryClient
+from omni_oci.signing.keys import load_private_key, load_public_key
+from tests.fixtures.model import checkpoint_files, tree, unpacked, write_checkpoint
+from tests.fixtures.oms import payload, schema_valid
+from tests.fixtures.pins import key_pair
+from tests.fixtures.registry import LoopbackRegistry, only_credentials
 from tools.model.cli import main as model_cli
-from tools.model.errors import ModelError
-from tools.model.pack import load_lock_bytes, pack, read_pack, write_pack
-from tools.model.pull import expected_lock, pull
 from tools.model.push import push_artifact, push_checkpoint
 from tools.model.sign import model_signature, signed_artifact
 from tools.model.verify import checked_model_signature, verify_artifact
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.signing.keys import load_private_key, load_public_key
 
 USER, PASSWORD = "omni", "signature-secret"
 

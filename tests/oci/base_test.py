@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import read_blob, read_layout
+from omni_oci.remote.referrers import referrers
+from omni_oci.remote.registry import RegistryClient
 from tests.fixtures.oci import UMOCI, blobs_of, run, writable_copy
 from tests.fixtures.qwen import TARGET_REVISION, attest_checkpoint, make_checkpoint, make_fake_vllm
 from tests.fixtures.registry import LoopbackRegistry
 from tools.debian.rootfs import build
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import read_blob, read_layout
-from tools.oci.remote.referrers import referrers
-from tools.oci.remote.registry import RegistryClient
 
 LOCK = json.loads(Path("images/debian.lock.json").read_text())
 DEBS = {arch: Path(os.environ[f"DEBS_{arch.upper()}"].split()[0]).parent for arch in ("amd64", "arm64")}

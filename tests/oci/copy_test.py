@@ -1,4 +1,4 @@
-"""tools/oci/remote/copy.py: a blob handed to an upload from an untrusted source is hashed in
+"""omni_oci/remote/copy.py: a blob handed to an upload from an untrusted source is hashed in
 order, the piece that completes it handed on only once its digest is right, and a cut read
 resumed from the byte it reached. First with a source scripted in memory (every offset an
 upload may ask for), then between two real docker-registries through a proxy that cuts."""
@@ -11,12 +11,12 @@ from typing import Iterator
 
 import pytest
 
+from omni_oci.format.errors import OciError
+from omni_oci.remote.copy import RESUMES, FileBlob, HashedSource, RegistryBlob
+from omni_oci.remote.pieces import Pieces
+from omni_oci.remote.registry import RegistryClient
 from tests.fixtures.fault_proxy import FaultProxy, Step
 from tests.fixtures.registry import LoopbackRegistry
-from tools.oci.format.errors import OciError
-from tools.oci.remote.copy import RESUMES, FileBlob, HashedSource, RegistryBlob
-from tools.oci.remote.pieces import Pieces
-from tools.oci.remote.registry import RegistryClient
 
 DATA = os.urandom(10_000)
 DIGEST = "sha256:" + hashlib.sha256(DATA).hexdigest()

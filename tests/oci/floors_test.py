@@ -1,4 +1,4 @@
-"""The build actions' programs run with //tools/oci/format, //tools/oci/build, tools/debian and
+"""The build actions' programs run with //omni_oci/format, //tools/oci/build, tools/debian and
 attest only: no registry stack, signing, command or network library is among their files. Bazel
 keys each image action on its tool's files, so a registry or signing edit leaves every image
 action cached (tests/oci/floors.bzl lists the files as Bazel hands them to the actions)."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 FILES = Path(os.environ["BUILD_TOOLS_FILES"])
 NEVER = (
-    "tools/oci/remote/",
-    "tools/oci/signing/",
+    "omni_oci/remote/",
+    "omni_oci/signing/",
     "tools/oci/push.py",
     "tools/oci/verify.py",
     "tools/oci/run_image.py",
@@ -28,7 +28,7 @@ def listed() -> list[str]:
 
 def test_the_build_tools_run_with_no_registry_signing_or_command_code() -> None:
     files = listed()
-    assert "tools/oci/format/layout.py" in files and "tools/oci/build/layer.py" in files, files[:20]
+    assert "omni_oci/format/layout.py" in files and "tools/oci/build/layer.py" in files, files[:20]
     assert [path for path in files if path.startswith(NEVER)] == []
 
 

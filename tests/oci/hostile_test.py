@@ -17,17 +17,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, sha256_digest
+from omni_oci.remote.registry import RegistryClient
+from omni_oci.remote.shallow_base import fetch_base
+from omni_oci.signing.keys import load_private_key
+from omni_oci.signing.legacy import push_image_signature
 from tests.fixtures.oci import blobs_of, make_image, make_layer
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import LoopbackRegistry
 from tools.oci.build.image import BAKED_DEST, TITLE
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, sha256_digest
 from tools.oci.push import push
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.remote.shallow_base import fetch_base
-from tools.oci.signing.keys import load_private_key
-from tools.oci.signing.legacy import push_image_signature
 
 GZIP_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from omni_oci.format.layout import read_blob, read_layout
+from omni_oci.format.tar_members import extract_all
+from omni_oci.format.tar_reader import TarStream
 from tests.fixtures.oci import SKOPEO, UMOCI, blobs_of, crane, run, writable_copy
 from tests.fixtures.registry import LoopbackRegistry
-from tools.oci.format.layout import read_blob, read_layout
-from tools.oci.format.tar_members import extract_all
-from tools.oci.format.tar_reader import TarStream
 
 IMAGES = {
     "qwen_mi300x": {"arch": "amd64", "module": "launcher", "machine": "x86_64"},

@@ -14,21 +14,21 @@ from pathlib import Path
 
 import pytest
 
+from omni_oci.format.layout import sha256_digest
+from omni_oci.remote.registry import RegistryClient
 from tests.fixtures.raw_tar import EOA, header, member, pax
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import image_manifest
-from tools.oci.format.layout import sha256_digest
-from tools.oci.remote.registry import RegistryClient
 
 LIMIT_MB = 200
 
 # The reader's process: read the base as tools/pin does, print the outcome and the peak RSS.
 DRIVER = """
 import json, sys
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import sha256_digest
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.remote.layer_files import read_layer_files
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import sha256_digest
+from omni_oci.remote.registry import RegistryClient
+from omni_oci.remote.layer_files import read_layer_files
 from tools.pin.engine_files import engine_identity, wanted_files
 from tools.pin.upstream import MAX_ENGINE_FILE_BYTES
 host, repository, layers = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])

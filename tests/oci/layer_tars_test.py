@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR
 from tests.fixtures.oci import UMOCI, make_image, run
 from tools.oci.build.layer import main as layer_main
 from tools.oci.build.layer import write_layer
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR
 
 
 def _member(tar: tarfile.TarFile, name: str, data: bytes = b"", **fields) -> None:

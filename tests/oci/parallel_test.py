@@ -1,4 +1,4 @@
-"""tools/oci/remote/parallel.py, the one parallel sender of image push, model push and pull:
+"""omni_oci/remote/parallel.py, the one parallel sender of image push, model push and pull:
 results in the items' order whatever order they end in, one progress line per item with its note,
 the first failure (in the items' order) raised only after the work in flight has ended."""
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tools.oci.remote.parallel import blob_progress, in_parallel
+from omni_oci.remote.parallel import blob_progress, in_parallel
 
 
 def test_results_keep_the_items_order_and_each_item_is_one_line() -> None:

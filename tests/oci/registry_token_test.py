@@ -14,20 +14,20 @@ from typing import Iterator
 
 import pytest
 
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import OCI_MANIFEST, read_layout
+from omni_oci.remote import referrers as referrers_module
+from omni_oci.remote.referrers import push_referrer, referrers
+from omni_oci.remote.registry import RegistryClient
+from omni_oci.remote.shallow_base import fetch_base
+from omni_oci.signing.bundles import SIGN_PREDICATE, push_bundle, signed_statements, statement
+from omni_oci.signing.keys import load_private_key
 from tests.fixtures.bounds import ended_long_before
 from tests.fixtures.oci import make_image, make_layer
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import no_credentials
 from tests.fixtures.token_registry import TokenRegistry
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import OCI_MANIFEST, read_layout
 from tools.oci.push import push
-from tools.oci.remote import referrers as referrers_module
-from tools.oci.remote.referrers import push_referrer, referrers
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.remote.shallow_base import fetch_base
-from tools.oci.signing.bundles import SIGN_PREDICATE, push_bundle, signed_statements, statement
-from tools.oci.signing.keys import load_private_key
 
 USER, PASSWORD = "omni-ci", "t0ken-Pa55"
 

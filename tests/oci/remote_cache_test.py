@@ -118,8 +118,8 @@ def _synthetic_base(registry: str, repository: str, work: Path, size: int, parts
     """A linux/amd64 'vendor' base of incompressible layers; returns its digest and its layers' hex digests."""
     import hashlib
 
-    from tools.oci.format.layout import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST, canonical, descriptor
-    from tools.oci.remote.registry import RegistryClient
+    from omni_oci.format.layout import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST, canonical, descriptor
+    from omni_oci.remote.registry import RegistryClient
 
     layers = []
     with RegistryClient(registry, credential=None) as client:

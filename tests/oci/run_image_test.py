@@ -11,9 +11,9 @@ from unittest import mock
 
 import pytest
 
+from omni_oci.format.layout import BASE_SIDECAR
 from tests.fixtures.oci import make_image, make_layer
 from tools.oci import run_image
-from tools.oci.format.layout import BASE_SIDECAR
 
 
 @pytest.fixture()

@@ -20,14 +20,14 @@ import zstandard
 
 from attest.engine import ENGINE_DISTRIBUTIONS, find_installed
 from attest.errors import AttestError
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import OCI_LAYER_GZIP, OCI_LAYER_ZSTD, sha256_digest
+from omni_oci.remote.layer_files import read_layer_files
+from omni_oci.remote.registry import RegistryClient
 from tests.fixtures.oci import CRANE, SKOPEO, UMOCI, run
 from tests.fixtures.raw_tar import BLOCK, EOA, archive, gnu_long, header, member, pax
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import installed_engine, layer, put_image
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import OCI_LAYER_GZIP, OCI_LAYER_ZSTD, sha256_digest
-from tools.oci.remote.layer_files import read_layer_files
-from tools.oci.remote.registry import RegistryClient
 from tools.pin.engine_files import engine_identity, wanted_files
 
 SITE = "usr/local/lib/python3.12/dist-packages"

@@ -1,4 +1,4 @@
-"""The one safe tar extraction (tools/oci/format/tar_members.py) that product and tests use on every
+"""The one safe tar extraction (omni_oci/format/tar_members.py) that product and tests use on every
 supported Python, Debian 12's 3.11.2 (no extraction filters) included: a tar as other tools
 write it is reproduced exactly; each hostile member is refused naming the tar and the member,
 and nothing is written outside the destination."""
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.oci.format.errors import OciError
-from tools.oci.format.tar_members import extract_all, member_path
-from tools.oci.format.tar_reader import TarStream
+from omni_oci.format.errors import OciError
+from omni_oci.format.tar_members import extract_all, member_path
+from omni_oci.format.tar_reader import TarStream
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes = b"", **fields) -> None:

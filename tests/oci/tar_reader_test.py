@@ -1,4 +1,4 @@
-"""tools/oci/format/tar_reader.py: well-formed tars from GNU tar and CPython in every format read as
+"""omni_oci/format/tar_reader.py: well-formed tars from GNU tar and CPython in every format read as
 they were written; each construct on which tar readers disagree is refused, naming the header's
 byte offset; memory stays bounded by the header-record cap."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from omni_oci.format.errors import OciError
+from omni_oci.format.tar_reader import MAX_HEADER_RECORD_BYTES, TarStream, read_members
 from tests.fixtures.raw_tar import BLOCK, EOA, archive, gnu_long, header, member, padded, pax
-from tools.oci.format.errors import OciError
-from tools.oci.format.tar_reader import MAX_HEADER_RECORD_BYTES, TarStream, read_members
 
 LONG = "d/" + "n" * 120 + "/file.txt"
 

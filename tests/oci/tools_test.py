@@ -15,15 +15,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import canonical, sha256_digest
+from omni_oci.format.reference import Reference, api_path
+from omni_oci.remote.registry import RegistryClient
+from omni_oci.remote.shallow_base import fetch_base
 from tests.fixtures.oci import blobs_of, crane, make_image, make_layer
 from tests.fixtures.registry import LoopbackRegistry
 from tools.oci.build.layer import write_layer
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import canonical, sha256_digest
-from tools.oci.format.reference import Reference, api_path
 from tools.oci.push import push
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.remote.shallow_base import fetch_base
 
 APP = {"/opt/omni/app/launcher/cli.py": "print('hello')\n", "/opt/omni/app/launcher/__init__.py": ""}
 DEPS = {
@@ -393,8 +393,8 @@ def test_bad_or_half_stamped_tags_are_refused_before_any_push(tags: list, messag
 
 
 def test_load_tarballs_are_deterministic_and_refuse_what_cannot_load(tmp_path: Path) -> None:
+    from omni_oci.format.layout import BASE_SIDECAR
     from tools.oci.build.load import write_tarball
-    from tools.oci.format.layout import BASE_SIDECAR
 
     _build(tmp_path / "img", APP)
     layout = tmp_path / "img" / "layout"
@@ -509,8 +509,8 @@ def test_an_index_holds_one_image_per_platform_and_pushes_whole(tmp_path: Path, 
     ],
 )
 def test_index_refusals(tmp_path: Path, case: str, message: str) -> None:
+    from omni_oci.format.layout import BASE_SIDECAR
     from tools.oci.build.index import write_index
-    from tools.oci.format.layout import BASE_SIDECAR
 
     one = _platform_image(tmp_path, "one", os="linux", architecture="amd64")
     two = _platform_image(tmp_path, "two", os="linux", architecture="amd64")
@@ -582,8 +582,8 @@ def test_the_layer_tool_as_a_worker_writes_what_the_command_line_writes(tmp_path
 
 
 def test_index_refuses_an_image_without_a_platform_or_with_a_missing_blob(tmp_path: Path) -> None:
+    from omni_oci.format.layout import blob_path, read_blob, read_layout
     from tools.oci.build.index import write_index
-    from tools.oci.format.layout import blob_path, read_blob, read_layout
 
     image = _platform_image(tmp_path, "img", os="linux", architecture="amd64")
     _, manifest, _ = read_layout(image)
@@ -592,7 +592,7 @@ def test_index_refuses_an_image_without_a_platform_or_with_a_missing_blob(tmp_pa
     with pytest.raises(OciError, match=f"lacks blob {manifest['layers'][0]['digest']}"):
         write_index(tmp_path / "index", [image])
     # A layout whose config (digests intact) names no architecture: only a hostile layout has one.
-    from tools.oci.format.layout import OCI_CONFIG, descriptor, write_blob, write_layout
+    from omni_oci.format.layout import OCI_CONFIG, descriptor, write_blob, write_layout
 
     bare = _platform_image(tmp_path, "bare", os="linux", architecture="amd64")
     _, bare_manifest, _ = read_layout(bare)

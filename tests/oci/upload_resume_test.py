@@ -1,4 +1,4 @@
-"""tools/oci/remote/registry.py's chunked uploads after a cut: the upload's status (GET on its
+"""omni_oci/remote/registry.py's chunked uploads after a cut: the upload's status (GET on its
 session, as the distribution spec defines it) says where the registry stopped and only the rest
 is sent again; a registry that refuses the status (docker-registry invalidates a session whose
 PATCH broke off) gets a fresh session, and the blob still arrives whole. A registry scripted to
@@ -15,10 +15,10 @@ from typing import Iterator
 import httpx
 import pytest
 
+from omni_oci.format.errors import OciError
+from omni_oci.remote.registry import RegistryClient
 from tests.fixtures.fault_proxy import FaultProxy, Step
 from tests.fixtures.registry import LoopbackRegistry
-from tools.oci.format.errors import OciError
-from tools.oci.remote.registry import RegistryClient
 
 BLOB = random.Random(11).randbytes(8 << 20)
 DIGEST = "sha256:" + hashlib.sha256(BLOB).hexdigest()

@@ -21,14 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attest.errors import AttestError
-from tests.fixtures.oci import make_image, make_layer
-from tests.fixtures.pins import key_pair, qwen_pins
-from tests.fixtures.qwen import VLLM_COMMIT
-from tools.oci import verify as verify_module
-from tools.oci.build.image import BAKED_DEST, TITLE
-from tools.oci.build.provenance import build_statement
-from tools.oci.format.errors import OciError, refusing_object
-from tools.oci.format.layout import (
+from omni_oci.format.errors import OciError, refusing_object
+from omni_oci.format.layout import (
     OCI_CONFIG,
     OCI_MANIFEST,
     canonical,
@@ -37,9 +31,9 @@ from tools.oci.format.layout import (
     read_layout,
     sha256_digest,
 )
-from tools.oci.format.statement import SLSA_PROVENANCE
-from tools.oci.remote.referrers import push_referrer
-from tools.oci.signing.bundles import (
+from omni_oci.format.statement import SLSA_PROVENANCE
+from omni_oci.remote.referrers import push_referrer
+from omni_oci.signing.bundles import (
     BUNDLE_TYPE,
     CONTENT_ANNOTATION,
     PREDICATE_ANNOTATION,
@@ -48,8 +42,8 @@ from tools.oci.signing.bundles import (
     bundle,
     statement,
 )
-from tools.oci.signing.keys import load_private_key, sign
-from tools.oci.signing.legacy import (
+from omni_oci.signing.keys import load_private_key, sign
+from omni_oci.signing.legacy import (
     DSSE_TYPE,
     SIGNATURE_ANNOTATION,
     SIMPLESIGNING_TYPE,
@@ -59,7 +53,13 @@ from tools.oci.signing.legacy import (
     simple_signing_payload,
     tag_for,
 )
-from tools.oci.signing.legacy import PREDICATE_ANNOTATION as LEGACY_PREDICATE
+from omni_oci.signing.legacy import PREDICATE_ANNOTATION as LEGACY_PREDICATE
+from tests.fixtures.oci import make_image, make_layer
+from tests.fixtures.pins import key_pair, qwen_pins
+from tests.fixtures.qwen import VLLM_COMMIT
+from tools.oci import verify as verify_module
+from tools.oci.build.image import BAKED_DEST, TITLE
+from tools.oci.build.provenance import build_statement
 from tools.oci.verify import verify_image
 
 SIGSTORE_SCHEMA = Path("tests/data/sigstore/Bundle.schema.json")
@@ -114,7 +114,7 @@ class MemoryRegistry:
     requested: list = []
 
     def request(self, method: str, path: str, *, repository: str, headers: dict | None = None) -> "_Answer":
-        """The referrers API (none here) and the fallback tag, as tools/oci/remote/referrers.py asks."""
+        """The referrers API (none here) and the fallback tag, as omni_oci/remote/referrers.py asks."""
         reference = path.rsplit("/", 1)[1]
         if "/referrers/" in path or reference not in self.manifests:
             return _Answer(404, b"{}")
@@ -761,7 +761,7 @@ def test_a_config_that_is_not_json_is_refused(genuine, keys) -> None:
     assert refused.value.field == "config"
 
 
-# --- Sigstore bundles as referrers (tools/oci/signing/bundles.py) ---------------------------------
+# --- Sigstore bundles as referrers (omni_oci/signing/bundles.py) ---------------------------------
 
 
 def _subject(genuine: dict[str, Any]) -> dict[str, Any]:
@@ -988,7 +988,7 @@ def test_a_malformed_referrers_index_is_refused_naming_it(genuine, keys, index: 
 
 
 def test_an_oversized_referrers_index_is_refused(genuine, keys, monkeypatch) -> None:
-    from tools.oci.remote import referrers as referrers_module
+    from omni_oci.remote import referrers as referrers_module
 
     registry = _world(genuine, keys)
     registry.manifests[genuine["digest"].replace(":", "-")] = b'{"manifests": []}'

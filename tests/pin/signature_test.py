@@ -21,13 +21,13 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from attest.lock import ARTIFACT_SIGNATURE, PUBLISHER_SIGNED, REVIEWED
 from attest.pins import load_pins
+from omni_oci.model import oms
+from omni_oci.signing.keys import load_private_key, load_public_key
 from tests.fixtures.hub import HubRepo, LoopbackHub
 from tests.fixtures.oms import certificate_chain, model_signing
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import installed_engine, layer, push_vendor_base
-from tools.model import oms
-from tools.oci.signing.keys import load_private_key, load_public_key
 from tools.pin.cli import main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attest.errors import AttestError
+from omni_oci.format.errors import OciError
 from tests.fixtures.deepseek import boot_env, tiny_repo
 from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.openai_server import Raw, ScriptedOpenAI
 from tests.fixtures.qwen import LauncherWorld
-from tools.oci.format.errors import OciError
 
 FUZZ = settings(
     max_examples=60,
@@ -250,7 +250,7 @@ class _FakeRegistry:
 @FUZZ
 @given(manifest=json_values, blob=st.binary(max_size=200))
 def test_oci_documents(tmp_path: Path, manifest: Any, blob: bytes) -> None:
-    from tools.oci.remote.shallow_base import fetch_base
+    from omni_oci.remote.shallow_base import fetch_base
     from tools.oci.verify import baked_pins
 
     for call in (

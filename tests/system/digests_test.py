@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from attest.record import parse_record, verify_installed
+from omni_oci.format.layout import blob_path
+from omni_oci.format.tar_members import extract_all
+from omni_oci.format.tar_reader import TarStream
 from tests.fixtures.oci import make_image, make_layer
 from tools.oci.build_diff import check, diff, manifest_of
-from tools.oci.format.layout import blob_path
-from tools.oci.format.tar_members import extract_all
-from tools.oci.format.tar_reader import TarStream
 
 RECORDED = Path("images/digests.json")
 IMAGES = {name: Path("images") / f"{name}.layout" for name in ("qwen_mi300x", "deepseek_spark")}

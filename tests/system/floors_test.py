@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = ("attest", "boot", "images", "launcher", "tests", "tools")
+OURS = ("attest", "boot", "images", "launcher", "omni_oci", "tests", "tools")
 ENGINES = ("vllm", "sglang", "torch")
 STANDARD = set(sys.stdlib_module_names) | {"__future__"}
 _ROW = re.compile(r"^\| `([\w.*]+)` \| ([^|]*) \| ([^|]*) \|", flags=re.M)
@@ -25,7 +25,7 @@ _ROW = re.compile(r"^\| `([\w.*]+)` \| ([^|]*) \| ([^|]*) \|", flags=re.M)
 
 @dataclass(frozen=True)
 class Floor:
-    folder: str  # dotted: tools.oci.remote, or tests.* for a folder and everything below it
+    folder: str  # dotted: omni_oci.remote, or tests.* for a folder and everything below it
     ours: frozenset[str]  # entries: a package (its own modules), a module, or PACKAGE.*; "any"
     pypi: frozenset[str]  # top-level import names; "any"
 
@@ -191,8 +191,8 @@ def _visible_folders(labels: list[str]) -> set[str]:
         ("boot/serving/BUILD.bazel", "serving", "boot.serving"),
         ("boot/BUILD.bazel", "settings", "boot.settings"),
         ("tools/oci/build/BUILD.bazel", "build", "tools.oci.build"),
-        ("tools/oci/remote/BUILD.bazel", "remote", "tools.oci.remote"),
-        ("tools/oci/signing/BUILD.bazel", "signing", "tools.oci.signing"),
+        ("omni_oci/remote/BUILD.bazel", "remote", "omni_oci.remote"),
+        ("omni_oci/signing/BUILD.bazel", "signing", "omni_oci.signing"),
     ],
 )
 def test_bazel_visibility_mirrors_the_floors(build: str, library: str, floor: str) -> None:

@@ -26,16 +26,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attest.edge.redact import learn, redact_known, redactor, secret_forms
+from omni_oci.format.errors import OciError
+from omni_oci.remote import credentials
+from omni_oci.remote.auth import realm_withholds
+from omni_oci.remote.credentials import Credential, lookup
+from omni_oci.remote.registry import ATTEMPTS, RegistryClient
 from tests.fixtures.bounds import ended_by_deadline, ended_long_before
 from tests.fixtures.loopback import LoopbackHTTPServer
 from tests.fixtures.registry import credential_helper, no_credentials
 from tools.gate.openai_client import Deadline, DeadlinePassed, Endpoint, PeerError
-from tools.oci.format.errors import OciError
 from tools.oci.push import main as push_main
-from tools.oci.remote import credentials
-from tools.oci.remote.auth import realm_withholds
-from tools.oci.remote.credentials import Credential, lookup
-from tools.oci.remote.registry import ATTEMPTS, RegistryClient
 
 USER, PASSWORD = "omni-hostile", "Pa55-w0rd/with'quote\"and\\slash"
 
@@ -379,8 +379,8 @@ def test_a_hostile_credential_helper_costs_one_bounded_attempt(
     (clean_env / ".docker" / "config.json").write_text(json.dumps({"credsStore": name}))
     code = """
 import sys, time
-from tools.oci.remote.credentials import lookup
-from tools.oci.format.errors import OciError
+from omni_oci.remote.credentials import lookup
+from omni_oci.format.errors import OciError
 for attempt in range(3):  # a failed lookup is asked once per run
     try:
         found = lookup("127.0.0.1:5999")

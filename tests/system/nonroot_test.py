@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from omni_oci.format.layout import read_blob, read_layout
 from tests.fixtures.deepseek import tiny_repo, write_lock
 from tests.fixtures.oci import UMOCI, confined, run, writable_copy
 from tests.fixtures.qwen import TARGET_REVISION, attest_checkpoint, make_checkpoint, make_fake_vllm
-from tools.oci.format.layout import read_blob, read_layout
 
 USER = "1000:1000"
 GROUPS = "44,110"  # video, render: what a ROCm deployment adds with --group-add

@@ -21,7 +21,7 @@ EXPECTED = [
     "launcher/__main__.py",
     "boot/cli.py",
     "attest/reader.py",
-    "tools/oci/format/tar_members.py",
+    "omni_oci/format/tar_members.py",
     "tools/oci/push.py",
     "tools/gate/cli.py",
     "tools/deploy/manifests.py",

@@ -18,6 +18,11 @@ from attest.errors import AttestError
 from attest.pins import ImagePins
 from boot.cli import main as boot_main
 from boot.settings import REVISION
+from omni_oci.format.errors import OciError
+from omni_oci.remote.registry import RegistryClient
+from omni_oci.signing.bundles import BUNDLE_TYPE
+from omni_oci.signing.keys import load_private_key
+from omni_oci.signing.legacy import dsse_envelope, push_attestation, tag_for
 from tests.fixtures.cosign import Cosign, verifiers
 from tests.fixtures.deepseek import boot_env, tiny_repo, write_lock
 from tests.fixtures.oci import blobs_of, make_image, make_layer
@@ -27,11 +32,6 @@ from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.wheels import write_record
 from tools.oci.build.image import checked_lock, load_pins_checked
 from tools.oci.build.provenance import build_statement, resolved
-from tools.oci.format.errors import OciError
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.signing.bundles import BUNDLE_TYPE
-from tools.oci.signing.keys import load_private_key
-from tools.oci.signing.legacy import dsse_envelope, push_attestation, tag_for
 from tools.oci.verify import model_trust, verify_image
 
 OTHER = "fe" * 20

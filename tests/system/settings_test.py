@@ -25,8 +25,8 @@ NOT_SETTINGS = {
     "XML_OUTPUT_FILE": "set by `bazel test` for the pytest runner",
     "TESTBRIDGE_TEST_ONLY": "set by `bazel test --test_filter` for the pytest runner",
     "PYPI_INTERPRETER_RECORD": "a test's own input, set in its BUILD target",
-    "HOME": "tools/oci/remote/credentials.py: where ~/.docker is when DOCKER_CONFIG is unset",
-    "PATH": "tools/oci/remote/credentials.py: where docker-credential-* helpers are found",
+    "HOME": "omni_oci/remote/credentials.py: where ~/.docker is when DOCKER_CONFIG is unset",
+    "PATH": "omni_oci/remote/credentials.py: where docker-credential-* helpers are found",
 }
 PACKAGES = {"launcher": LAUNCHER, "boot": BOOT, "tools": TOOLS}
 NAME = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")

@@ -42,7 +42,7 @@ def _run(*command: str) -> subprocess.CompletedProcess:
 
 def test_the_tree_is_found() -> None:
     python = _tree(("*.py",))
-    assert {"attest/errors.py", "tools/oci/remote/registry.py", "tests/system/style_test.py"} <= set(python)
+    assert {"attest/errors.py", "omni_oci/remote/registry.py", "tests/system/style_test.py"} <= set(python)
     assert {"MODULE.bazel", "tests/oci/BUILD.bazel", "tools/defs.bzl"} <= set(_tree(BAZEL_FILES))
 
 

@@ -25,9 +25,9 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from omni_oci.format.errors import OciError
 from tools.debian.control import stanzas
 from tools.oci.build.layer import source_date_epoch, write_layer
-from tools.oci.format.errors import OciError
 
 CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 STATUS_DIR = "var/lib/dpkg/status.d"

@@ -24,6 +24,8 @@ from attest.edge.redact import known_secrets, redacting_output
 from attest.edge.refusal import refusing_main, report_refusal
 from attest.errors import AttestError
 from attest.files import write_atomic
+from omni_oci.format.errors import OciError
+from omni_oci.format.reference import Reference
 from tools.deploy.contract import ImageContract, read_contract
 from tools.deploy.emit import render
 from tools.deploy.errors import DeployError
@@ -31,8 +33,6 @@ from tools.deploy.inputs import DEFAULT_KUBERNETES_VERSION, IMAGE_VOLUMES_DEFAUL
 from tools.deploy.kustomize import generated_by_deploy, write_base
 from tools.deploy.manifests import Options, check_pins, provenance, resolved, resources
 from tools.deploy.scheduling import Scheduling, label_pair, toleration
-from tools.oci.format.errors import OciError
-from tools.oci.format.reference import Reference
 from tools.oci.push_record import last_push
 
 

@@ -14,12 +14,12 @@ from typing import Any
 from attest.documents import parse_document
 from attest.errors import AttestError
 from attest.pins import BakedImage
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import read_blob, read_layout
+from omni_oci.format.tar_members import clean_name
+from omni_oci.format.tar_reader import TarStream, read_members
 from tools.deploy.errors import DeployError
 from tools.oci.build.image import BAKED_DEST, GROUPS_LABEL, TITLE
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import read_blob, read_layout
-from tools.oci.format.tar_members import clean_name
-from tools.oci.format.tar_reader import TarStream, read_members
 
 BAKED_PATH = BAKED_DEST.lstrip("/")  # as a tar member names it
 # The baked layer holds two small documents; anything bigger is not ours.

@@ -10,11 +10,11 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from attest.reader import UNSHOWN_CATEGORIES
+from omni_oci.format.errors import OciError
+from omni_oci.format.reference import Reference
 from tools.deploy.errors import DeployError
 from tools.deploy.k8s_names import dns_label, dns_subdomain
 from tools.deploy.scheduling import Scheduling, check_scheduling, label_pair
-from tools.oci.format.errors import OciError
-from tools.oci.format.reference import Reference
 
 # Variable names are what the shell and Kubernetes accept; secrets never go in plain `value`s.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

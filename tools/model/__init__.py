@@ -1,3 +1,1 @@
-"""Models as OCI artifacts: a checkpoint lock's files packed one per tar layer under a ModelPack
-manifest and a plain image manifest, pushed, signed, pulled and verified against the lock.
-"""
+"""`tools/model`: the command over omni_oci.model (pack, push, pull, verify, sign)."""

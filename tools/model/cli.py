@@ -26,15 +26,15 @@ from pathlib import Path
 
 from attest.edge.redact import redacting_output
 from attest.edge.refusal import refusing_main
-from tools.model.artifact import PLATFORMS
-from tools.model.errors import ModelError
-from tools.model.pack import load_lock_bytes, pack, read_pack, summary, write_pack
-from tools.model.pull import expected_lock, pull
+from omni_oci.model.artifact import PLATFORMS
+from omni_oci.model.errors import ModelError
+from omni_oci.model.pack import load_lock_bytes, pack, read_pack, summary, write_pack
+from omni_oci.model.pull import expected_lock, pull
+from omni_oci.signing.bundles import BUNDLES_ONLY_WARNING
+from omni_oci.signing.keys import load_private_key
 from tools.model.push import PUSH_JOBS, push_artifact, push_checkpoint, push_summary
 from tools.model.sign import signed_artifact
 from tools.model.verify import signed, verify_artifact
-from tools.oci.signing.bundles import BUNDLES_ONLY_WARNING
-from tools.oci.signing.keys import load_private_key
 from tools.oci.verify import LAYOUTS
 from tools.settings import user_path
 

@@ -15,22 +15,22 @@ from typing import Any, Callable
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from attest.lock import ARTIFACT_LOCK, ARTIFACT_SIGNATURE, CheckpointLock
-from tools.model import oms
-from tools.model.artifact import Artifact, build, hub_url
-from tools.model.errors import ModelError
-from tools.model.layers import FileLayer, FileLayerStream, layer_size, stream_file_layer
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import OCI_MANIFEST, descriptor
+from omni_oci.format.reference import Reference
+from omni_oci.format.statement import SLSA_PROVENANCE, statement
+from omni_oci.model import oms
+from omni_oci.model.artifact import Artifact, build, hub_url
+from omni_oci.model.errors import ModelError
+from omni_oci.model.layers import FileLayer, FileLayerStream, layer_size, stream_file_layer
+from omni_oci.remote.parallel import PushReport, blob_progress, in_parallel
+from omni_oci.remote.referrers import put_referrer
+from omni_oci.remote.registry import RegistryClient, client_for
+from omni_oci.signing.bundles import push_signatures
 from tools.model.sign import model_signature
 from tools.oci.build.image import TOOLKIT_VERSION
 from tools.oci.build.provenance import BUILDER_ID
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import OCI_MANIFEST, descriptor
-from tools.oci.format.reference import Reference
-from tools.oci.format.statement import SLSA_PROVENANCE, statement
 from tools.oci.push import TAG_RE
-from tools.oci.remote.parallel import PushReport, blob_progress, in_parallel
-from tools.oci.remote.referrers import put_referrer
-from tools.oci.remote.registry import RegistryClient, client_for
-from tools.oci.signing.bundles import push_signatures
 
 PUSH_JOBS = 4
 BUILD_TYPE = "https://omni.invalid/build-types/model-artifact/v1"

@@ -1,4 +1,4 @@
-"""sign: the OpenSSF Model Signing signature (tools/model/oms.py) of a checkpoint's locked files,
+"""sign: the OpenSSF Model Signing signature (omni_oci/model/oms.py) of a checkpoint's locked files,
 made with the release key, which pack and push carry in the artifact as `model.sig`.
 
 Its resources are exactly the lock's files, each with its sha256: the lock's own for LFS files;
@@ -22,10 +22,10 @@ from attest.errors import AttestError
 from attest.hashing import SHA256, new_digest
 from attest.lock import ARTIFACT_SIGNATURE, WORKING_NAMES, CheckpointLock, LockedFile
 from attest.tree import open_regular
-from tools.model import oms
-from tools.model.artifact import Artifact, build
-from tools.model.errors import ModelError
-from tools.model.layers import READ_BYTES
+from omni_oci.model import oms
+from omni_oci.model.artifact import Artifact, build
+from omni_oci.model.errors import ModelError
+from omni_oci.model.layers import READ_BYTES
 
 OMNI_FILES = tuple(sorted({*WORKING_NAMES, ARTIFACT_SIGNATURE}))
 

@@ -14,15 +14,21 @@ from attest.errors import AttestError
 from attest.hashing import SHA256
 from attest.lock import ARTIFACT_SIGNATURE, CheckpointLock
 from attest.reader import loads_object
-from tools.model import oms
-from tools.model.artifact import MODEL_ARTIFACT, check_manifest, lock_descriptor, parse_manifest, signature_descriptor
-from tools.model.errors import ModelError
-from tools.model.pull import ExpectedLock, fetch_lock, fetch_signature
+from omni_oci.format.errors import OciError
+from omni_oci.format.reference import Reference
+from omni_oci.model import oms
+from omni_oci.model.artifact import (
+    MODEL_ARTIFACT,
+    check_manifest,
+    lock_descriptor,
+    parse_manifest,
+    signature_descriptor,
+)
+from omni_oci.model.errors import ModelError
+from omni_oci.model.pull import ExpectedLock, fetch_lock, fetch_signature
+from omni_oci.remote.registry import RegistryClient, client_for
+from omni_oci.signing.keys import load_public_key
 from tools.model.push import BUILD_TYPE
-from tools.oci.format.errors import OciError
-from tools.oci.format.reference import Reference
-from tools.oci.remote.registry import RegistryClient, client_for
-from tools.oci.signing.keys import load_public_key
 from tools.oci.verify import signed_provenance
 
 MAX_CONFIG_BYTES = 4 << 20

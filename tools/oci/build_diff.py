@@ -23,8 +23,8 @@ import tarfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import blob_path
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import blob_path
 
 FORMAT = "omni.image-digests/1"
 SHORT_HASH = 16  # 64 bits: enough to spot a difference, not a security check

@@ -20,14 +20,14 @@ from typing import Callable
 
 from attest.edge.redact import redacting_output
 from attest.edge.refusal import refusing_main
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
+from omni_oci.format.reference import TAG_RE, Reference
+from omni_oci.remote.copy import RegistryBlob
+from omni_oci.remote.parallel import PushReport, blob_progress, in_parallel
+from omni_oci.remote.registry import RegistryClient, client_for
 from tools.oci.build.index import read_index
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import BASE_SIDECAR, OCI_INDEX, OCI_MANIFEST, blob_path, read_blob, read_layout
-from tools.oci.format.reference import TAG_RE, Reference
 from tools.oci.push_record import record_push
-from tools.oci.remote.copy import RegistryBlob
-from tools.oci.remote.parallel import PushReport, blob_progress, in_parallel
-from tools.oci.remote.registry import RegistryClient, client_for
 
 PLACEHOLDER_RE = re.compile(r"\{([A-Z][A-Z0-9_]*)\}")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from attest.errors import AttestError
 from attest.files import write_atomic
 from attest.reader import read_json_file
-from tools.oci.format.errors import OciError
-from tools.oci.format.reference import DIGEST_RE, Reference
+from omni_oci.format.errors import OciError
+from omni_oci.format.reference import DIGEST_RE, Reference
 
 MAX_RECORD_BYTES = 4096
 

@@ -20,18 +20,18 @@ from pathlib import Path
 
 from attest.edge.redact import redacting_output
 from attest.edge.refusal import refusing_main
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
+from omni_oci.format.reference import Reference
+from omni_oci.remote.referrers import push_referrer
+from omni_oci.remote.registry import RegistryClient
+from omni_oci.signing.bundles import BUNDLES_ONLY_WARNING, SIGN_PREDICATE, push_signatures
+from omni_oci.signing.dsse import INTOTO_PAYLOAD_TYPE
+from omni_oci.signing.keys import load_private_key
+from omni_oci.signing.legacy import DSSE_TYPE, dsse_envelope, tag_for
 from tools.oci.build.index import platform_name, read_index
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
-from tools.oci.format.reference import Reference
 from tools.oci.push import expand_tags, push, read_status, read_tags
 from tools.oci.push_record import record_push
-from tools.oci.remote.referrers import push_referrer
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.signing.bundles import BUNDLES_ONLY_WARNING, SIGN_PREDICATE, push_signatures
-from tools.oci.signing.dsse import INTOTO_PAYLOAD_TYPE
-from tools.oci.signing.keys import load_private_key
-from tools.oci.signing.legacy import DSSE_TYPE, dsse_envelope, tag_for
 from tools.settings import SIGNING, tools_help
 
 SPDX_TYPE = "application/spdx+json"

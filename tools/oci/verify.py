@@ -4,7 +4,7 @@
 
 It fetches the manifest and config, the small layer holding /etc/omni/image.json (the
 baked pins), the signature and the signed provenance: as Sigstore bundles referring to the
-image (tools/oci/signing/bundles.py) where there are any, else cosign's legacy `sha256-<hex>.sig`
+image (omni_oci/signing/bundles.py) where there are any, else cosign's legacy `sha256-<hex>.sig`
 and `sha256-<hex>.att` tags; checks every signature with the public key, and checks that all of
 them agree: the provenance's subject is this digest, its pins and resolved dependencies
 are the baked pins, the labels are the baked pins, the baked layer list is the
@@ -26,16 +26,16 @@ from attest.documents import parse_document
 from attest.edge.redact import redacting_output
 from attest.edge.refusal import refusing_main
 from attest.pins import ImagePins
+from omni_oci.format.errors import OciError, refusing_object
+from omni_oci.format.reference import Reference
+from omni_oci.format.statement import SLSA_PROVENANCE, STATEMENT_TYPE, subject_digests
+from omni_oci.remote.registry import RegistryClient, client_for
+from omni_oci.signing import dsse
+from omni_oci.signing.bundles import MAX_BUNDLE_BYTES, SIGN_PREDICATE, SPDX_PREDICATE, signed_statements
+from omni_oci.signing.keys import load_public_key, verify
+from omni_oci.signing.legacy import DSSE_TYPE, PREDICATE_ANNOTATION, SIGNATURE_ANNOTATION, SIMPLESIGNING_TYPE, tag_for
 from tools.oci.build.image import BAKED_DEST, TITLE, pin_labels
 from tools.oci.build.provenance import resolved
-from tools.oci.format.errors import OciError, refusing_object
-from tools.oci.format.reference import Reference
-from tools.oci.format.statement import SLSA_PROVENANCE, STATEMENT_TYPE, subject_digests
-from tools.oci.remote.registry import RegistryClient, client_for
-from tools.oci.signing import dsse
-from tools.oci.signing.bundles import MAX_BUNDLE_BYTES, SIGN_PREDICATE, SPDX_PREDICATE, signed_statements
-from tools.oci.signing.keys import load_public_key, verify
-from tools.oci.signing.legacy import DSSE_TYPE, PREDICATE_ANNOTATION, SIGNATURE_ANNOTATION, SIMPLESIGNING_TYPE, tag_for
 
 # What verify reads, each bounded: signature payloads, the config, the (compressed) pins
 # layer and what it may decompress to.

@@ -8,13 +8,13 @@ import math
 from dataclasses import dataclass
 
 from attest.pins import ArtifactPin
-from tools.model.artifact import check_manifest, notes_of, parse_manifest
-from tools.model.errors import ModelError
-from tools.model.pull import ExpectedLock, fetch_lock
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import sha256_digest
-from tools.oci.format.reference import Reference
-from tools.oci.remote.registry import RegistryClient, client_for
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import sha256_digest
+from omni_oci.format.reference import Reference
+from omni_oci.model.artifact import check_manifest, notes_of, parse_manifest
+from omni_oci.model.errors import ModelError
+from omni_oci.model.pull import ExpectedLock, fetch_lock
+from omni_oci.remote.registry import RegistryClient, client_for
 from tools.pin.upstream import ModelUpstream
 
 FIELD = "model.artifact.digest"

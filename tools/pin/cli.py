@@ -51,7 +51,7 @@ from attest.lock import PUBLISHER_SIGNED, CheckpointLock
 from attest.pins import ImagePins
 from attest.reader import MAX_JSON_BYTES, loads_object, read_file
 from boot.settings import url_or_empty
-from tools.oci.format.reference import Reference
+from omni_oci.format.reference import Reference
 from tools.pin.artifact import ArtifactUpstream, resolve_artifact
 from tools.pin.signature import PublisherSignature, Signer, publisher_signature
 from tools.pin.upstream import ModelUpstream, Upstream, engine_pins, lock_summary, resolve_base, resolve_model

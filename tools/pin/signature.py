@@ -1,8 +1,8 @@
-"""A publisher's OpenSSF Model Signing signature (tools/model/oms.py) checked against the lock
+"""A publisher's OpenSSF Model Signing signature (omni_oci/model/oms.py) checked against the lock
 `tools/pin` resolved: `--model-signature FILE` with `--model-signer-key PEM` (the key method)
 or `--model-signer-chain PEM` (the certificate method: the root certificates you trust).
 
-The signature must verify as the signer says (tools/model/oms.py) and name exactly the lock's files with
+The signature must verify as the signer says (omni_oci/model/oms.py) and name exactly the lock's files with
 the sha256 of their bytes: an LFS file's sha256 is the lock's; for the others the lock holds a
 git blob sha1, so each is fetched from the hub at the pinned revision (verified against that
 sha1 as boot downloads it, into a temporary directory) and hashed. A file the lock lists and the
@@ -31,11 +31,11 @@ from attest.hashing import SHA256
 from attest.lock import ARTIFACT_SIGNATURE, CheckpointLock, LockedFile
 from attest.reader import read_file
 from boot.checkpoint import ENGINE_LOADED_SUFFIXES, Limits, download_file, download_progress
-from tools.model import oms
-from tools.model.artifact import MAX_SIGNATURE_BYTES
-from tools.model.errors import ModelError
+from omni_oci.model import oms
+from omni_oci.model.artifact import MAX_SIGNATURE_BYTES
+from omni_oci.model.errors import ModelError
+from omni_oci.signing.keys import load_public_key
 from tools.model.sign import file_sha256
-from tools.oci.signing.keys import load_public_key
 
 FIELD = "model.signature"
 MAX_ROOTS_BYTES = 1 << 20

@@ -19,11 +19,11 @@ from attest.errors import AttestError
 from attest.lock import REVIEWED, CheckpointLock
 from attest.pins import ImagePins, ModelPin
 from boot.checkpoint import fetch_model_info, lock_from_listing
-from tools.oci.format.errors import OciError
-from tools.oci.format.reference import Reference
-from tools.oci.remote.layer_files import read_layer_files
-from tools.oci.remote.registry import RegistryClient, client_for
-from tools.oci.remote.shallow_base import resolve_image
+from omni_oci.format.errors import OciError
+from omni_oci.format.reference import Reference
+from omni_oci.remote.layer_files import read_layer_files
+from omni_oci.remote.registry import RegistryClient, client_for
+from omni_oci.remote.shallow_base import resolve_image
 from tools.pin.engine_files import engine_identity, wanted_files
 
 DEFAULT_MODEL_REF = "main"

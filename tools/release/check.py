@@ -21,16 +21,16 @@ from attest.errors import AttestError
 from attest.lock import ARTIFACT_LOCK
 from attest.pins import ImagePins
 from attest.reader import read_file
-from tools.model.artifact import MODEL_ARTIFACT, notes_of
-from tools.model.layers import FILEPATH
-from tools.model.pull import ExpectedLock
+from omni_oci.format.errors import OciError, refusing_object
+from omni_oci.format.reference import Reference
+from omni_oci.model.artifact import MODEL_ARTIFACT, notes_of
+from omni_oci.model.layers import FILEPATH
+from omni_oci.model.pull import ExpectedLock
+from omni_oci.remote.referrers import referrers
+from omni_oci.signing.bundles import PREDICATE_ANNOTATION
+from omni_oci.signing.keys import load_public_key
 from tools.model.verify import verify_artifact
 from tools.oci.build.image import BAKED_DEST, TITLE
-from tools.oci.format.errors import OciError, refusing_object
-from tools.oci.format.reference import Reference
-from tools.oci.remote.referrers import referrers
-from tools.oci.signing.bundles import PREDICATE_ANNOTATION
-from tools.oci.signing.keys import load_public_key
 from tools.oci.verify import baked_pins, signatures, verify_image
 from tools.release.closure import IMAGE, LEGACY, REFERRER, Closure, Manifest, parts
 from tools.release.copy import Route

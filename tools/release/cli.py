@@ -33,10 +33,10 @@ from attest.edge.redact import redacting_output
 from attest.edge.refusal import refusing_main
 from attest.errors import AttestError
 from attest.pins import ImagePins
-from tools.oci.format.errors import OciError
-from tools.oci.format.reference import Reference
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.signing.keys import load_public_key
+from omni_oci.format.errors import OciError
+from omni_oci.format.reference import Reference
+from omni_oci.remote.registry import RegistryClient
+from omni_oci.signing.keys import load_public_key
 from tools.release.check import DirectoryBlobs, bound_to_pins, missing, root_kind, unverified
 from tools.release.closure import walk
 from tools.release.copy import MIRROR_JOBS, RegistrySource, Route, mirror

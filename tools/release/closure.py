@@ -3,7 +3,7 @@
 Contract: from the root (an image, an index, a model artifact's plain image), every manifest it
 reaches (an index's children), each one's config and layers; every referrer of each of those
 manifests, and of each referrer (the ModelPack manifest refers to the plain image, the bundles
-to both), through the referrers API or its fallback tag (tools.oci.remote.referrers); and
+to both), through the referrers API or its fallback tag (omni_oci.remote.referrers); and
 cosign's legacy `sha256-<hex>.sig`, `.att` and `.sbom` tags beside each. Nothing else: no
 other tag, no other repository.
 
@@ -24,12 +24,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools.oci.format.errors import OciError, refusing_object
-from tools.oci.format.layout import DOCKER_LIST, OCI_INDEX
-from tools.oci.format.reference import DIGEST_RE
-from tools.oci.remote.referrers import referrers
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.signing.legacy import tag_for
+from omni_oci.format.errors import OciError, refusing_object
+from omni_oci.format.layout import DOCKER_LIST, OCI_INDEX
+from omni_oci.format.reference import DIGEST_RE
+from omni_oci.remote.referrers import referrers
+from omni_oci.remote.registry import RegistryClient
+from omni_oci.signing.legacy import tag_for
 
 LEGACY_SUFFIXES = ("sig", "att", "sbom")  # cosign's signature, attestation and SBOM tags
 MAX_MANIFESTS = 512

@@ -17,12 +17,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import sha256_digest
-from tools.oci.remote.copy import HashedSource, RegistryBlob
-from tools.oci.remote.parallel import blob_progress, in_parallel
-from tools.oci.remote.referrers import put_referrer, referrers
-from tools.oci.remote.registry import RegistryClient
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import sha256_digest
+from omni_oci.remote.copy import HashedSource, RegistryBlob
+from omni_oci.remote.parallel import blob_progress, in_parallel
+from omni_oci.remote.referrers import put_referrer, referrers
+from omni_oci.remote.registry import RegistryClient
 from tools.release.closure import IMAGE, LEGACY, REFERRER, Blob, Closure, Manifest
 
 MIRROR_JOBS = 4  # blobs in flight (tools/oci/push.py's PUSH_JOBS)

@@ -13,7 +13,7 @@ before it is parsed; what each manifest names is derived from its bytes, never f
 record's list (a blob the record lists and no manifest names, or the reverse, is refused); a
 referrer must name its recorded subject, a legacy tag must be that subject's; a release tag is a
 tag (the grammar) and never a name computed from a digest; a blob is hashed as it is uploaded
-(tools.oci.remote.copy), read from a regular file only; no path is followed through a link. When
+(omni_oci.remote.copy), read from a regular file only; no path is followed through a link. When
 writing, the directory must be the user's own (attest.files.refuse_shared_directory) and every
 file in it is created exclusively (attest.files.create_new).
 """
@@ -34,13 +34,13 @@ from attest.documents import parse_document
 from attest.errors import AttestError
 from attest.files import RUN_LOCK, create_new, exclusive_run, refuse_shared_directory, write_atomic
 from attest.reader import loads_object, read_file
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import OCI_INDEX, canonical
-from tools.oci.format.reference import COMPUTED_TAG_RE
-from tools.oci.remote.copy import FileBlob, HashedSource
-from tools.oci.remote.parallel import blob_progress, in_parallel
-from tools.oci.remote.registry import MAX_MANIFEST_BYTES
-from tools.oci.signing.legacy import tag_for
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import OCI_INDEX, canonical
+from omni_oci.format.reference import COMPUTED_TAG_RE
+from omni_oci.remote.copy import FileBlob, HashedSource
+from omni_oci.remote.parallel import blob_progress, in_parallel
+from omni_oci.remote.registry import MAX_MANIFEST_BYTES
+from omni_oci.signing.legacy import tag_for
 from tools.release.closure import IMAGE, LEGACY, LEGACY_SUFFIXES, REFERRER, Blob, Closure, Manifest, parts, subject_of
 from tools.release.record import MAX_RECORD_BYTES, RECORD, MirrorRecord, RecordedClosure
 

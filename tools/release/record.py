@@ -9,7 +9,7 @@ from pydantic import Field
 
 from attest.documents import Document
 from attest.pins import OptionalDigest
-from tools.oci.format.reference import TAG_RE
+from omni_oci.format.reference import TAG_RE
 
 RECORD = "omni-mirror.json"
 MAX_RECORD_BYTES = 8 << 20

@@ -25,14 +25,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from omni_oci.format.layout import canonical, descriptor, read_layout, sha256_digest
+from omni_oci.remote.registry import RegistryClient
+from omni_oci.remote.shallow_base import fetch_base
 from tests.fixtures.registry import LoopbackRegistry
 from tools.dev.bench.peers import require
 from tools.oci.build.image import assemble
 from tools.oci.build.layer import write_layer
-from tools.oci.format.layout import canonical, descriptor, read_layout, sha256_digest
 from tools.oci.push import push
-from tools.oci.remote.registry import RegistryClient
-from tools.oci.remote.shallow_base import fetch_base
 
 CHUNK_LAYER = 256 * 1024 * 1024
 

@@ -32,14 +32,14 @@ from pathlib import Path
 
 from boot.settings import REPO as BOOT_REPO
 from boot.settings import REVISION as BOOT_REVISION
+from omni_oci.format.layout import OCI_LAYER_TAR
+from omni_oci.model.layers import stream_file_layer
+from omni_oci.model.pack import load_lock_bytes, pack
 from tests.fixtures.model import synthetic_checkpoint
 from tests.fixtures.registry import LoopbackRegistry
 from tools.dev.bench.children import Run, oras_env, timed_child
 from tools.dev.bench.peers import cores, openssl_sha256_per_core_mb_s, optional, require
-from tools.model.layers import stream_file_layer
-from tools.model.pack import load_lock_bytes, pack
 from tools.oci.build.image import assemble
-from tools.oci.format.layout import OCI_LAYER_TAR
 
 
 def _model(*args: str) -> list[str]:

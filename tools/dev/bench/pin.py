@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 from attest.hashing import sha256_file
+from omni_oci.format.layout import OCI_LAYER_GZIP
+from omni_oci.remote.registry import RegistryClient
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import installed_engine, put_image
 from tools.dev.bench.peers import require
-from tools.oci.format.layout import OCI_LAYER_GZIP
-from tools.oci.remote.registry import RegistryClient
 
 FILE_BYTES = 4 << 20
 ENGINE_SITE = "/usr/local/lib/python3.12/dist-packages"

@@ -23,9 +23,8 @@ from typing import Any
 from attest.baked import BAKED_LOCK_PATH, BAKED_PATH
 from attest.errors import AttestError
 from attest.runtime_contract import WRITABLE_VARIABLES
-from tools.oci.build.layer import source_date_epoch
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import (
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import (
     BASE_SIDECAR,
     LAYER_TYPE_TO_OCI,
     OCI_CONFIG,
@@ -40,6 +39,7 @@ from tools.oci.format.layout import (
     write_blob,
     write_layout,
 )
+from tools.oci.build.layer import source_date_epoch
 
 TOOLKIT_VERSION = "0.1.0"
 BAKED_DEST = BAKED_PATH

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import (
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import (
     BASE_SIDECAR,
     OCI_INDEX,
     OCI_MANIFEST,

@@ -31,9 +31,9 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
 from tools.oci.build.tar_input import TarReader, tar_entries
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_LAYER_ZSTD
 
 COMPRESS_LEVEL = 6
 COMPRESSIONS = ("gzip", "zstd", "none")

@@ -24,9 +24,9 @@ import tarfile
 from pathlib import Path
 
 from attest.edge.refusal import refusing_main
-from tools.oci.format.errors import OciError
-from tools.oci.format.layout import BASE_SIDECAR, OCI_INDEX, blob_path, read_layout
-from tools.oci.format.reference import Reference
+from omni_oci.format.errors import OciError
+from omni_oci.format.layout import BASE_SIDECAR, OCI_INDEX, blob_path, read_layout
+from omni_oci.format.reference import Reference
 
 FORMATS = ("docker", "oci")
 

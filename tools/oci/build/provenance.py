@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from omni_oci.format.layout import read_layout
+from omni_oci.format.statement import SLSA_PROVENANCE, statement
 from tools.oci.build.image import CHECKPOINT_LOCK_DEST, TOOLKIT_VERSION, load_pins_checked
-from tools.oci.format.layout import read_layout
-from tools.oci.format.statement import SLSA_PROVENANCE, statement
 
 CHECKPOINT_LOCK_URI = f"file://{CHECKPOINT_LOCK_DEST}"
 BUILD_TYPE = "https://omni.invalid/build-types/bazel-oci-image/v1"

@@ -8,7 +8,7 @@ tar does not hold is refused, naming the tar and the member.
 
 A compressed tar is first decompressed to a plain one beside the output: the layer is
 written in sorted order, and seeking backwards in a compressed stream restarts it. The tar is
-read by tools.oci.format.tar_reader, as the container runtimes read it.
+read by omni_oci.format.tar_reader, as the container runtimes read it.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Iterator
 
-from tools.oci.format.compression import GZIP_MAGIC, ZSTD_MAGIC
-from tools.oci.format.errors import OciError
-from tools.oci.format.tar_members import member_path
-from tools.oci.format.tar_reader import TarMember, TarStream, read_members
+from omni_oci.format.compression import GZIP_MAGIC, ZSTD_MAGIC
+from omni_oci.format.errors import OciError
+from omni_oci.format.tar_members import member_path
+from omni_oci.format.tar_reader import TarMember, TarStream, read_members
 
 COPY_CHUNK = 1 << 20
 

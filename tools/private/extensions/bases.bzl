@@ -44,7 +44,7 @@ def _vendor_base_impl(rctx):
         [
             python,
             "-m",
-            "tools.oci.remote.shallow_base",
+            "omni_oci.remote.shallow_base",
             "--image",
             image,
             "--digest",
