@@ -7,3 +7,5 @@ variables and call one function here; the runtime (`boot`) calls the same functi
 Named `omni_oci`, not `oci`: `oci` is the import name of Oracle's Cloud SDK on PyPI, and an
 `omni` namespace would meet NVIDIA Omniverse's `omni.*` packages.
 """
+
+__all__ = ["format", "model", "remote", "signing"]

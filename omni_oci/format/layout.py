@@ -21,7 +21,7 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
 DOCKER_LAYER_GZIP = "application/vnd.docker.image.rootfs.diff.tar.gzip"
-MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
+TITLE = "org.opencontainers.image.title"  # the annotation naming a layer's file or place
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 # Docker's layer types carry the same bytes as OCI's; an OCI manifest names the OCI type.
 LAYER_TYPE_TO_OCI = {
@@ -107,3 +107,17 @@ def read_blob(layout: Path, digest: str) -> bytes:
     if sha256_digest(data) != digest:
         raise OciError(f"{layout}: blob {digest} is corrupt", field=digest)
     return data
+
+
+def read_index(layout: Path) -> tuple[str, dict[str, Any], bytes] | None:
+    """(digest, index, bytes) when the layout's one entry is an image index; None for an image."""
+    try:
+        entry = json.loads((layout / "index.json").read_text())["manifests"][0]
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        raise OciError(f"{layout} is not a readable OCI layout: {exc}", field=str(layout)) from None
+    if entry.get("mediaType") != OCI_INDEX:
+        return None
+    data = blob_path(layout, entry["digest"]).read_bytes()
+    if sha256_digest(data) != entry["digest"]:
+        raise OciError(f"{layout}: index blob does not match its digest {entry['digest']}", field="index.json")
+    return entry["digest"], json.loads(data), data

@@ -1,5 +1,6 @@
-"""In-toto v1 statements, the one builder and the one subject reader: the image's SLSA
-provenance (build/provenance.py), the model artifact's (tools/model/push.py) and the statements
+"""In-toto v1 statements, the one builder and the one subject reader, and the provenance
+identities (who built, by which build type, with which toolkit): the image's SLSA provenance
+(tools/oci/build/provenance.py), the model artifact's (omni_oci/model/push.py) and the statements
 Sigstore bundles carry (signing/bundles.py) are made here, and every verifier reads a
 statement's subjects here (https://github.com/in-toto/attestation/blob/main/spec/v1/statement.md).
 """
@@ -10,6 +11,13 @@ from typing import Any, Iterable
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"
+
+# The provenance identities, one name each: the builder every Omni statement names, the build
+# type of an image and of a model artifact, and the toolkit version images are labelled with.
+TOOLKIT_VERSION = "0.1.0"
+BUILDER_ID = "https://omni.invalid/builders/bazel"
+IMAGE_BUILD_TYPE = "https://omni.invalid/build-types/bazel-oci-image/v1"
+MODEL_BUILD_TYPE = "https://omni.invalid/build-types/model-artifact/v1"
 
 
 def statement(subjects: Iterable[tuple[str, str]], predicate_type: str, predicate: dict[str, Any]) -> dict[str, Any]:
@@ -34,3 +42,12 @@ def subject_digests(document: dict[str, Any]) -> list[str]:
         if isinstance(digest, dict) and isinstance(digest.get("sha256"), str):
             found.append(digest["sha256"])
     return found
+
+
+def resolved(document: dict[str, Any], name: str) -> dict[str, str]:
+    """The digest a verified SLSA provenance records for its resolved dependency `name` ({} when
+    it names none)."""
+    for entry in document["predicate"]["buildDefinition"]["resolvedDependencies"]:
+        if entry["name"] == name:
+            return entry.get("digest", {})
+    return {}

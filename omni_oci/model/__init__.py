@@ -2,3 +2,7 @@
 manifest and a plain image manifest, signed (OpenSSF Model Signing), pushed, pulled and verified
 against the lock.
 """
+
+# The package's face: its modules, each imported by name (nothing is imported here, so a
+# program pays only for the modules it uses).
+__all__ = ["artifact", "errors", "layers", "oms", "pack", "pull", "push", "sign", "verify"]

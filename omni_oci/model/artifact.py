@@ -18,7 +18,7 @@ from typing import Any
 from attest.errors import AttestError
 from attest.lock import ARTIFACT_LOCK, ARTIFACT_SIGNATURE, CheckpointLock
 from attest.reader import loads_object
-from omni_oci.format.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, sha256_digest
+from omni_oci.format.layout import OCI_CONFIG, OCI_MANIFEST, TITLE, canonical, descriptor, sha256_digest
 from omni_oci.format.reference import DIGEST_RE
 from omni_oci.model.errors import ModelError
 from omni_oci.model.layers import (
@@ -27,7 +27,6 @@ from omni_oci.model.layers import (
     FILE_DIGEST,
     FILEPATH,
     IMAGE_LAYER,
-    TITLE,
     WEIGHT,
     FileLayer,
     layer_size,

@@ -22,6 +22,7 @@ from attest.errors import AttestError
 from attest.hashing import new_digest
 from attest.lock import LockedFile
 from attest.tree import open_regular
+from omni_oci.format.layout import TITLE
 from omni_oci.model.errors import ModelError
 
 BLOCK = 512
@@ -40,7 +41,6 @@ IMAGE_LAYER = "application/vnd.oci.image.layer.v1.tar"
 
 # Layer annotations: the ModelPack keys (model-spec docs/annotations.md), the OCI title, and the
 # file's own digest from the lock (so `verify` checks it without pulling the layer).
-TITLE = "org.opencontainers.image.title"
 FILEPATH = "org.cncf.model.filepath"
 FILE_METADATA = "org.cncf.model.file.metadata+json"
 FILE_DIGEST = "omni.model.file.digest"

@@ -1,7 +1,5 @@
-"""Fetch a base image SHALLOW: its manifest and config only, never its layers.
-
-    python -m omni_oci.remote.shallow_base --image docker.io/rocm/vllm --digest sha256:... \
-        --platform linux/amd64 --output DIR [--registry MIRROR]
+"""Fetch a base image SHALLOW: its manifest and config only, never its layers (the command is
+tools/oci/base.py, which the release bases' repository rule runs).
 
 Both digests are verified; an index is resolved to the pinned platform. DIR receives
 manifest.json and config.json (exact bytes) and base.json (where the layers live).
@@ -9,13 +7,10 @@ manifest.json and config.json (exact bytes) and base.json (where the layers live
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attest.edge.redact import redacting_output
-from attest.edge.refusal import refusing_main
 from omni_oci.format.errors import OciError, refusing_object
 from omni_oci.format.layout import INDEX_TYPES, canonical, sha256_digest
 from omni_oci.format.reference import Reference
@@ -116,23 +111,3 @@ def fetch_base(
     }
     (output / "base.json").write_bytes(canonical(source))
     return source
-
-
-@refusing_main
-def main(argv: list[str] | None = None) -> int:
-    redacting_output()  # every secret the run learns stays out of every line it prints
-    parser = argparse.ArgumentParser(
-        prog="base", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--image", required=True)
-    parser.add_argument("--digest", default="")
-    parser.add_argument("--platform", required=True)
-    parser.add_argument("--output", type=Path, required=True)
-    parser.add_argument("--registry", default="", help="fetch from this mirror instead (same digests)")
-    args = parser.parse_args(argv)
-    fetch_base(args.image, args.digest, args.platform, args.output, registry=args.registry)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

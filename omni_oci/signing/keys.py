@@ -1,6 +1,6 @@
-"""Signing keys: the release key (PEM ECDSA P-256, from OMNI_SIGNING_KEY_FILE, OMNI_SIGNING_KEY
-or --signing-key; never printed) and the public key verifiers are given, ECDSA P-256 / SHA-256
-signatures, and the key hint Sigstore bundles name a key by. Written on `cryptography`:
+"""Signing keys: the release key (PEM ECDSA P-256, never printed; where it comes from is the
+program's choice: tools/signing_key.py) and the public key verifiers are given, ECDSA P-256 /
+SHA-256 signatures, and the key hint Sigstore bundles name a key by. Written on `cryptography`:
 hand-rolled ECDSA would be wrong.
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -16,31 +15,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from omni_oci.format.errors import OciError
-from tools.settings import SIGNING_KEY, SIGNING_KEY_FILE, SIGNING_KEY_PASSWORD
 
 
-def load_private_key(path: Path | None = None) -> ec.EllipticCurvePrivateKey:
-    if path is not None or os.environ.get(SIGNING_KEY_FILE):
-        source = str(path) if path is not None else os.environ[SIGNING_KEY_FILE]
-        field = "--signing-key" if path is not None else SIGNING_KEY_FILE
-        # A relative path means what it meant where the user typed it (`bazel run` changes directory).
-        where = Path(os.environ.get("BUILD_WORKING_DIRECTORY", ".")) / source
-        try:
-            pem = where.read_bytes()
-        except OSError as exc:
-            raise OciError(
-                f"{field}: the signing key {source} cannot be read ({exc.strerror}); a relative path "
-                "is taken from the directory `bazel run` was started in",
-                field=field,
-            ) from None
-    elif os.environ.get(SIGNING_KEY):
-        source, pem = SIGNING_KEY, os.environ[SIGNING_KEY].encode()
-    else:
-        raise OciError(
-            "no signing key: set OMNI_SIGNING_KEY_FILE (or OMNI_SIGNING_KEY, or --signing-key), "
-            "or push with --unsigned",
-            field="OMNI_SIGNING_KEY_FILE",
-        )
+def private_key_from_pem(pem: bytes, source: str, password: bytes | None = None) -> ec.EllipticCurvePrivateKey:
+    """The ECDSA P-256 private key `pem` holds; `source` names where it came from in refusals."""
     if b"ENCRYPTED SIGSTORE PRIVATE KEY" in pem:
         raise OciError(
             f"signing key from {source} is cosign's own encrypted format; Omni signs with a PEM ECDSA "
@@ -48,7 +26,6 @@ def load_private_key(path: Path | None = None) -> ec.EllipticCurvePrivateKey:
             "omni.key` (then `cosign import-key-pair --key omni.key` where cosign needs its format)",
             field=source,
         )
-    password = os.environ.get(SIGNING_KEY_PASSWORD, "").encode() or None
     try:
         key = serialization.load_pem_private_key(pem, password=password)
     except (ValueError, TypeError) as exc:
@@ -56,6 +33,21 @@ def load_private_key(path: Path | None = None) -> ec.EllipticCurvePrivateKey:
     if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
         raise OciError(f"signing key from {source} must be ECDSA P-256", field=source)
     return key
+
+
+def load_private_key(
+    path: Path, password: bytes | None = None, field: str = "--signing-key"
+) -> ec.EllipticCurvePrivateKey:
+    """The private key in the PEM file `path` (a program resolves the path and the password)."""
+    try:
+        pem = path.read_bytes()
+    except OSError as exc:
+        raise OciError(
+            f"{field}: the signing key {path} cannot be read ({exc.strerror}); a relative path "
+            "is taken from the directory `bazel run` was started in",
+            field=field,
+        ) from None
+    return private_key_from_pem(pem, str(path), password)
 
 
 def load_public_key(path: Path) -> ec.EllipticCurvePublicKey:

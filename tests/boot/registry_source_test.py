@@ -17,12 +17,12 @@ import pytest
 from attest.lock import ARTIFACT_LOCK, PARTIAL_DIR, WORKING_FILES
 from boot.checkpoint.receipt import RECEIPT
 from omni_oci.model.pack import load_lock_bytes
+from omni_oci.model.push import push_checkpoint
 from omni_oci.remote.registry import RegistryClient
 from tests.fixtures.deepseek import SHARDS, boot_env, tiny_repo, write_lock
 from tests.fixtures.fault_proxy import FaultProxy, Step
 from tests.fixtures.pins import write_baked
 from tests.fixtures.registry import LoopbackRegistry, free_port, only_credentials
-from tools.model.push import push_checkpoint
 
 USER, PASSWORD = "omni", "registry-source-secret"
 

@@ -34,6 +34,7 @@ import pytest
 import yaml
 
 from omni_oci.model.pack import load_lock_bytes
+from omni_oci.model.push import push_checkpoint
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.signing.keys import load_private_key
 from tests.fixtures.bounds import LOAD_SLACK_S, ended_long_before
@@ -45,7 +46,6 @@ from tests.fixtures.podman import Podman, wait_until
 from tests.fixtures.registry import LoopbackRegistry, free_port
 from tools.deploy import TERMINATION_GRACE_S, group_pods, read_contract
 from tools.dev.podman_group.cli import EDITS, OLD_INIT_PODMAN, OLD_PODMAN, read_lws
-from tools.model.push import push_checkpoint
 
 RUNNER = Path(os.environ["SPARK_PODMAN_MANIFESTS"])
 LAYOUT = Path("tests/deploy/deepseek_spark_podman_pinned.layout")

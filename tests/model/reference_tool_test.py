@@ -18,13 +18,13 @@ from omni_oci.model import oms
 from omni_oci.model.errors import ModelError
 from omni_oci.model.pack import load_lock_bytes
 from omni_oci.model.pull import expected_lock, pull
+from omni_oci.model.push import push_checkpoint
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.signing.keys import load_private_key, load_public_key
 from tests.fixtures.model import checkpoint_files, keyed_checkpoint, tree, unpacked, write_checkpoint
 from tests.fixtures.oms import model_signing
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import LoopbackRegistry, only_credentials
-from tools.model.push import push_checkpoint
 
 USER, PASSWORD = "omni", "reference-secret"
 

@@ -22,6 +22,8 @@ from omni_oci.model.errors import ModelError
 from omni_oci.model.layers import layer_size
 from omni_oci.model.pack import load_lock_bytes, pack
 from omni_oci.model.pull import expected_lock, pull
+from omni_oci.model.push import push_artifact
+from omni_oci.model.verify import verify_artifact
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.signing.keys import load_private_key
 from tests.fixtures.cosign import verifiers
@@ -31,8 +33,6 @@ from tests.fixtures.raw_tar import EOA, member
 from tests.fixtures.registry import LoopbackRegistry, only_credentials
 from tests.fixtures.tools import hold_run_lock
 from tools.model.cli import main
-from tools.model.push import push_artifact
-from tools.model.verify import verify_artifact
 
 USER, PASSWORD = "omni", "model-secret"
 SAME_SIZE = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
@@ -329,7 +329,7 @@ def test_help_names_every_subcommand() -> None:
 
 
 def test_one_pass_push_gives_the_packed_digests_and_refuses_a_file_that_is_not_the_lock(world) -> None:
-    from tools.model.push import push_checkpoint
+    from omni_oci.model.push import push_checkpoint
 
     lock, data = load_lock_bytes(world.lock_path)
     with world.client() as client:

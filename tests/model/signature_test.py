@@ -1,4 +1,4 @@
-"""The model signature a signed artifact carries (tools/model/sign.py): an OpenSSF Model Signing
+"""The model signature a signed artifact carries (omni_oci/model/sign.py): an OpenSSF Model Signing
 v1.0 bundle over exactly the lock's files with their sha256, valid for the spec's schemas, the
 same bytes on every run, the layer before the lock's; placed by pull, present in the tree a
 runtime unpacks (skopeo + umoci, as an image volume), checked by verify; and refused where it
@@ -27,6 +27,9 @@ from omni_oci.model.artifact import (
 from omni_oci.model.errors import ModelError
 from omni_oci.model.pack import load_lock_bytes, pack, read_pack, write_pack
 from omni_oci.model.pull import expected_lock, pull
+from omni_oci.model.push import push_artifact, push_checkpoint
+from omni_oci.model.sign import model_signature, signed_artifact
+from omni_oci.model.verify import checked_model_signature, verify_artifact
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.signing.keys import load_private_key, load_public_key
 from tests.fixtures.model import checkpoint_files, tree, unpacked, write_checkpoint
@@ -34,9 +37,6 @@ from tests.fixtures.oms import payload, schema_valid
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import LoopbackRegistry, only_credentials
 from tools.model.cli import main as model_cli
-from tools.model.push import push_artifact, push_checkpoint
-from tools.model.sign import model_signature, signed_artifact
-from tools.model.verify import checked_model_signature, verify_artifact
 
 USER, PASSWORD = "omni", "signature-secret"
 

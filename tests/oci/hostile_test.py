@@ -18,7 +18,9 @@ import httpx
 import pytest
 
 from omni_oci.format.errors import OciError
-from omni_oci.format.layout import OCI_CONFIG, OCI_MANIFEST, canonical, descriptor, sha256_digest
+from omni_oci.format.image_contract import BAKED_PATH
+from omni_oci.format.layout import OCI_CONFIG, OCI_MANIFEST, TITLE, canonical, descriptor, sha256_digest
+from omni_oci.remote.push import push
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.remote.shallow_base import fetch_base
 from omni_oci.signing.keys import load_private_key
@@ -26,8 +28,6 @@ from omni_oci.signing.legacy import push_image_signature
 from tests.fixtures.oci import blobs_of, make_image, make_layer
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import LoopbackRegistry
-from tools.oci.build.image import BAKED_DEST, TITLE
-from tools.oci.push import push
 
 GZIP_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 
@@ -150,7 +150,7 @@ def _push_crafted(client: RegistryClient, repository: str, last_layer: bytes, *,
     for blob in (config, last_layer):
         client.upload(repository, sha256_digest(blob), blob, len(blob))
     if layers:
-        manifest_layers = [descriptor(GZIP_LAYER, last_layer, annotations={TITLE: BAKED_DEST})]
+        manifest_layers = [descriptor(GZIP_LAYER, last_layer, annotations={TITLE: BAKED_PATH})]
     manifest = canonical(
         {
             "schemaVersion": 2,

@@ -15,10 +15,10 @@ import pytest
 
 from omni_oci.format.errors import OciError
 from omni_oci.remote.credentials import lookup
+from omni_oci.remote.push import push
 from omni_oci.remote.shallow_base import fetch_base
 from tests.fixtures.oci import make_image, make_layer
 from tests.fixtures.registry import LoopbackRegistry, credential_helper, no_credentials
-from tools.oci.push import push
 
 USER, PASSWORD = "omni-ci", "s3cret-Pa55-word"
 

@@ -17,6 +17,7 @@ import pytest
 from omni_oci.format.errors import OciError
 from omni_oci.format.layout import OCI_MANIFEST, read_layout
 from omni_oci.remote import referrers as referrers_module
+from omni_oci.remote.push import push
 from omni_oci.remote.referrers import push_referrer, referrers
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.remote.shallow_base import fetch_base
@@ -27,7 +28,6 @@ from tests.fixtures.oci import make_image, make_layer
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import no_credentials
 from tests.fixtures.token_registry import TokenRegistry
-from tools.oci.push import push
 
 USER, PASSWORD = "omni-ci", "t0ken-Pa55"
 

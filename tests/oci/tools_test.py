@@ -18,12 +18,12 @@ import pytest
 from omni_oci.format.errors import OciError
 from omni_oci.format.layout import canonical, sha256_digest
 from omni_oci.format.reference import Reference, api_path
+from omni_oci.remote.push import push
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.remote.shallow_base import fetch_base
 from tests.fixtures.oci import blobs_of, crane, make_image, make_layer
 from tests.fixtures.registry import LoopbackRegistry
 from tools.oci.build.layer import write_layer
-from tools.oci.push import push
 
 APP = {"/opt/omni/app/launcher/cli.py": "print('hello')\n", "/opt/omni/app/launcher/__init__.py": ""}
 DEPS = {
@@ -356,7 +356,8 @@ def test_a_base_platform_is_never_overridden(tmp_path: Path, given: dict, field:
 
 
 def test_tags_from_a_list_a_file_and_the_workspace_status(tmp_path: Path, registry) -> None:
-    from tools.oci.push import expand_tags, read_status, read_tags
+    from omni_oci.remote.push import expand_tags
+    from tools.oci.push import read_status, read_tags
 
     (tmp_path / "tags.txt").write_text("# release tags\nv1.2.3\n\n  stable  \n")
     (tmp_path / "stable-status.txt").write_text("STABLE_OMNI_SOURCE_COMMIT " + "ab" * 20 + "\nBUILD_USER ci\n")
@@ -385,7 +386,7 @@ def test_tags_from_a_list_a_file_and_the_workspace_status(tmp_path: Path, regist
     ],
 )
 def test_bad_or_half_stamped_tags_are_refused_before_any_push(tags: list, message: str) -> None:
-    from tools.oci.push import expand_tags
+    from omni_oci.remote.push import expand_tags
 
     with pytest.raises(OciError, match=re.escape(message)) as refused:
         expand_tags(tags, {"BUILD_USER": "ci"})

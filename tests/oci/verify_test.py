@@ -22,9 +22,11 @@ from hypothesis import strategies as st
 
 from attest.errors import AttestError
 from omni_oci.format.errors import OciError, refusing_object
+from omni_oci.format.image_contract import BAKED_PATH
 from omni_oci.format.layout import (
     OCI_CONFIG,
     OCI_MANIFEST,
+    TITLE,
     canonical,
     descriptor,
     read_blob,
@@ -54,13 +56,12 @@ from omni_oci.signing.legacy import (
     tag_for,
 )
 from omni_oci.signing.legacy import PREDICATE_ANNOTATION as LEGACY_PREDICATE
+from omni_oci.signing.verify import verify_image
 from tests.fixtures.oci import make_image, make_layer
 from tests.fixtures.pins import key_pair, qwen_pins
 from tests.fixtures.qwen import VLLM_COMMIT
 from tools.oci import verify as verify_module
-from tools.oci.build.image import BAKED_DEST, TITLE
 from tools.oci.build.provenance import build_statement
-from tools.oci.verify import verify_image
 
 SIGSTORE_SCHEMA = Path("tests/data/sigstore/Bundle.schema.json")
 SIGSTORE_SCHEMA_SHA256 = "6f94437aaf57685129ce60d26ea27beb3d2540764637958374d205563f14d46d"
@@ -477,10 +478,10 @@ def _repush_image(
 
 def _baked_bytes(layout: Path, manifest: dict[str, Any]) -> bytes:
     with tarfile.open(fileobj=io.BytesIO(read_blob(layout, manifest["layers"][-1]["digest"]))) as tar:
-        return tar.extractfile(BAKED_DEST.lstrip("/")).read()
+        return tar.extractfile(BAKED_PATH.lstrip("/")).read()
 
 
-def _pins_layer(data: bytes, name: str = BAKED_DEST.lstrip("/")) -> bytes:
+def _pins_layer(data: bytes, name: str = BAKED_PATH.lstrip("/")) -> bytes:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
         info = tarfile.TarInfo(name)
@@ -509,13 +510,13 @@ IMAGE_CASES = [
     (
         "layer list",
         dict(baked_change=lambda b: b.__setitem__("layers", ["sha256:" + "0" * 64])),
-        BAKED_DEST,
+        BAKED_PATH,
         "the baked layer list differs",
     ),
     (
         "baked pins malformed",
         dict(baked_change=lambda b: b["pins"]["hardware"].__setitem__("profile", "h100")),
-        f"{BAKED_DEST} pins.hardware.profile",
+        f"{BAKED_PATH} pins.hardware.profile",
         "Input should be",
     ),
     (
@@ -527,13 +528,13 @@ IMAGE_CASES = [
     (
         "no title",
         dict(manifest_change=lambda m: m["layers"][-1].pop("annotations")),
-        BAKED_DEST,
+        BAKED_PATH,
         "has no final layer annotated",
     ),
     (
         "two titles",
-        dict(manifest_change=lambda m: m["layers"][0].__setitem__("annotations", {TITLE: BAKED_DEST})),
-        BAKED_DEST,
+        dict(manifest_change=lambda m: m["layers"][0].__setitem__("annotations", {TITLE: BAKED_PATH})),
+        BAKED_PATH,
         "has no final layer annotated",
     ),
     (
@@ -576,7 +577,7 @@ IMAGE_CASES = [
     (
         "title on another layer only",
         dict(manifest_change=lambda m: m["layers"][0].__setitem__("annotations", m["layers"][-1].pop("annotations"))),
-        BAKED_DEST,
+        BAKED_PATH,
         "has no final layer annotated",
     ),
     ("config without config", dict(config_change=lambda c: c.pop("config")), "omni.image", "label omni.image is None"),
@@ -630,9 +631,9 @@ def test_a_truncated_pins_layer_and_one_without_the_file_are_refused(genuine, ke
         verify_image(reference, keys["public"], client=registry)
     other = _pins_layer(b"{}", name="etc/other.json")
     reference = _repush_image(registry, genuine, keys, manifest_change=lambda m: _swap_last(registry, m, other))
-    with pytest.raises(OciError, match=f"the pins layer does not hold {BAKED_DEST}") as refused:
+    with pytest.raises(OciError, match=f"the pins layer does not hold {BAKED_PATH}") as refused:
         verify_image(reference, keys["public"], client=registry)
-    assert refused.value.field == BAKED_DEST
+    assert refused.value.field == BAKED_PATH
 
 
 def _swap_last(registry: MemoryRegistry, manifest: dict[str, Any], blob: bytes) -> None:
@@ -730,7 +731,7 @@ def test_the_pins_layer_must_be_gzip_with_the_full_window(genuine, keys) -> None
     with tarfile.open(fileobj=raw, mode="w") as tar:
         for name, data in (
             ("etc/omni/pad", noise + noise),
-            (BAKED_DEST.lstrip("/"), _baked_bytes(genuine["layout"], read_layout(genuine["layout"])[1])),
+            (BAKED_PATH.lstrip("/"), _baked_bytes(genuine["layout"], read_layout(genuine["layout"])[1])),
         ):
             info = tarfile.TarInfo(name)
             info.size = len(data)

@@ -368,7 +368,7 @@ def test_write_and_check_exclude_each_other_and_help_lists_the_environment(capsy
 
 def _push_artifact(registry: LoopbackRegistry, files: dict[str, bytes], lock_bytes: bytes, tmp: Path, tag: str) -> str:
     from omni_oci.model.pack import pack, parse_lock
-    from tools.model.push import push_artifact
+    from omni_oci.model.push import push_artifact
 
     root = tmp / f"checkpoint-{tag}"
     for name, data in files.items():

@@ -24,10 +24,13 @@ import yaml
 
 import attest.files
 from omni_oci.format.layout import OCI_INDEX, OCI_MANIFEST, canonical, descriptor, read_layout, sha256_digest
+from omni_oci.model.verify import verify_artifact
+from omni_oci.remote.push import push
 from omni_oci.remote.referrers import push_referrer
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.signing.bundles import push_signatures
 from omni_oci.signing.keys import load_private_key
+from omni_oci.signing.verify import verify_image
 from tests.fixtures.cosign import verifiers
 from tests.fixtures.fault_proxy import FaultProxy, Step
 from tests.fixtures.model import checkpoint_files, write_checkpoint
@@ -36,10 +39,7 @@ from tests.fixtures.owners import owned_by_another_user
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import LoopbackRegistry, no_credentials
 from tests.fixtures.release import signed_release
-from tools.model.verify import verify_artifact
 from tools.oci.build.index import write_index
-from tools.oci.push import push
-from tools.oci.verify import verify_image
 from tools.release.cli import main
 from tools.release.offline import PARTIAL
 from tools.release.record import RECORD

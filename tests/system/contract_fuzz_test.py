@@ -251,7 +251,7 @@ class _FakeRegistry:
 @given(manifest=json_values, blob=st.binary(max_size=200))
 def test_oci_documents(tmp_path: Path, manifest: Any, blob: bytes) -> None:
     from omni_oci.remote.shallow_base import fetch_base
-    from tools.oci.verify import baked_pins
+    from omni_oci.signing.verify import baked_pins
 
     for call in (
         lambda: baked_pins(_FakeRegistry(b"", blob), "repo", manifest if isinstance(manifest, dict) else {}),

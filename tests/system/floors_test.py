@@ -165,13 +165,26 @@ def test_the_check_sees_each_kind_of_forbidden_import(tmp_path: Path, module: st
 
 def _visibility(build: Path) -> dict[str, list[str]]:
     """py_library name -> its visibility labels, from a buildifier-formatted BUILD file."""
-    text = build.read_text()
+    return {name: labels for name, (_, labels) in _py_libraries(build).items()}
+
+
+def _py_libraries(build: Path) -> dict[str, tuple[list[str], list[str]]]:
+    """py_library name -> (its source files, its visibility labels), from a buildifier-formatted
+    BUILD file; `glob([...])` sources are listed from the folder."""
     found = {}
-    for block in re.findall(r"^py_library\((.*?)^\)", text, flags=re.M | re.S):
+    for block in re.findall(r"^py_library\((.*?)^\)", build.read_text(), flags=re.M | re.S):
         name = re.search(r'name = "([^"]+)"', block)
         labels = re.search(r"visibility = \[(.*?)\]", block, flags=re.S)
-        if name and labels:
-            found[name.group(1)] = re.findall(r'"([^"]+)"', labels.group(1))
+        srcs = re.search(r"srcs = (glob\(\[.*?\]\)|\[.*?\])", block, flags=re.S)
+        if not (name and srcs):
+            continue
+        patterns = re.findall(r'"([^"]+)"', srcs.group(1))
+        files = (
+            sorted({str(f.relative_to(build.parent)) for pattern in patterns for f in build.parent.glob(pattern)})
+            if srcs.group(1).startswith("glob(")
+            else patterns
+        )
+        found[name.group(1)] = (files, re.findall(r'"([^"]+)"', labels.group(1)) if labels else [])
     return found
 
 
@@ -184,25 +197,200 @@ def _visible_folders(labels: list[str]) -> set[str]:
     return folders
 
 
-@pytest.mark.parametrize(
-    ("build", "library", "floor"),
-    [
-        ("boot/checkpoint/BUILD.bazel", "checkpoint", "boot.checkpoint"),
-        ("boot/serving/BUILD.bazel", "serving", "boot.serving"),
-        ("boot/BUILD.bazel", "settings", "boot.settings"),
-        ("tools/oci/build/BUILD.bazel", "build", "tools.oci.build"),
-        ("omni_oci/remote/BUILD.bazel", "remote", "omni_oci.remote"),
-        ("omni_oci/signing/BUILD.bazel", "signing", "omni_oci.signing"),
-    ],
-)
-def test_bazel_visibility_mirrors_the_floors(build: str, library: str, floor: str) -> None:
-    """Exactly the folders whose row may import the floor see its library (tests see every floor)."""
+# Who uses a library without importing it: the images pack boot's and the launcher's programs into
+# their layers and run build_diff's `update` as //images:update_digests; the mutation driver runs
+# the policy modules' tests in its own process and the pin and mirror benchmarks run tools/pin and tools/release as processes;
+# the library's face (omni_oci/__init__.py) is a dependency of its floors.
+USED_WITHOUT_IMPORT = {
+    "//boot:lib": {"images", "tools.dev.mutation"},
+    "//launcher:lib": {"images", "tools.dev.mutation"},
+    "//tools/oci:oci": {"images", "tools.dev.mutation"},
+    "//tools/gate:gate_lib": {"tools.dev.mutation"},
+    "//tools:settings": {"tools.dev.mutation"},
+    "//tools/pin:pin_lib": {"tools.dev.bench"},
+    "//tools/release:release_lib": {"tools.dev.bench"},
+    "//omni_oci:omni_oci": {"omni_oci.*"},
+}
+
+
+def _library_labels() -> list[str]:
+    builds = [b for b in ROOT.rglob("BUILD.bazel") if b.parent.parts[len(ROOT.parts) :][:1] != ("tests",)]
+    builds = [b for b in builds if not any(part.startswith(("bazel-", ".")) for part in b.relative_to(ROOT).parts)]
+    return sorted(f"//{b.parent.relative_to(ROOT).as_posix()}:{name}" for b in builds for name in _py_libraries(b))
+
+
+def importers_of(package: str, files: list[str], floors: dict[str, Floor], names: set[str]) -> set[str]:
+    """The rows (other than the library's own folder and the tests') that may import any module
+    the library holds."""
+    own = package.replace("/", ".")
+    modules = {own if Path(f).stem == "__init__" else ".".join([own, *Path(f).with_suffix("").parts]) for f in files}
+    return {
+        name
+        for name, row in floors.items()
+        if "any" not in row.ours and name != own and any(allowed(row, module, names) for module in modules)
+    }
+
+
+@pytest.mark.parametrize("label", _library_labels())
+def test_bazel_visibility_mirrors_the_floors(label: str) -> None:
+    """Exactly the folders whose row may import a library see it (tests see every library; a
+    library used without an import says so in USED_WITHOUT_IMPORT): never public."""
     floors = floors_of((ROOT / "docs" / "development.md").read_text())
     names = set(python_folders(ROOT))
-    own = ".".join(Path(build).parent.parts)  # within its own Bazel package visibility does not apply
-    importers = {
-        name for name, row in floors.items() if "any" not in row.ours and name != own and allowed(row, floor, names)
+    package, _, name = label.removeprefix("//").partition(":")
+    files, labels = _py_libraries(ROOT / package / "BUILD.bazel")[name]
+    expected = importers_of(package, files, floors, names) | USED_WITHOUT_IMPORT.get(label, set())
+    visible = _visible_folders(labels)
+    assert "//visibility:public" not in labels, f"{label} is public; the floors table says {sorted(expected)}"
+    assert visible - {"tests.*"} == expected, f"{label} visibility vs the floors table"
+    assert "tests.*" in visible, f"{label}: the tests see every library"
+
+
+def test_the_visibility_check_reads_every_library() -> None:
+    labels = _library_labels()
+    assert {"//attest:attest", "//boot:lib", "//omni_oci/model:pull", "//tools:settings"} <= set(labels)
+    assert not any(label.startswith("//tests") for label in labels)
+
+
+# The library (omni_oci/) has no program edge: no main(), no argparse, no environment reads;
+# the one exception is the registry keychain, which finds credential files and helpers where
+# docker, podman and crane look (go-containerregistry's authn keychain reads the same variables).
+ENVIRONMENT_READERS = {"omni_oci/remote/credentials.py"}
+# Bazel's build actions (tools/oci/build) are programs whose functions are their floor's API,
+# imported per its row; every other module under tools/ with a main() is a command.
+ACTION_FLOORS = ("tools/oci/build/",)
+
+
+def program_edges(root: Path, library: str = "omni_oci") -> list[str]:
+    found = []
+    for source in sorted((root / library).rglob("*.py")):
+        where = source.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name == "main" and node.col_offset == 0:
+                found.append(f"{where}:{node.lineno} defines main()")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                named = [alias.name for alias in node.names]
+                module = node.module if isinstance(node, ast.ImportFrom) else None
+                if "argparse" in named or module == "argparse":
+                    found.append(f"{where}:{node.lineno} imports argparse")
+                if module == "os" and {"environ", "getenv"} & set(named) and where not in ENVIRONMENT_READERS:
+                    found.append(f"{where}:{node.lineno} reads the environment")
+            elif (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("environ", "getenv")
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "os"
+                and where not in ENVIRONMENT_READERS
+            ):
+                found.append(f"{where}:{node.lineno} reads the environment")
+    return found
+
+
+def library_faces(root: Path, library: str = "omni_oci") -> list[str]:
+    """Every package of the library opens with a purpose line and lists its modules in __all__."""
+    found = []
+    for init in sorted((root / library).rglob("__init__.py")):
+        tree = ast.parse(init.read_text())
+        where = init.relative_to(root).as_posix()
+        if not (ast.get_docstring(tree) or "").strip():
+            found.append(f"{where}: no purpose line")
+        listed = [
+            ast.literal_eval(node.value)
+            for node in tree.body
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets)
+        ]
+        members = sorted(
+            {p.stem for p in init.parent.glob("*.py") if p.stem != "__init__"}
+            | {p.parent.name for p in init.parent.glob("*/__init__.py")}
+        )
+        if not listed:
+            found.append(f"{where}: no __all__")
+        elif sorted(listed[0]) != members:
+            found.append(f"{where}: __all__ lists {sorted(listed[0])}, the package holds {members}")
+    return found
+
+
+def command_imports(root: Path) -> list[str]:
+    """Imports of a command module (a module under tools/ with a main(), the build actions
+    aside) from outside its folder; the tests may import anything."""
+    commands = {}
+    for source in root.glob("tools/**/*.py"):
+        where = source.relative_to(root).as_posix()
+        if where.startswith(ACTION_FLOORS) or "bazel-" in where:
+            continue
+        tree = ast.parse(source.read_text())
+        if any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body):
+            commands[".".join(source.relative_to(root).with_suffix("").parts)] = where
+    found = []
+    for source in sorted(root.rglob("*.py")):
+        parts = source.relative_to(root).parts
+        if parts[0] == "tests" or any(part.startswith(("bazel-", ".")) for part in parts):
+            continue
+        folder = ".".join(parts[:-1])
+        for node in ast.walk(ast.parse(source.read_text())):
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            for target in targets:
+                if target in commands and target.rsplit(".", 1)[0] != folder:
+                    found.append(f"{'/'.join(parts)}:{node.lineno} imports the command {commands[target]}")
+    return found
+
+
+def test_the_library_has_no_program_edge() -> None:
+    assert program_edges(ROOT) == []
+
+
+def test_every_library_package_has_a_purpose_line_and_a_face() -> None:
+    assert library_faces(ROOT) == []
+
+
+def test_no_command_module_is_imported_outside_its_folder() -> None:
+    assert command_imports(ROOT) == []
+
+
+@pytest.mark.parametrize(
+    ("files", "complaint"),
+    [
+        ({"omni_oci/a.py": "def main():\n    pass\n"}, "omni_oci/a.py:1 defines main()"),
+        ({"omni_oci/a.py": "import argparse\n"}, "omni_oci/a.py:1 imports argparse"),
+        ({"omni_oci/a.py": "import os\nx = os.environ.get('A')\n"}, "omni_oci/a.py:2 reads the environment"),
+        ({"omni_oci/a.py": "from os import getenv\n"}, "omni_oci/a.py:1 reads the environment"),
+        ({"omni_oci/__init__.py": "__all__ = []\n"}, "omni_oci/__init__.py: no purpose line"),
+        ({"omni_oci/__init__.py": '"""Purpose."""\n'}, "omni_oci/__init__.py: no __all__"),
+        (
+            {"omni_oci/__init__.py": '"""Purpose."""\n__all__ = ["b"]\n', "omni_oci/a.py": ""},
+            "omni_oci/__init__.py: __all__ lists ['b'], the package holds ['a']",
+        ),
+        (
+            {"tools/x/cli.py": "def main():\n    pass\n", "tools/y/use.py": "from tools.x.cli import main\n"},
+            "tools/y/use.py:1 imports the command tools/x/cli.py",
+        ),
+        (
+            {"tools/x/cli.py": "def main():\n    pass\n", "boot/use.py": "import tools.x.cli\n"},
+            "boot/use.py:1 imports the command tools/x/cli.py",
+        ),
+    ],
+)
+def test_the_library_and_command_checks_see_each_kind(tmp_path: Path, files: dict[str, str], complaint: str) -> None:
+    for name, text in {"omni_oci/__init__.py": '"""Purpose."""\n__all__ = ["a"]\n', **files}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = program_edges(tmp_path) + library_faces(tmp_path) + command_imports(tmp_path)
+    assert complaint in found, found
+
+
+def test_a_command_may_be_imported_within_its_folder_and_by_the_tests(tmp_path: Path) -> None:
+    files = {
+        "tools/x/cli.py": "def main():\n    pass\n",
+        "tools/x/other.py": "from tools.x.cli import main\n",
+        "tests/x_test.py": "from tools.x.cli import main\n",
+        "tools/oci/build/image.py": "def main():\n    pass\n",
+        "tools/debian/rootfs.py": "from tools.oci.build.image import main\n",
     }
-    visible = _visible_folders(_visibility(ROOT / build)[library])
-    assert visible - {"tests.*"} == importers, f"{build}:{library} visibility vs the floors table"
-    assert "tests.*" in visible
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert command_imports(tmp_path) == []

@@ -19,10 +19,12 @@ from attest.pins import ImagePins
 from boot.cli import main as boot_main
 from boot.settings import REVISION
 from omni_oci.format.errors import OciError
+from omni_oci.format.statement import resolved
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.signing.bundles import BUNDLE_TYPE
 from omni_oci.signing.keys import load_private_key
 from omni_oci.signing.legacy import dsse_envelope, push_attestation, tag_for
+from omni_oci.signing.verify import model_trust, verify_image
 from tests.fixtures.cosign import Cosign, verifiers
 from tests.fixtures.deepseek import boot_env, tiny_repo, write_lock
 from tests.fixtures.oci import blobs_of, make_image, make_layer
@@ -31,8 +33,7 @@ from tests.fixtures.qwen import SPECULATOR_REVISION, TARGET_REVISION, VLLM_COMMI
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.wheels import write_record
 from tools.oci.build.image import checked_lock, load_pins_checked
-from tools.oci.build.provenance import build_statement, resolved
-from tools.oci.verify import model_trust, verify_image
+from tools.oci.build.provenance import build_statement
 
 OTHER = "fe" * 20
 

@@ -15,16 +15,14 @@ from attest.documents import parse_document
 from attest.errors import AttestError
 from attest.pins import BakedImage
 from omni_oci.format.errors import OciError
-from omni_oci.format.layout import read_blob, read_layout
+from omni_oci.format.image_contract import BAKED_MEMBER, BAKED_PATH, GROUPS_LABEL, ROOT_LABEL, TEST_ONLY_LABEL
+from omni_oci.format.layout import TITLE, read_blob, read_layout
 from omni_oci.format.tar_members import clean_name
 from omni_oci.format.tar_reader import TarStream, read_members
 from tools.deploy.errors import DeployError
-from tools.oci.build.image import BAKED_DEST, GROUPS_LABEL, TITLE
 
-BAKED_PATH = BAKED_DEST.lstrip("/")  # as a tar member names it
 # The baked layer holds two small documents; anything bigger is not ours.
 MAX_BAKED_LAYER = 8 << 20
-TEST_ONLY_LABEL = "omni.test_only"
 
 
 @dataclass(frozen=True)
@@ -44,30 +42,30 @@ class ImageContract:
 
 def _baked_layer(layout: Path, manifest: dict[str, Any]) -> bytes:
     layers = [
-        layer for layer in manifest.get("layers") or [] if (layer.get("annotations") or {}).get(TITLE) == BAKED_DEST
+        layer for layer in manifest.get("layers") or [] if (layer.get("annotations") or {}).get(TITLE) == BAKED_PATH
     ]
     if not layers:
         raise DeployError(
-            f"{layout} has no layer titled /{BAKED_PATH}: only an omni_image carries the pins and "
+            f"{layout} has no layer titled /{BAKED_MEMBER}: only an omni_image carries the pins and "
             "runtime contract the manifests are generated from",
-            field=BAKED_PATH,
+            field=BAKED_MEMBER,
         )
     layer = layers[-1]  # an image built on another omni_image: its own document is the one that shows
     if int(layer.get("size", 0)) > MAX_BAKED_LAYER:
         raise DeployError(
-            f"the /{BAKED_PATH} layer is {layer.get('size')} bytes (at most {MAX_BAKED_LAYER})", field=BAKED_PATH
+            f"the /{BAKED_MEMBER} layer is {layer.get('size')} bytes (at most {MAX_BAKED_LAYER})", field=BAKED_MEMBER
         )
     found = None
     try:
         data = read_blob(layout, layer["digest"])
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as plain:
-            for member, content in read_members(TarStream.of_file(plain), f"the /{BAKED_PATH} layer"):
-                if clean_name(layout, member.name) == BAKED_PATH and member.kind == "file":
+            for member, content in read_members(TarStream.of_file(plain), f"the /{BAKED_MEMBER} layer"):
+                if clean_name(layout, member.name) == BAKED_MEMBER and member.kind == "file":
                     found = content.read(min(member.size, MAX_BAKED_LAYER))  # the last one wins, as unpacked
     except (OciError, OSError, EOFError) as exc:
-        raise DeployError(f"cannot read /{BAKED_PATH} from {layout}: {exc}", field=BAKED_PATH) from None
+        raise DeployError(f"cannot read /{BAKED_MEMBER} from {layout}: {exc}", field=BAKED_MEMBER) from None
     if found is None:
-        raise DeployError(f"cannot read /{BAKED_PATH} from {layout}: the layer does not hold it", field=BAKED_PATH)
+        raise DeployError(f"cannot read /{BAKED_MEMBER} from {layout}: the layer does not hold it", field=BAKED_MEMBER)
     return found
 
 
@@ -121,16 +119,15 @@ def read_contract(layout: Path, *, test_image: bool = False) -> ImageContract:
             "manifests for a local try-out, e.g. with podman)",
             field=TEST_ONLY_LABEL,
         )
-    if "omni.runtime.root" in labels:
+    if ROOT_LABEL in labels:
         raise DeployError(
-            f"this image runs as root ({labels['omni.runtime.root']}); the generated manifests "
-            "run only non-root images",
+            f"this image runs as root ({labels[ROOT_LABEL]}); the generated manifests run only non-root images",
             field="engine.needs_root",
         )
     try:
-        baked = parse_document(BakedImage, json.loads(_baked_layer(layout, manifest)), label="/" + BAKED_PATH)
+        baked = parse_document(BakedImage, json.loads(_baked_layer(layout, manifest)), label="/" + BAKED_MEMBER)
     except (AttestError, ValueError) as exc:
-        raise DeployError(str(exc), field=getattr(exc, "field", "") or BAKED_PATH) from None
+        raise DeployError(str(exc), field=getattr(exc, "field", "") or BAKED_MEMBER) from None
     env = dict(item.partition("=")[::2] for item in runtime.get("Env") or [])
     uid, gid = _user(runtime.get("User") or "")
     return ImageContract(

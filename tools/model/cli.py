@@ -30,13 +30,13 @@ from omni_oci.model.artifact import PLATFORMS
 from omni_oci.model.errors import ModelError
 from omni_oci.model.pack import load_lock_bytes, pack, read_pack, summary, write_pack
 from omni_oci.model.pull import expected_lock, pull
+from omni_oci.model.push import PUSH_JOBS, push_artifact, push_checkpoint, push_summary
+from omni_oci.model.sign import signed_artifact
+from omni_oci.model.verify import signed, verify_artifact
 from omni_oci.signing.bundles import BUNDLES_ONLY_WARNING
-from omni_oci.signing.keys import load_private_key
-from tools.model.push import PUSH_JOBS, push_artifact, push_checkpoint, push_summary
-from tools.model.sign import signed_artifact
-from tools.model.verify import signed, verify_artifact
-from tools.oci.verify import LAYOUTS
+from omni_oci.signing.verify import LAYOUTS
 from tools.settings import user_path
+from tools.signing_key import release_signing_key
 
 
 def _progress(command: str):
@@ -122,7 +122,7 @@ def _push(args: argparse.Namespace) -> dict:
             "--no-model-signature is for push --model; a pack carries the model signature pack made (or none)",
             field="--no-model-signature",
         )
-    key = None if args.unsigned else load_private_key(args.signing_key)
+    key = None if args.unsigned else release_signing_key(args.signing_key)
     options = {
         "key": key,
         "tags": args.tag,
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "pack":
         lock, lock_bytes = load_lock_bytes(args.lock)
-        key = load_private_key(args.signing_key) if args.signing_key is not None else None
+        key = release_signing_key(args.signing_key) if args.signing_key is not None else None
         artifact = pack(args.model, lock, lock_bytes, platform=args.platform)
         artifact = signed_artifact(artifact, args.model, key) if key is not None else artifact
         write_pack(artifact, args.model, args.output)

@@ -18,11 +18,13 @@ import argparse
 import difflib
 import hashlib
 import json
+import os
 import sys
 import tarfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from attest.files import write_atomic
 from omni_oci.format.errors import OciError
 from omni_oci.format.layout import blob_path
 
@@ -224,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "update":
             document = update(_images(args.images))
-            staged = args.output.with_name(args.output.name + ".partial")
-            staged.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-            staged.replace(args.output)
+            # A relative --output is the workspace's (`bazel run //images:update_digests`).
+            output = Path(os.environ.get("BUILD_WORKSPACE_DIRECTORY", ".")) / args.output
+            write_atomic(output, (json.dumps(document, indent=1, sort_keys=True) + "\n").encode())
             for name, record in document["images"].items():
                 print(f"{name}: {record['digest']}")
             return 0

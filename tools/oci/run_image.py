@@ -21,18 +21,19 @@ from pathlib import Path
 from attest.edge.redact import redacting_output
 from attest.edge.refusal import refusing_main
 from omni_oci.format.errors import OciError
-from omni_oci.format.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_layout
+from omni_oci.format.layout import BASE_SIDECAR, OCI_MANIFEST, descriptor, read_blob, read_index, read_layout
 from omni_oci.format.reference import Reference
+from omni_oci.remote.push import expand_tags, push
 from omni_oci.remote.referrers import push_referrer
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.signing.bundles import BUNDLES_ONLY_WARNING, SIGN_PREDICATE, push_signatures
 from omni_oci.signing.dsse import INTOTO_PAYLOAD_TYPE
-from omni_oci.signing.keys import load_private_key
 from omni_oci.signing.legacy import DSSE_TYPE, dsse_envelope, tag_for
-from tools.oci.build.index import platform_name, read_index
-from tools.oci.push import expand_tags, push, read_status, read_tags
+from tools.oci.build.index import platform_name
+from tools.oci.push import read_status, read_tags
 from tools.oci.push_record import record_push
 from tools.settings import SIGNING, tools_help
+from tools.signing_key import release_signing_key
 
 SPDX_TYPE = "application/spdx+json"
 
@@ -256,7 +257,7 @@ def _push_signed(layout: Path, args: argparse.Namespace) -> None:
     """The image pushed by digest, then its signature, provenance and SBOM, the tags, and the push
     recorded; the pushed reference is printed on stdout."""
     # No key and no --unsigned: refuse before anything leaves this machine.
-    key = None if args.unsigned else load_private_key(args.signing_key)
+    key = None if args.unsigned else release_signing_key(args.signing_key)
     tags = [*args.tag, *(tag for path in args.tags_file for tag in read_tags(path))]
     tags = expand_tags(tags, read_status(args.status_file))
     report = push(

@@ -34,8 +34,8 @@ from boot.checkpoint import ENGINE_LOADED_SUFFIXES, Limits, download_file, downl
 from omni_oci.model import oms
 from omni_oci.model.artifact import MAX_SIGNATURE_BYTES
 from omni_oci.model.errors import ModelError
+from omni_oci.model.sign import file_sha256
 from omni_oci.signing.keys import load_public_key
-from tools.model.sign import file_sha256
 
 FIELD = "model.signature"
 MAX_ROOTS_BYTES = 1 << 20

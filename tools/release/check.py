@@ -22,16 +22,17 @@ from attest.lock import ARTIFACT_LOCK
 from attest.pins import ImagePins
 from attest.reader import read_file
 from omni_oci.format.errors import OciError, refusing_object
+from omni_oci.format.image_contract import BAKED_PATH
+from omni_oci.format.layout import TITLE
 from omni_oci.format.reference import Reference
 from omni_oci.model.artifact import MODEL_ARTIFACT, notes_of
 from omni_oci.model.layers import FILEPATH
 from omni_oci.model.pull import ExpectedLock
+from omni_oci.model.verify import verify_artifact
 from omni_oci.remote.referrers import referrers
 from omni_oci.signing.bundles import PREDICATE_ANNOTATION
 from omni_oci.signing.keys import load_public_key
-from tools.model.verify import verify_artifact
-from tools.oci.build.image import BAKED_DEST, TITLE
-from tools.oci.verify import baked_pins, signatures, verify_image
+from omni_oci.signing.verify import baked_pins, signatures, verify_image
 from tools.release.closure import IMAGE, LEGACY, REFERRER, Closure, Manifest, parts
 from tools.release.copy import Route
 from tools.release.offline import blob_file
@@ -96,7 +97,7 @@ def root_kind(closure: Closure) -> str:
         return "index"
     layers = document.get("layers") or []
     last = notes_of(layers[-1]) if layers else {}
-    if last.get(TITLE) == BAKED_DEST:
+    if last.get(TITLE) == BAKED_PATH:
         return "image"
     if last.get(FILEPATH) == ARTIFACT_LOCK:
         return "model"
@@ -159,7 +160,7 @@ def bound_to_pins(reader: BlobReader, repository: str, closure: Closure, pins: I
             continue
         try:
             baked, _ = baked_pins(reader, repository, document)
-            typed = parse_document(ImagePins, baked.get("pins"), label=f"{BAKED_DEST} of {item.digest}")
+            typed = parse_document(ImagePins, baked.get("pins"), label=f"{BAKED_PATH} of {item.digest}")
         except AttestError as exc:
             raise OciError(f"--pins {pins_path}: image {item.digest}: {exc}", field="--pins") from None
         if typed != pins:

@@ -26,13 +26,13 @@ import time
 from pathlib import Path
 
 from omni_oci.format.layout import canonical, descriptor, read_layout, sha256_digest
+from omni_oci.remote.push import push
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.remote.shallow_base import fetch_base
 from tests.fixtures.registry import LoopbackRegistry
 from tools.dev.bench.peers import require
 from tools.oci.build.image import assemble
 from tools.oci.build.layer import write_layer
-from tools.oci.push import push
 
 CHUNK_LAYER = 256 * 1024 * 1024
 

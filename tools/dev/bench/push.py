@@ -18,11 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from omni_oci.remote.push import PUSH_JOBS, push
 from tests.fixtures.registry import LoopbackRegistry
 from tools.dev.bench.peers import require
 from tools.oci.build.image import assemble
 from tools.oci.build.layer import write_layer
-from tools.oci.push import PUSH_JOBS, push
 
 
 def make_image(work: Path, size: int, layers: int) -> Path:

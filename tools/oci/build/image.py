@@ -20,15 +20,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attest.baked import BAKED_LOCK_PATH, BAKED_PATH
 from attest.errors import AttestError
-from attest.runtime_contract import WRITABLE_VARIABLES
 from omni_oci.format.errors import OciError
+from omni_oci.format.image_contract import (
+    BAKED_LOCK_PATH,
+    BAKED_PATH,
+    GROUPS_LABEL,
+    ROOT_LABEL,
+    USER_LABEL,
+    VOLUMES_LABEL,
+    WRITABLE_VARIABLES,
+    pin_labels,
+)
 from omni_oci.format.layout import (
     BASE_SIDECAR,
     LAYER_TYPE_TO_OCI,
     OCI_CONFIG,
     OCI_MANIFEST,
+    TITLE,
     blob_path,
     canonical,
     descriptor,
@@ -39,12 +48,9 @@ from omni_oci.format.layout import (
     write_blob,
     write_layout,
 )
+from omni_oci.format.statement import TOOLKIT_VERSION
 from tools.oci.build.layer import source_date_epoch
 
-TOOLKIT_VERSION = "0.1.0"
-BAKED_DEST = BAKED_PATH
-CHECKPOINT_LOCK_DEST = BAKED_LOCK_PATH
-TITLE = "org.opencontainers.image.title"
 CONFIG_KEYS = (
     "entrypoint",
     "cmd",
@@ -60,7 +66,6 @@ CONFIG_KEYS = (
     "variant",
     "layer_names",
 )
-GROUPS_LABEL = "omni.runtime.groups"
 
 
 def _rfc3339(epoch: int) -> str:
@@ -164,37 +169,6 @@ def _build_config(
     }
 
 
-def pin_labels(pins: dict[str, Any]) -> dict[str, str]:
-    """Image labels generated from the pin document (never typed twice)."""
-    labels = {
-        "omni.image": pins["image"],
-        "omni.base.pinned": f"{pins['base']['image']}@{pins['base']['digest'] or 'unpinned'}",
-        "omni.engine": pins["engine"]["name"],
-        "omni.engine.repository": pins["engine"]["repository"],
-        "omni.engine.commit": pins["engine"]["commit"] or "unpinned",
-        "omni.engine.record_sha256": pins["engine"].get("record_sha256") or "unpinned",
-        "omni.model.id": pins["model"]["id"],
-        "omni.model.revision": pins["model"]["revision"] or "unpinned",
-        **(
-            {"omni.model.lock_sha256": pins["model"]["lock_sha256"] or "unpinned"}
-            if pins["model"].get("lock_sha256") is not None
-            else {}
-        ),
-        "omni.hardware.profile": pins["hardware"]["profile"],
-        "omni.hardware.gpu_arch": pins["hardware"]["gpu_arch"],
-        "omni.toolkit.version": TOOLKIT_VERSION,
-    }
-    artifact = pins["model"].get("artifact")
-    if artifact:
-        labels["omni.model.artifact"] = f"{artifact['repository']}@{artifact['digest'] or 'unpinned'}"
-    if pins["model"].get("signature"):
-        labels["omni.model.signer"] = pins["model"]["signature"]["signer"]
-    if pins.get("speculator"):
-        labels["omni.speculator.id"] = pins["speculator"]["id"]
-        labels["omni.speculator.revision"] = pins["speculator"]["revision"] or "unpinned"
-    return labels
-
-
 def load_pins_checked(path: Path, release: bool) -> dict[str, Any]:
     from attest.pins import load_pins, release_refusal
 
@@ -226,9 +200,9 @@ def _runtime_contract(spec: dict[str, Any], pins: dict[str, Any]) -> tuple[dict[
         "writable_env": {name: env[name] for name in WRITABLE_VARIABLES if name in env},
     }
     labels = {
-        "omni.runtime.user": user,
-        "omni.runtime.volumes": ",".join(contract["volumes"]),
-        **({"omni.runtime.root": contract["root_because"]} if needs_root else {}),
+        USER_LABEL: user,
+        VOLUMES_LABEL: ",".join(contract["volumes"]),
+        **({ROOT_LABEL: contract["root_because"]} if needs_root else {}),
     }
     return {**spec, "user": user, "labels": {**(spec.get("labels") or {}), **labels}}, contract
 
@@ -274,9 +248,9 @@ def _baked_layer(
         **({"runtime": runtime} if runtime else {}),
     }
     data = json.dumps(baked, indent=2, sort_keys=True).encode() + b"\n"
-    entries = [{"dest": BAKED_DEST, "data": data, "mode": 0o644}]
+    entries = [{"dest": BAKED_PATH, "data": data, "mode": 0o644}]
     if checkpoint_lock is not None:
-        entries.append({"dest": CHECKPOINT_LOCK_DEST, "data": checkpoint_lock, "mode": 0o644})
+        entries.append({"dest": BAKED_LOCK_PATH, "data": checkpoint_lock, "mode": 0o644})
     blob = output / "baked-image-json.tar.gz"
     desc = write_layer(entries, blob, mtime=source_date_epoch())
     return desc, blob
@@ -296,7 +270,7 @@ def _with_baked_layer(
     spec = {
         **spec,
         "labels": {**(spec.get("labels") or {}), **pin_labels(pins)},
-        "layer_names": [*(spec.get("layer_names") or [f"layer {i}" for i in range(len(layers))]), BAKED_DEST],
+        "layer_names": [*(spec.get("layer_names") or [f"layer {i}" for i in range(len(layers))]), BAKED_PATH],
     }
     built = [layer["digest"] for layer in base["manifest"]["layers"]] + [desc["digest"] for desc, _ in layers]
     output.mkdir(parents=True, exist_ok=True)
@@ -363,7 +337,7 @@ def assemble(
         "annotations": dict(sorted(annotations.items())),
     }
     if pins is not None:
-        manifest["layers"][-1]["annotations"] = {TITLE: BAKED_DEST}
+        manifest["layers"][-1]["annotations"] = {TITLE: BAKED_PATH}
         (output / "baked-image-json.tar.gz").unlink()  # linked into blobs/ above
     manifest_bytes = canonical(manifest)
     digest = write_layout(output, manifest_bytes)
@@ -388,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--digest-file", type=Path, help="also write the manifest digest here")
     parser.add_argument("--pins", type=Path, help="the image's pin document: labels and /etc/omni/image.json")
     parser.add_argument("--release", action="store_true", help="refuse empty pins")
-    parser.add_argument("--checkpoint-lock", type=Path, help=f"baked at {CHECKPOINT_LOCK_DEST}; must match the pin")
+    parser.add_argument("--checkpoint-lock", type=Path, help=f"baked at {BAKED_LOCK_PATH}; must match the pin")
     args = parser.parse_args(argv)
     try:
         layers = []

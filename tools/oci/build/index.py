@@ -28,7 +28,6 @@ from omni_oci.format.layout import (
     link_blob,
     read_blob,
     read_layout,
-    sha256_digest,
     write_blob,
 )
 
@@ -95,20 +94,6 @@ def write_index(output: Path, images: list[Path]) -> str:
         )
     )
     return digest
-
-
-def read_index(layout: Path) -> tuple[str, dict[str, Any], bytes] | None:
-    """(digest, index, bytes) when the layout's one entry is an image index; None for an image."""
-    try:
-        entry = json.loads((layout / "index.json").read_text())["manifests"][0]
-    except (OSError, ValueError, KeyError, IndexError) as exc:
-        raise OciError(f"{layout} is not a readable OCI layout: {exc}", field=str(layout)) from None
-    if entry.get("mediaType") != OCI_INDEX:
-        return None
-    data = blob_path(layout, entry["digest"]).read_bytes()
-    if sha256_digest(data) != entry["digest"]:
-        raise OciError(f"{layout}: index blob does not match its digest {entry['digest']}", field="index.json")
-    return entry["digest"], json.loads(data), data
 
 
 def main(argv: list[str] | None = None) -> int:

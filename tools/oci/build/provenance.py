@@ -14,13 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from omni_oci.format.image_contract import CHECKPOINT_LOCK_URI
 from omni_oci.format.layout import read_layout
-from omni_oci.format.statement import SLSA_PROVENANCE, statement
-from tools.oci.build.image import CHECKPOINT_LOCK_DEST, TOOLKIT_VERSION, load_pins_checked
+from omni_oci.format.statement import BUILDER_ID, IMAGE_BUILD_TYPE, SLSA_PROVENANCE, TOOLKIT_VERSION, statement
+from tools.oci.build.image import load_pins_checked
 
-CHECKPOINT_LOCK_URI = f"file://{CHECKPOINT_LOCK_DEST}"
-BUILD_TYPE = "https://omni.invalid/build-types/bazel-oci-image/v1"
-BUILDER_ID = "https://omni.invalid/builders/bazel"
 SOURCE_URI = "git+omni"
 
 
@@ -75,7 +73,7 @@ def build_statement(
     ]
     predicate = {
         "buildDefinition": {
-            "buildType": BUILD_TYPE,
+            "buildType": IMAGE_BUILD_TYPE,
             "externalParameters": {"image": name, "pins": pins},
             "internalParameters": {"toolkit_version": TOOLKIT_VERSION},
             "resolvedDependencies": dependencies,
@@ -83,13 +81,6 @@ def build_statement(
         "runDetails": {"builder": {"id": BUILDER_ID}},
     }
     return statement([(name, digest)], SLSA_PROVENANCE, predicate)
-
-
-def resolved(statement: dict[str, Any], name: str) -> dict[str, str]:
-    for entry in statement["predicate"]["buildDefinition"]["resolvedDependencies"]:
-        if entry["name"] == name:
-            return entry.get("digest", {})
-    return {}
 
 
 def main(argv: list[str] | None = None) -> int:

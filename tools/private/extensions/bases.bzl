@@ -44,7 +44,7 @@ def _vendor_base_impl(rctx):
         [
             python,
             "-m",
-            "omni_oci.remote.shallow_base",
+            "tools.oci.base",
             "--image",
             image,
             "--digest",

@@ -16,6 +16,7 @@ from attest.lock import ARTIFACT_SIGNATURE, CheckpointLock
 from attest.reader import loads_object
 from omni_oci.format.errors import OciError
 from omni_oci.format.reference import Reference
+from omni_oci.format.statement import MODEL_BUILD_TYPE
 from omni_oci.model import oms
 from omni_oci.model.artifact import (
     MODEL_ARTIFACT,
@@ -28,8 +29,7 @@ from omni_oci.model.errors import ModelError
 from omni_oci.model.pull import ExpectedLock, fetch_lock, fetch_signature
 from omni_oci.remote.registry import RegistryClient, client_for
 from omni_oci.signing.keys import load_public_key
-from tools.model.push import BUILD_TYPE
-from tools.oci.verify import signed_provenance
+from omni_oci.signing.verify import signed_provenance
 
 MAX_CONFIG_BYTES = 4 << 20
 
@@ -71,7 +71,7 @@ def verify_artifact(
         statement, accepted = signed(client, ref, public_key, layout)
         definition = statement["predicate"]["buildDefinition"]
         model = (definition.get("externalParameters") or {}).get("model") or {}
-        if definition.get("buildType") != BUILD_TYPE or not isinstance(model.get("lock_sha256"), str):
+        if definition.get("buildType") != MODEL_BUILD_TYPE or not isinstance(model.get("lock_sha256"), str):
             raise ModelError("the provenance is not a model artifact's", field="provenance.buildType")
         if expected is not None and model["lock_sha256"] != expected.sha256:
             raise ModelError(

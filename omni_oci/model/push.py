@@ -17,23 +17,19 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from attest.lock import ARTIFACT_LOCK, ARTIFACT_SIGNATURE, CheckpointLock
 from omni_oci.format.errors import OciError
 from omni_oci.format.layout import OCI_MANIFEST, descriptor
-from omni_oci.format.reference import Reference
-from omni_oci.format.statement import SLSA_PROVENANCE, statement
+from omni_oci.format.reference import TAG_RE, Reference
+from omni_oci.format.statement import BUILDER_ID, MODEL_BUILD_TYPE, SLSA_PROVENANCE, TOOLKIT_VERSION, statement
 from omni_oci.model import oms
 from omni_oci.model.artifact import Artifact, build, hub_url
 from omni_oci.model.errors import ModelError
 from omni_oci.model.layers import FileLayer, FileLayerStream, layer_size, stream_file_layer
+from omni_oci.model.sign import model_signature
 from omni_oci.remote.parallel import PushReport, blob_progress, in_parallel
 from omni_oci.remote.referrers import put_referrer
 from omni_oci.remote.registry import RegistryClient, client_for
 from omni_oci.signing.bundles import push_signatures
-from tools.model.sign import model_signature
-from tools.oci.build.image import TOOLKIT_VERSION
-from tools.oci.build.provenance import BUILDER_ID
-from tools.oci.push import TAG_RE
 
 PUSH_JOBS = 4
-BUILD_TYPE = "https://omni.invalid/build-types/model-artifact/v1"
 
 
 def push_summary(report: PushReport) -> dict[str, Any]:
@@ -55,7 +51,7 @@ def provenance(artifact: Artifact, name: str) -> dict[str, Any]:
     lock = artifact.lock
     predicate = {
         "buildDefinition": {
-            "buildType": BUILD_TYPE,
+            "buildType": MODEL_BUILD_TYPE,
             "externalParameters": {
                 "model": {
                     "id": lock.repo,

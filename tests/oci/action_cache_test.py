@@ -15,6 +15,7 @@ NEVER = (
     "tools/oci/push.py",
     "tools/oci/verify.py",
     "tools/oci/run_image.py",
+    "omni_oci/model/",
     "tools/model/",
     "tools/pin/",
     "attest/edge/transport.py",
