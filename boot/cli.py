@@ -89,12 +89,12 @@ def _run(argv: Sequence[str] | None) -> int:
 def _command(command: str, args: list[str], settings: BootSettings) -> int:
     """One command, its settings read and its pins checked."""
     if command == "prepare":
-        from boot.prepare import prepare
+        from boot.checkpoint.sources import prepare
 
         prepare(settings)
         return 0
     if command == "verify":
-        from boot.prepare import verify_only
+        from boot.checkpoint.sources import verify_only
 
         verify_only(settings, full="--full" in args)
         return 0
@@ -106,7 +106,7 @@ def _command(command: str, args: list[str], settings: BootSettings) -> int:
     if command == "smoke":
         smoke(Api(settings), settings)
         return 0
-    from boot.prepare import prepare
+    from boot.checkpoint.sources import prepare
     from boot.serving.api import warmup
     from boot.serving.serve import serve
 

@@ -102,7 +102,13 @@ def extra_args(raw: str, variable: str) -> tuple[str, ...]:
         raise refuse(variable, raw, f"shell-quoted arguments ({exc})") from None
 
 
-MODEL_SOURCES = ("hub", "image", "registry")
+# How the checkpoint arrives (MODEL_SOURCE): downloaded from the hub into MODEL_PATH, mounted as
+# an image volume of the model artifact, or pulled from a registry by every rank; tools/deploy
+# writes the same names (boot/checkpoint/sources.py is the one switch over them).
+HUB = "hub"
+IMAGE = "image"
+REGISTRY = "registry"
+MODEL_SOURCES = (HUB, IMAGE, REGISTRY)
 
 
 def model_source(raw: str, variable: str) -> str:

@@ -2,7 +2,7 @@
 manifest over the same layers, and the check that a manifest holds exactly a lock's files.
 
 Layers, in order: one per locked file, sorted by path; where the artifact is signed, its
-OpenSSF Model Signing signature (ARTIFACT_SIGNATURE, tools/model/sign.py); then the lock itself
+OpenSSF Model Signing signature (ARTIFACT_SIGNATURE, omni_oci/model/sign.py); then the lock itself
 (ARTIFACT_LOCK, the exact bytes whose sha256 an image pins as model.lock_sha256). The ModelPack
 manifest names the plain one as its subject, so the registry lists it as a referrer of the
 digest images mount.
@@ -135,7 +135,7 @@ def build(
     lock: CheckpointLock, lock_bytes: bytes, files: list[FileLayer], platform: str, signature: bytes | None = None
 ) -> Artifact:
     """The documents of the artifact of `files` (one per locked file, any order), signed by
-    `signature` (tools/model/sign.py) where given."""
+    `signature` (omni_oci/model/sign.py) where given."""
     if platform not in PLATFORMS:
         raise ModelError(f"--platform {platform!r}: expected one of {', '.join(PLATFORMS)}", field="--platform")
     ordered = tuple(sorted(files, key=lambda layer: layer.item.path))

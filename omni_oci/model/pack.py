@@ -55,7 +55,7 @@ def pack(
     model: Path, lock: CheckpointLock, lock_bytes: bytes, *, platform: str, jobs: int = PACK_JOBS, quiet: bool = False
 ) -> Artifact:
     """Every locked file read once, checked against the lock and hashed into its layer (signed
-    by tools/model/sign.py's signed_artifact, where the caller holds a key)."""
+    by omni_oci/model/sign.py's signed_artifact, where the caller holds a key)."""
     if not model.is_dir():
         raise ModelError(f"--model {model} is not a directory", field="--model")
     total = sum(item.size for item in lock.files)

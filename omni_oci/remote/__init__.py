@@ -1,5 +1,6 @@
-"""The registry stack: credentials and where they may go, the transport with one deadline per
-answer, uploads, shallow bases, streamed layer reading, the runtime's overlay and referrers.
+"""The registry stack: the verbs (registry, uploads, referrers, the image push, shallow bases,
+streamed layer reading, the runtime's overlay) apart from the session's request policy
+(retries, Retry-After, deadlines), and credentials and where they may go.
 """
 
 # The package's face: its modules, each imported by name (nothing is imported here, so a
@@ -16,6 +17,7 @@ __all__ = [
     "push",
     "referrers",
     "registry",
+    "session",
     "shallow_base",
     "tokens",
     "uploads",

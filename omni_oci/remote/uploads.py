@@ -1,8 +1,8 @@
 """Blob uploads of the registry client: monolithic and chunked (PATCH with Content-Range),
 streamed from bytes, files, offset-seekable streams or a factory of fresh streams, resumed from
 the offset the registry reports after a cut, or hashed as they go when the digest is not known
-in advance. A mixin of omni_oci.remote.registry.RegistryClient: it uses the client's request,
-_expect and has_blob, its counters and its chunk sizes.
+in advance. A mixin of omni_oci.remote.registry.RegistryClient: it uses the session's request and
+_expect, the client's has_blob, its counters and its chunk sizes.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
@@ -18,13 +17,13 @@ from attest.edge.redact import redact_known
 from omni_oci.format.errors import OciError
 from omni_oci.format.reference import api_path
 from omni_oci.remote.pieces import Pieces
+from omni_oci.remote.session import ATTEMPTS, attempt_failed
 
 if TYPE_CHECKING:
     import threading
 
     import httpx
 
-ATTEMPTS = 3
 CHUNKED_UPLOAD_THRESHOLD = 256 << 20
 UPLOAD_CHUNK_BYTES = 64 << 20
 # File reads per upload write: few enough writes to the socket, and memory flat in the layer's
@@ -91,18 +90,6 @@ class _UploadSource:
                 start += chunk
         if pending:
             yield start, bytes(pending)
-
-
-def attempt_failed(attempt: int, what: str, *, wait: float | None = None) -> None:
-    """Says so on stderr, then waits: `wait` (what the registry asked for), else a backoff."""
-    pause = min(0.2 * 2 ** (attempt - 1), 5) if wait is None else wait
-    asked = f" in {pause:g} s, as Retry-After asks" if wait is not None else ""
-    print(
-        redact_known(f"registry: attempt {attempt}/{ATTEMPTS} failed: {what}; retrying{asked}"),
-        file=sys.stderr,
-        flush=True,
-    )
-    time.sleep(pause)
 
 
 class BlobUploads:

@@ -14,9 +14,9 @@ import pytest
 
 from attest.lock import PARTIAL_DIR, VERIFIED_MARKER
 from boot.checkpoint.receipt import RECEIPT
+from boot.checkpoint.sources import prepare
 from boot.cli import main as boot_main
 from boot.errors import BootError
-from boot.prepare import prepare
 from boot.settings import REVISION, BootSettings
 from tests.fixtures.deepseek import SHARDS, boot_env, tiny_repo, write_lock
 from tests.fixtures.hub import HubRepo, LoopbackHub
@@ -412,7 +412,7 @@ def test_a_waiting_rank_starts_once_rank_0_publishes(tmp_path: Path) -> None:
 
     def rank_one() -> None:
         try:
-            with mock.patch("boot.ranks.POLL_S", 0.05):
+            with mock.patch("boot.checkpoint.ranks.POLL_S", 0.05):
                 _rank(tmp_path, 1, RANK_WAIT_TIMEOUT_S="300")  # an event wait, sized for a loaded machine
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)

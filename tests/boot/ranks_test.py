@@ -1,4 +1,4 @@
-"""boot/ranks.py: with RANK_KEY_FILE, ranks > 0 take only this run's rank 0's verdict (MAC,
+"""boot/checkpoint/ranks.py: with RANK_KEY_FILE, ranks > 0 take only this run's rank 0's verdict (MAC,
 group, start, lock, exactly the lock's files, each file's size, mtime, ctime and inode); a
 forged, another group's, a stale, a re-planted, an oversized verdict and a forged refusal are
 not taken (the rank waits, then names why); rank 0's refusal is shown escaped; without a key
@@ -19,9 +19,9 @@ import pytest
 
 from attest.lock import REFUSED_MARKER, VERIFIED_MARKER
 from boot import ranks
+from boot.checkpoint.ranks import publish_refusal, wait_for_rank0
+from boot.checkpoint.sources import prepare
 from boot.errors import BootError
-from boot.prepare import prepare
-from boot.ranks import publish_refusal, wait_for_rank0
 from boot.settings import BootSettings
 from tests.fixtures.bounds import ended_long_before
 from tests.fixtures.deepseek import SHARDS, boot_env, tiny_repo, write_lock
@@ -95,7 +95,7 @@ def _forge(base: Path, change) -> None:
 def test_a_verdict_that_is_not_this_runs_rank_0s_is_not_taken(tmp_path: Path, plant: str, says: str) -> None:
     _rank0(tmp_path)
     extra: dict[str, str] = {}
-    later = mock.patch("boot.ranks.RUN_STARTED_NS", ranks.RUN_STARTED_NS)
+    later = mock.patch("boot.checkpoint.ranks.RUN_STARTED_NS", ranks.RUN_STARTED_NS)
     if plant == "forged":
         for name in SHARDS:
             path = tmp_path / "model" / name
@@ -107,7 +107,7 @@ def test_a_verdict_that_is_not_this_runs_rank_0s_is_not_taken(tmp_path: Path, pl
     elif plant == "another group":
         extra = {"RANK_GROUP": "group-b"}
     elif plant == "stale":  # this rank started 1000 s after that rank 0: an earlier run's verdict
-        later = mock.patch("boot.ranks.RUN_STARTED_NS", time.time_ns() + 1000 * 10**9)
+        later = mock.patch("boot.checkpoint.ranks.RUN_STARTED_NS", time.time_ns() + 1000 * 10**9)
     elif plant == "re-planted":  # the verdict of a run whose files were replaced since
         kept = tmp_path / "kept-verdict.json"
         shutil.copy(_verdict(tmp_path), kept)
@@ -205,7 +205,7 @@ def test_a_rank_starting_after_rank_0_refused_in_this_run_refuses_at_once(tmp_pa
 def test_an_earlier_runs_refusal_is_still_ignored(tmp_path: Path, capsys, keyed: bool) -> None:
     (tmp_path / "model").mkdir()
     unkeyed = {} if keyed else {"RANK_KEY_FILE": "", "RANK_GROUP": ""}
-    with mock.patch("boot.ranks.RUN_STARTED_NS", time.time_ns() - 3600 * 10**9):  # rank 0 of an hour ago
+    with mock.patch("boot.checkpoint.ranks.RUN_STARTED_NS", time.time_ns() - 3600 * 10**9):  # rank 0 of an hour ago
         publish_refusal(BootSettings.from_env(_env(tmp_path, **unkeyed)), BootError("old", field=SHARDS[0]))
     marker = tmp_path / "model" / REFUSED_MARKER
     old = time.time_ns() - 3600 * 10**9

@@ -19,8 +19,8 @@ import pytest
 
 from attest.lock import PARTIAL_DIR
 from boot.checkpoint.download import download_progress
+from boot.checkpoint.sources import prepare
 from boot.errors import BootError
-from boot.prepare import prepare
 from boot.settings import BootSettings
 from tests.fixtures.bounds import ended_by_deadline, ended_long_before
 from tests.fixtures.deepseek import SHARDS, boot_env, tiny_repo, write_lock

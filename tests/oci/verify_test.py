@@ -35,6 +35,7 @@ from omni_oci.format.layout import (
 )
 from omni_oci.format.statement import SLSA_PROVENANCE
 from omni_oci.remote.referrers import push_referrer
+from omni_oci.signing import verify as verify_module
 from omni_oci.signing.bundles import (
     BUNDLE_TYPE,
     CONTENT_ANNOTATION,
@@ -60,7 +61,7 @@ from omni_oci.signing.verify import verify_image
 from tests.fixtures.oci import make_image, make_layer
 from tests.fixtures.pins import key_pair, qwen_pins
 from tests.fixtures.qwen import VLLM_COMMIT
-from tools.oci import verify as verify_module
+from tools.oci import verify as verify_command
 from tools.oci.build.provenance import build_statement
 
 SIGSTORE_SCHEMA = Path("tests/data/sigstore/Bundle.schema.json")
@@ -660,7 +661,7 @@ def test_an_unpinned_image_verifies_and_says_what_is_unpinned(tmp_path: Path, ke
 
 
 def test_the_cli_reports_a_refusal_as_one_json_line(tmp_path: Path, capsys) -> None:
-    assert verify_module.main([f"{REGISTRY}/{REPO}:latest", "--key", str(tmp_path / "absent.pem")]) == 2
+    assert verify_command.main([f"{REGISTRY}/{REPO}:latest", "--key", str(tmp_path / "absent.pem")]) == 2
     refusal = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert refusal["ok"] is False and refusal["field"] == "reference"
 

@@ -229,3 +229,38 @@ def test_tests_use_deploy_only_through_its_public_api() -> None:
                 if node.module != "tools.deploy.cli":
                     reached.append(f"{source.relative_to(ROOT)}: {node.module}")
     assert reached == []
+
+
+# Paths to Python files named anywhere in the code or the docs must exist: a moved or renamed
+# module leaves no pointer behind. floors_test builds trees of its own and names their paths.
+NAMES_IMAGINARY_PATHS = {"tests/system/floors_test.py", "tests/system/docs_test.py"}
+# attest/lock.py is in the Qwen image, kept byte-equal by the library's move (issue 73); its
+# comment is corrected with the image's next change of its own.
+KEPT_STALE = {("attest/lock.py", "tools/model/oms.py")}
+PY_PATH_RE = re.compile(r"(?<![\w/.-])((?:attest|boot|launcher|omni_oci|tools|tests)/[\w/.-]*\w\.py)\b")
+
+
+def stale_paths(root: Path) -> list[str]:
+    sources = [
+        p for p in root.rglob("*.py") if not any(s.startswith((".", "bazel-")) for s in p.relative_to(root).parts)
+    ]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))] if (root / "docs").is_dir() else []
+    found = []
+    for source in sorted(sources) + [page for page in pages if page.is_file()]:
+        where = source.relative_to(root).as_posix()
+        if where in NAMES_IMAGINARY_PATHS:
+            continue
+        for named in sorted(set(PY_PATH_RE.findall(source.read_text()))):
+            if not (root / named).is_file() and (where, named) not in KEPT_STALE:
+                found.append(f"{where} names {named}, which does not exist")
+    return found
+
+
+def test_every_python_path_named_in_code_or_docs_exists() -> None:
+    assert stale_paths(ROOT) == []
+
+
+def test_the_path_check_sees_a_moved_module(tmp_path: Path) -> None:
+    (tmp_path / "tools" / "a").mkdir(parents=True)
+    (tmp_path / "tools" / "a" / "b.py").write_text("# see tools/a/b.py and tests/a/gone_test.py\n")
+    assert stale_paths(tmp_path) == ["tools/a/b.py names tests/a/gone_test.py, which does not exist"]

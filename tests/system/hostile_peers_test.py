@@ -30,7 +30,8 @@ from omni_oci.format.errors import OciError
 from omni_oci.remote import credentials
 from omni_oci.remote.auth import realm_withholds
 from omni_oci.remote.credentials import Credential, lookup
-from omni_oci.remote.registry import ATTEMPTS, RegistryClient
+from omni_oci.remote.registry import RegistryClient
+from omni_oci.remote.session import ATTEMPTS
 from tests.fixtures.bounds import ended_by_deadline, ended_long_before
 from tests.fixtures.loopback import LoopbackHTTPServer
 from tests.fixtures.registry import credential_helper, no_credentials

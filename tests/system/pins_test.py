@@ -237,7 +237,7 @@ def test_the_deepseek_release_needs_a_reviewed_checkpoint_lock(tmp_path: Path) -
 
 
 def test_boot_takes_the_lock_sha256_from_the_image_pin(tmp_path: Path, capsys) -> None:
-    from boot.prepare import prepare
+    from boot.checkpoint.sources import prepare
     from boot.settings import BootSettings
     from tests.fixtures.hub import LoopbackHub
 

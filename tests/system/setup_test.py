@@ -179,3 +179,14 @@ def test_the_private_apt_takes_only_apts_own_commands(tmp_path: Path) -> None:
         [str(PRIVATE_APT), str(tmp_path), "/dev/null", "sh", "-c", "true"], capture_output=True, text=True
     )
     assert done.returncode == 2 and "COMMAND must be apt-get, apt-cache or apt-config" in done.stderr
+
+
+def test_set_up_is_split_by_step_and_runs_every_step() -> None:
+    """One file per step (issue 73: no file past ~250 lines), and tools/setup sources each step
+    file there is, so a step added without being run, or run without its file, is caught."""
+    steps = sorted(path.stem for path in (SETUP.parent / "setup.d").glob("*.sh"))
+    assert steps, "tools/setup.d holds no step"
+    listed = re.search(r"^for step in ([\w ]+); do$", SETUP.read_text(), flags=re.M)
+    assert listed and sorted(listed.group(1).split()) == steps
+    for path in [SETUP, *(SETUP.parent / "setup.d").glob("*.sh")]:
+        assert len(path.read_text().splitlines()) <= 250, f"{path} is past 250 lines"

@@ -117,21 +117,26 @@ def test_no_function_is_longer_than_the_limit() -> None:
 
 
 def test_the_map_of_tools_names_every_folder_of_tools_and_only_those() -> None:
-    """docs/development.md's map of tools/ (a row per package, in three groups) equals the tree."""
+    """docs/development.md's map of tools/ and omni_oci/ (a row per package, in four groups)
+    equals the tree."""
     import re
 
     page = (ROOT / "docs" / "development.md").read_text()
     block = page.split("<!-- tools-map:begin -->", 1)[1].split("<!-- tools-map:end -->", 1)[0]
-    rows = re.findall(r"^\| `(tools/[^`]*)` \| (rules|build and release|development only) \|", block, flags=re.M)
+    rows = re.findall(
+        r"^\| `((?:tools|omni_oci)/[^`]*)` \| (library|rules|build and release|development only) \|", block, flags=re.M
+    )
     mapped = sorted(folder.rstrip("/") for folder, _ in rows)
     folders = sorted(
         {
             str(path.parent.relative_to(ROOT))
             for pattern in ("BUILD.bazel", "*.py", "*.bzl")
-            for path in ROOT.glob(f"tools/**/{pattern}")
+            for top in ("tools", "omni_oci")
+            for path in ROOT.glob(f"{top}/**/{pattern}")
             if "__pycache__" not in path.parts
         }
     )
-    assert mapped == folders, f"docs/development.md's map of tools/ differs from the tree: {mapped} vs {folders}"
+    assert mapped == folders, f"docs/development.md's map differs from the tree: {mapped} vs {folders}"
     groups = {folder.rstrip("/"): group for folder, group in rows}
     assert all(groups[folder] == "development only" for folder in folders if folder.startswith("tools/dev"))
+    assert all((groups[folder] == "library") == folder.startswith("omni_oci") for folder in folders)

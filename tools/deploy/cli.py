@@ -24,6 +24,7 @@ from attest.edge.redact import known_secrets, redacting_output
 from attest.edge.refusal import refusing_main, report_refusal
 from attest.errors import AttestError
 from attest.files import write_atomic
+from boot.settings import IMAGE, REGISTRY
 from omni_oci.format.errors import OciError
 from omni_oci.format.reference import Reference
 from tools.deploy.contract import ImageContract, read_contract
@@ -257,7 +258,7 @@ def model_image(contract: ImageContract, args: argparse.Namespace) -> str:
     artifact = contract.baked.pins.model.artifact
     pinned = f"{artifact.repository}@{artifact.digest}" if artifact is not None and artifact.digest else ""
     if not args.model_image:
-        wanted = args.model_source in ("image", "registry") or not (args.model_pvc or args.model_host_path)
+        wanted = args.model_source in (IMAGE, REGISTRY) or not (args.model_pvc or args.model_host_path)
         return pinned if wanted else ""
     if pinned and not args.model_image.endswith("@" + artifact.digest):
         raise DeployError(
@@ -280,7 +281,7 @@ def _scheduling(args: argparse.Namespace) -> Scheduling:
 
 
 def _image_volume_note(options: Options) -> None:
-    if options.model_source == "image" and (1, options.kubernetes_minor) < IMAGE_VOLUMES_DEFAULT_ON:
+    if options.model_source == IMAGE and (1, options.kubernetes_minor) < IMAGE_VOLUMES_DEFAULT_ON:
         print(
             f"deploy: note: on Kubernetes {options.kubernetes_version} image volumes need the ImageVolume feature "
             "gate (kube-apiserver and kubelet) and a runtime that mounts them (containerd 2.1+, CRI-O 1.31+); "

@@ -10,6 +10,7 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from attest.reader import UNSHOWN_CATEGORIES
+from boot.settings import IMAGE, REGISTRY
 from omni_oci.format.errors import OciError
 from omni_oci.format.reference import Reference
 from tools.deploy.errors import DeployError
@@ -65,8 +66,8 @@ IMAGE_VOLUMES_SINCE = (1, 31)
 IMAGE_VOLUMES_DEFAULT_ON = (1, 35)
 DEFAULT_KUBERNETES_VERSION = "1.35"
 # Where the checkpoint comes from (--model-source): the artifact as an image volume, the artifact
-# pulled by each pod's init container (boot.registry_source), a claim or a host directory.
-MODEL_SOURCES = ("image", "registry", "pvc", "host-path")
+# pulled by each pod's init container (boot.checkpoint.from_registry), a claim or a host directory.
+MODEL_SOURCES = (IMAGE, REGISTRY, "pvc", "host-path")  # boot's names for what it sees
 KUBERNETES_VERSION_RE = re.compile(r"^1\.([0-9]{1,2})$")
 # Whole top-level directories: a model lives in a directory of its own below them.
 TOP_LEVEL = ("/", "/home", "/mnt", "/media", "/opt", "/srv", "/tmp", "/var")
@@ -123,7 +124,7 @@ def resolve_model_source(options: Options, program: str) -> str:
         return "host-path"
     if options.model_image:
         default_on = (1, options.kubernetes_minor) >= IMAGE_VOLUMES_DEFAULT_ON
-        return "image" if program != "boot" or default_on else "registry"
+        return IMAGE if program != "boot" or default_on else REGISTRY
     return ""
 
 
@@ -138,7 +139,7 @@ def check_model_image(options: Options, program: str) -> None:
             f"--model-image {options.model_image!r}: name the artifact by digest (REGISTRY/REPO@sha256:...)",
             field="--model-image",
         )
-    if options.model_source == "image" and (1, options.kubernetes_minor) < IMAGE_VOLUMES_SINCE:
+    if options.model_source == IMAGE and (1, options.kubernetes_minor) < IMAGE_VOLUMES_SINCE:
         raise DeployError(
             f"--kubernetes-version {options.kubernetes_version}: image volumes (the model artifact) need Kubernetes "
             f"1.31 or later; use {'--model-source registry (each pod pulls it), ' if program == 'boot' else ''}"
@@ -166,7 +167,7 @@ def check_model_source(options: Options, *, single_pod: bool, program: str) -> N
             "name where the checkpoint is with exactly one of --model-pvc, --model-host-path or --model-image",
             field="--model-pvc",
         )
-    if source in ("image", "registry"):
+    if source in (IMAGE, REGISTRY):
         _check_artifact_source(options, single_pod=single_pod, program=program)
 
 
@@ -178,18 +179,18 @@ def _check_artifact_source(options: Options, *, single_pod: bool, program: str) 
             field="--model-image",
         )
     check_model_image(options, program)
-    if source == "image" and (options.model_pvc or options.model_host_path):
+    if source == IMAGE and (options.model_pvc or options.model_host_path):
         raise DeployError(
             f"{flag} image mounts the artifact itself: --model-pvc and --model-host-path are for pvc, host-path, "
             "or registry (a cache the pods pull into)",
             field="--model-pvc" if options.model_pvc else "--model-host-path",
         )
-    if source == "registry" and program != "boot":
+    if source == REGISTRY and program != "boot":
         raise DeployError(
             f"{flag} registry: the {program}'s image carries no puller; use image (an image volume), pvc or host-path",
             field=flag,
         )
-    if source == "registry" and options.model_pvc and not single_pod:
+    if source == REGISTRY and options.model_pvc and not single_pod:
         raise DeployError(
             f"{flag} registry with --model-pvc: every rank pulls its own copy, and a claim may be shared by the "
             "ranks; use the default emptyDir or --model-host-path (a node's own cache)",

@@ -2,7 +2,7 @@
 YAML: one file per resource, and a kustomization.yaml that names them, the image by digest
 (`images:`, where an overlay points at a mirror) and the what-runs annotations as
 commonAnnotations. `kubectl kustomize DIR` gives exactly the single-file output
-(tests/deploy/kustomize_test.py)."""
+(tests/deploy/cluster_test.py)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from attest.edge.status import MAIN_PID_VARIABLE, STATUS_FILE_VARIABLE
 from attest.errors import AttestError
 from attest.pins import release_refusal
 from boot import settings as boot_settings
+from boot.settings import HUB, IMAGE, REGISTRY
 from launcher import settings as launcher_settings
 from tools.deploy import lws
 from tools.deploy.contract import ImageContract
@@ -53,8 +54,8 @@ def _setting(settings: tuple, name: str) -> Any:
 
 # From the model artifact (an image volume, or pulled by each pod), boot verifies every rank's copy
 # against the image's pinned lock: no variable may skip that or name another lock (boot refuses
-# the skips too, boot/checkpoint/volume.py).
-ARTIFACT_SOURCES = ("image", "registry")
+# the skips too, boot/checkpoint/from_image.py).
+ARTIFACT_SOURCES = (IMAGE, REGISTRY)
 ARTIFACT_FIXED = {
     "SKIP_PREPARE": "is refused with the model artifact: every rank verifies its own copy",
     "SKIP_VERIFY": "is refused with the model artifact: every rank verifies its own copy",
@@ -99,7 +100,7 @@ def _managed(target: Target, options: Options) -> dict[str, str]:
         settings = boot_settings.SETTINGS
         if options.model_source in ARTIFACT_SOURCES:
             names.update(ARTIFACT_FIXED)
-        if options.model_source == "registry":
+        if options.model_source == REGISTRY:
             names.update(REGISTRY_FIXED)
     for name in names:
         # The token's Secret; the probe's own variable; the registry stack's (omni_oci.remote.credentials).
@@ -278,7 +279,7 @@ def _boot_pods(
         target,
         env=env,
         probes=probes(contract, target.program, port, startup_s),
-        model_writable=options.model_source != "image",
+        model_writable=options.model_source != IMAGE,
         capabilities=capabilities,
     )
     worker = pod_spec(
@@ -287,7 +288,7 @@ def _boot_pods(
         target,
         env=env,
         probes=rank_probes(contract, target.program, startup_s),
-        model_writable=options.model_source == "registry",  # each rank pulls its own copy
+        model_writable=options.model_source == REGISTRY,  # each rank pulls its own copy
         capabilities=capabilities,
         serves_api=False,
     )
@@ -308,11 +309,11 @@ def _group_env(contract: ImageContract, options: Options, name: str) -> list[dic
     ]
     if options.hf_token_secret:
         group.append(_secret_env("HF_TOKEN", options.hf_token_secret, HF_TOKEN_SECRET_KEY))
-    # From the artifact every rank verifies its own copy: an image volume's (boot.checkpoint.volume)
-    # or the one its init container pulled (boot.registry_source).
-    source = options.model_source if options.model_source in ARTIFACT_SOURCES else "hub"
+    # From the artifact every rank verifies its own copy: an image volume's (boot.checkpoint.from_image)
+    # or the one its init container pulled (boot.checkpoint.from_registry).
+    source = options.model_source if options.model_source in ARTIFACT_SOURCES else HUB
     group.append({"name": "MODEL_SOURCE", "value": source})
-    if source == "registry":
+    if source == REGISTRY:
         group.append({"name": "MODEL_ARTIFACT", "value": options.model_image})
         if options.scheduling.image_pull_secrets:
             group.append({"name": "REGISTRY_AUTH_FILE", "value": REGISTRY_AUTH_FILE})

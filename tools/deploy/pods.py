@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from attest.edge.status import HEALTH_PATH
+from boot.settings import IMAGE, REGISTRY
 from tools.deploy.contract import ImageContract
 from tools.deploy.errors import DeployError
 from tools.deploy.inputs import Options, model_host_path
@@ -22,7 +23,7 @@ STATUS_PROBE_TIMEOUT_S = 5
 STATUS_VOLUME = "/tmp"
 STATUS_FILE = STATUS_VOLUME + "/omni-status.json"
 RANK_KEY_SECRET_KEY = "key"
-# Where every rank of the group reads the key that authenticates rank 0's verdict (boot.ranks):
+# Where every rank of the group reads the key that authenticates rank 0's verdict (boot.checkpoint.ranks):
 # a Secret's volume, outside the model volume whose verdicts it authenticates.
 RANK_KEY_DIR = "/etc/omni/rank-key"
 # MODEL_SOURCE=registry: the first --image-pull-secret (a kubernetes.io/dockerconfigjson Secret)
@@ -120,7 +121,7 @@ def _volumes(
     volumes, mounts = [], []
     for path in contract.volumes:
         name = path.strip("/").replace("/", "-").replace("_", "-").lower() or "root"
-        if path == model_mount and options.model_source == "image":
+        if path == model_mount and options.model_source == IMAGE:
             _image_volume(volumes, mounts, name, path, model_path, options.model_image)
             continue
         if path == model_mount:
@@ -141,7 +142,7 @@ def _volumes(
         secret_source = {"secretName": secret, "items": items, "defaultMode": 0o444, "optional": False}
         volumes.append({"name": "rank-key", "secret": secret_source})
         mounts.append({"name": "rank-key", "mountPath": RANK_KEY_DIR, "readOnly": True})
-    if options.model_source == "registry" and options.scheduling.image_pull_secrets:
+    if options.model_source == REGISTRY and options.scheduling.image_pull_secrets:
         items = [{"key": DOCKER_CONFIG_KEY, "path": "config.json"}]
         secret_source = {
             "secretName": options.scheduling.image_pull_secrets[0],
@@ -252,7 +253,7 @@ def pod_spec(
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "securityContext": security,
-        **({"initContainers": [model_pull_container(container)]} if options.model_source == "registry" else {}),
+        **({"initContainers": [model_pull_container(container)]} if options.model_source == REGISTRY else {}),
         "containers": [container],
         "volumes": volumes,
         **pod_fields(target, options.scheduling),

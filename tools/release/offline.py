@@ -39,7 +39,7 @@ from omni_oci.format.layout import OCI_INDEX, canonical
 from omni_oci.format.reference import COMPUTED_TAG_RE
 from omni_oci.remote.copy import FileBlob, HashedSource
 from omni_oci.remote.parallel import blob_progress, in_parallel
-from omni_oci.remote.registry import MAX_MANIFEST_BYTES
+from omni_oci.remote.session import MAX_MANIFEST_BYTES
 from omni_oci.signing.legacy import tag_for
 from tools.release.closure import IMAGE, LEGACY, LEGACY_SUFFIXES, REFERRER, Blob, Closure, Manifest, parts, subject_of
 from tools.release.record import MAX_RECORD_BYTES, RECORD, MirrorRecord, RecordedClosure

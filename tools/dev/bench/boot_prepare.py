@@ -25,7 +25,7 @@ from pathlib import Path
 from unittest import mock
 
 from attest.hashing import hash_files_parallel
-from boot.prepare import prepare
+from boot.checkpoint.sources import prepare
 from boot.settings import REPO, REVISION, BootSettings
 from tests.fixtures.deepseek import boot_env, write_lock
 from tests.fixtures.hub import HubRepo, hub_in_child

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from unittest import mock
 
-from boot.prepare import prepare
+from boot.checkpoint.sources import prepare
 from boot.settings import REPO, REVISION, BootSettings
 from tests.fixtures.deepseek import boot_env, write_lock
 from tests.fixtures.fault_proxy import FaultProxy, Step

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from boot.checkpoint import VerifyReport, resolve_lock
-from boot.prepare import verify_rank0
+from boot.checkpoint.from_hub import verify_rank0
 from boot.settings import REPO, REVISION, BootSettings
 from tools.dev.bench.peers import cores as core_count
 from tools.dev.bench.peers import openssl_sha256_per_core_mb_s, require

@@ -55,7 +55,7 @@ EDITS = {
     # hostNetwork pod serves on its node's port as it is, with or without `ports`.
     "ports": "podman < 4.7: the containers' `ports` left off",
     # The init container is the serving image's `boot prepare`; `boot run` prepares the same way
-    # first (boot.registry_source), so without it each rank's own container pulls its copy.
+    # first (boot.checkpoint.from_registry), so without it each rank's own container pulls its copy.
     "init-containers": "podman < 4.6: initContainers left off (podman restarts them forever); boot run's own "
     "prepare pulls each rank's copy instead",
 }

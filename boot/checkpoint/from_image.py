@@ -29,8 +29,6 @@ from boot.checkpoint.verify import LocalCheck, VerifyReport, check_local, finish
 from boot.errors import BootError
 from boot.settings import REVISION, BootSettings
 
-IMAGE = "image"
-
 
 def _require_read_only(settings: BootSettings) -> None:
     model = settings.model

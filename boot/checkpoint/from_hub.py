@@ -1,9 +1,9 @@
-"""prepare: the pinned checkpoint on local disk, exactly as its lock says.
+"""MODEL_SOURCE=hub: the pinned checkpoint downloaded into MODEL_PATH, exactly as its lock says.
 
 Rank 0 checks what is on disk against the lock, and only for files that are missing or
 wrong asks the hub: its listing must equal the lock, and each file is hashed as it
 arrives. It then writes the receipt and, in a multi-node group, publishes its verdict for the other
-ranks (boot.ranks). Which lock is verified against: boot.checkpoint.locks.
+ranks (boot.checkpoint.ranks). Which lock is verified against: boot.checkpoint.locks.
 """
 
 from __future__ import annotations
@@ -24,12 +24,10 @@ from attest.tree import stat_regular
 from boot.checkpoint import hub
 from boot.checkpoint.download import Limits, download_progress, partial_names
 from boot.checkpoint.locks import LockInUse, resolve_lock
+from boot.checkpoint.ranks import publish, publish_refusal, wait_for_rank0, withdraw_verdicts
 from boot.checkpoint.receipt import Identity, Receipt, load_receipt, save_receipt
 from boot.checkpoint.verify import VerifyReport, check_local, finish, first_problem
-from boot.checkpoint.volume import IMAGE, verify_image_volume
 from boot.errors import BootError
-from boot.ranks import publish, publish_refusal, wait_for_rank0, withdraw_verdicts
-from boot.registry_source import REGISTRY, prepare_from_registry, verify_pulled_copy
 from boot.settings import REVISION, BootSettings
 
 
@@ -160,11 +158,7 @@ def verify_rank0(
     return report
 
 
-def prepare(settings: BootSettings) -> VerifyReport | None:
-    if settings.model_source == IMAGE:  # SKIP_PREPARE included: refused there, naming it
-        return verify_image_volume(settings, full=False)
-    if settings.model_source == REGISTRY:  # each rank its own copy; SKIP_* refused there too
-        return prepare_from_registry(settings)
+def prepare_from_hub(settings: BootSettings) -> VerifyReport | None:
     if settings.skip_prepare:
         if not (settings.model / "config.json").is_file():
             raise BootError(f"SKIP_PREPARE=1 but {settings.model}/config.json is missing", field="SKIP_PREPARE")
@@ -209,12 +203,8 @@ def _prepare_rank0(settings: BootSettings, baked: BakedImage | None) -> VerifyRe
     return verify_rank0(settings, in_use, download=True)
 
 
-def verify_only(settings: BootSettings, *, full: bool) -> VerifyReport:
-    """`boot verify [--full]`: the local checkpoint against the lock, no network."""
-    if settings.model_source == IMAGE:
-        return verify_image_volume(settings, full=full)
-    if settings.model_source == REGISTRY:
-        return verify_pulled_copy(settings, full=full)
+def verify_hub_copy(settings: BootSettings, *, full: bool) -> VerifyReport:
+    """`boot verify [--full]` of a hub copy: the local checkpoint against the lock, no network."""
     model = _model_root(settings, create=False)
     print(f"verifying {model} (MODEL_PATH)", file=sys.stderr, flush=True)
     in_use = resolve_lock(settings, load_baked(), derive=False)

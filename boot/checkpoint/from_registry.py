@@ -31,10 +31,10 @@ from attest.errors import AttestError
 from attest.lock import ARTIFACT_LOCK
 from attest.pins import BakedImage
 from attest.tree import stat_regular
+from boot.checkpoint.from_image import carried_lock_is, pinned_lock, record, refuse_skips, verify_own_copy
 from boot.checkpoint.locks import LockInUse
 from boot.checkpoint.receipt import Identity, load_receipt, withdraw_receipt
 from boot.checkpoint.verify import LocalCheck, VerifyReport, check_local
-from boot.checkpoint.volume import carried_lock_is, pinned_lock, record, refuse_skips, verify_own_copy
 from boot.errors import BootError
 from boot.settings import REVISION, BootSettings
 from omni_oci.format.errors import OciError
@@ -42,7 +42,6 @@ from omni_oci.format.reference import Reference
 from omni_oci.model.pull import ExpectedLock, pull
 from omni_oci.remote.registry import RegistryClient
 
-REGISTRY = "registry"
 # What a refusal of the pull names, said as the variable that sets it.
 FIELDS = {"reference": "MODEL_ARTIFACT", "deadline": "DOWNLOAD_DEADLINE_S", "DIR": "MODEL_PATH"}
 
