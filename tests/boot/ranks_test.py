@@ -18,7 +18,7 @@ from unittest import mock
 import pytest
 
 from attest.lock import REFUSED_MARKER, VERIFIED_MARKER
-from boot import ranks
+from boot.checkpoint import ranks
 from boot.checkpoint.ranks import publish_refusal, wait_for_rank0
 from boot.checkpoint.sources import prepare
 from boot.errors import BootError

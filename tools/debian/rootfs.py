@@ -27,6 +27,7 @@ from typing import Any
 
 from omni_oci.format.errors import OciError
 from tools.debian.control import stanzas
+from tools.debian.copyright import copyright_facts
 from tools.oci.build.layer import source_date_epoch, write_layer
 
 CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
@@ -79,7 +80,7 @@ def _clean(name: str) -> str:
     return "/".join(parts)
 
 
-def unpack(deb: Path, entry: dict[str, Any], tree: dict[str, dict[str, Any]]) -> dict[str, str]:
+def unpack(deb: Path, entry: dict[str, Any], tree: dict[str, dict[str, Any]]) -> dict[str, Any]:
     data = deb.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != entry["sha256"]:
@@ -129,11 +130,13 @@ def unpack(deb: Path, entry: dict[str, Any], tree: dict[str, dict[str, Any]]) ->
             f"{entry['name']} {entry['version']}",
             field=entry["name"],
         )
+    documented = tree.get(f"usr/share/doc/{control['Package']}/copyright") or {}
     return {
         "name": entry["name"],
         "version": entry["version"],
         "architecture": entry["architecture"],
         "sha256": entry["sha256"],
+        **copyright_facts(documented.get("data", b"")),  # a link to another package's file: none
     }
 
 

@@ -10,6 +10,8 @@
                                               (wheel_unpack.py: no pip, nothing of this host)
     pypi_repo.py image-tar WHEELS TAR PYVER PLATFORM -> the same, as one tar (for sites too
                                               big for a glob: tens of thousands of files)
+    pypi_repo.py image-facts WHEELS        -> JSON: each wheel's license, maker and copyright
+                                              facts, by file name (wheel_facts.py), for the SBOM
 
 Only the standard library and pip's vendored `packaging` are used: this runs before any
 locked package exists.
@@ -342,6 +344,14 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["image-tar"] and len(argv) == 5:
         image_tar(Path(argv[1]), Path(argv[2]), argv[3], argv[4])
+        return 0
+    if argv[:1] == ["image-facts"] and len(argv) == 2:
+        from wheel_facts import WheelFactsError, wheel_facts  # beside this file: sys.path[0]
+
+        try:
+            print(json.dumps({wheel.name: wheel_facts(wheel) for wheel in sorted(Path(argv[1]).glob("*.whl"))}))
+        except WheelFactsError as error:
+            sys.exit(f"image wheels: {error}")
         return 0
     if argv[:1] == ["image-install"] and len(argv) == 5:
         image_install(Path(argv[1]), Path(argv[2]), argv[3], argv[4])

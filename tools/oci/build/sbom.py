@@ -1,4 +1,6 @@
-"""An SPDX 2.3 JSON SBOM of an image: its Debian packages and Python distributions.
+"""An SPDX 2.3 JSON SBOM of an image: its Debian packages and Python distributions, each with
+the license, supplier and copyright its own metadata states (sbom_facts.py says from where), or
+NOASSERTION where none does, counted on the summary line.
 
     python -m tools.oci.build.sbom --name qwen_mi300x --digest-file D --output SBOM.spdx.json \
         [--debian PACKAGES.json ...] [--wheels WHEELS.json ...]
@@ -19,6 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from tools.oci.build.layer import source_date_epoch
+from tools.oci.build.sbom_facts import NOASSERTION, copyright_text, debian_license, wheel_license, wheel_supplier
 
 TOOL = "omni-0.1.0"
 DEBIAN_DISTRO = {"bookworm": "debian-12", "trixie": "debian-13"}
@@ -29,19 +32,20 @@ def _spdx_id(*parts: str) -> str:
 
 
 def _package(
-    spdx_id: str, name: str, version: str, sha256: str, purl: str, download: str, supplier: str
+    spdx_id: str, name: str, version: str, sha256: str, purl: str, download: str, stated: dict[str, str]
 ) -> dict[str, Any]:
+    """`stated`: the supplier, license and copyright the package's own metadata gives."""
     return {
         "SPDXID": spdx_id,
         "name": name,
         "versionInfo": version,
-        "supplier": supplier,
+        "supplier": stated["supplier"],
         "downloadLocation": download or "NOASSERTION",
         "filesAnalyzed": False,
         "checksums": [{"algorithm": "SHA256", "checksumValue": sha256}],
-        "licenseConcluded": "NOASSERTION",
-        "licenseDeclared": "NOASSERTION",
-        "copyrightText": "NOASSERTION",
+        "licenseConcluded": stated["license"],
+        "licenseDeclared": stated["license"],
+        "copyrightText": stated["copyright"],
         "externalRefs": [{"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl", "referenceLocator": purl}],
     }
 
@@ -62,7 +66,11 @@ def _dependency_packages(debian: list[dict[str, Any]], wheels: list[dict[str, An
                 deb["sha256"],
                 purl,
                 deb.get("url", ""),
-                "Organization: Debian",
+                {
+                    "supplier": "Organization: Debian",
+                    "license": debian_license(deb.get("licenses")),
+                    "copyright": copyright_text(deb.get("copyright")),
+                },
             )
         )
     for wheel in sorted(wheels, key=lambda w: w["name"].lower()):
@@ -75,7 +83,11 @@ def _dependency_packages(debian: list[dict[str, Any]], wheels: list[dict[str, An
                 wheel["sha256"],
                 purl,
                 wheel.get("url", ""),
-                "NOASSERTION",
+                {
+                    "supplier": wheel_supplier(wheel.get("facts") or {}),
+                    "license": wheel_license(wheel.get("facts") or {}),
+                    "copyright": copyright_text((wheel.get("facts") or {}).get("copyright")),
+                },
             )
         )
     return packages
@@ -120,6 +132,16 @@ def _build_sbom(
     }
 
 
+def unstated(sbom: dict[str, Any]) -> str:
+    """How many packages no source gave a license, a supplier or a copyright (NOASSERTION)."""
+    parts = sbom["packages"][1:]
+    counts = {
+        field: sum(1 for package in parts if package[key] == NOASSERTION)
+        for field, key in (("license", "licenseConcluded"), ("supplier", "supplier"), ("copyright", "copyrightText"))
+    }
+    return "NOASSERTION: " + ", ".join(f"{count} {field}" for field, count in counts.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="sbom", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -140,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     wheels = [item for path in args.wheels for item in json.loads(path.read_text())]
     sbom = _build_sbom(args.name, args.digest_file.read_text().strip(), debian, wheels)
     args.output.write_text(json.dumps(sbom, indent=2, sort_keys=True) + "\n")
-    print(f"sbom: {len(debian)} Debian packages, {len(wheels)} Python distributions", file=sys.stderr)
+    print(f"sbom: {len(debian)} Debian packages, {len(wheels)} Python distributions; {unstated(sbom)}", file=sys.stderr)
     return 0
 
 

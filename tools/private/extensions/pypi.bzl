@@ -10,6 +10,7 @@ place (`site.json`): the real engines and what their parsers import.
 
 _HELPER = Label("//tools/private:pypi_repo.py")
 _UNPACK = Label("//tools/private:wheel_unpack.py")
+_FACTS = Label("//tools/private:wheel_facts.py")
 
 def _run(rctx, argv, what):
     result = rctx.execute(argv, quiet = True, environment = {"PIP_CONFIG_FILE": "/dev/null"})
@@ -61,6 +62,12 @@ def _pypi_image_site_impl(rctx):
     ] + rctx.attr.packages, "choosing image wheels"))
     for wheel in plan["wheels"]:
         rctx.download(url = [wheel["url"]], output = "wheels/" + wheel["filename"], sha256 = wheel["sha256"])
+
+    # What each wheel says of its license, makers and copyright: the SBOM's facts (read before
+    # the wheels are unpacked or dropped).
+    rctx.path(_FACTS)  # refetch when the reader changes
+    facts = json.decode(_run(rctx, [python, helper, "image-facts", "wheels"], "reading the wheels' metadata"))
+    wheels = [dict(wheel, facts = facts[wheel["filename"]]) for wheel in plan["wheels"]]
     if rctx.attr.as_tar:
         _run(
             rctx,
@@ -77,8 +84,8 @@ def _pypi_image_site_impl(rctx):
             "installing image wheels",
         )
 
-    # What the deps layer holds, with each wheel's sha256: the SBOM's Python packages.
-    rctx.file("wheels.json", json.encode_indent(plan["wheels"], indent = "  ") + "\n")
+    # What the deps layer holds, with each wheel's sha256 and facts: the SBOM's Python packages.
+    rctx.file("wheels.json", json.encode_indent(wheels, indent = "  ") + "\n")
 
 pypi_image_site = repository_rule(
     implementation = _pypi_image_site_impl,

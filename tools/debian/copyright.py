@@ -1,0 +1,49 @@
+"""A Debian package's copyright file as the SBOM reads it: the `License:` short names of its
+`Files:` paragraphs and the holders of their `Copyright:` fields, from a machine-readable file
+(copyright-format 1.0, "DEP-5"). A free-form file gives nothing: a license is never concluded
+from prose (the SBOM says NOASSERTION there, counted). tools/oci/build/sbom_facts.py maps the
+short names to SPDX.
+
+The file comes from a .deb pinned by sha256 in the Debian lock; it is still the packager's
+text: read bounded, parsed as data, never trusted to name more than it holds.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tools.debian.control import stanzas
+
+MAX_COPYRIGHT_FILE_BYTES = 1 << 20
+MAX_HOLDERS = 16
+MAX_HOLDER_CHARS = 200
+FORMAT_RE = re.compile(r"^Format:\s*https?://www\.debian\.org/doc/packaging-manuals/copyright-format/1\.0/?\s*$", re.I)
+HOLDER_PREFIX_RE = re.compile(r"^(?:copyright\b|©|\(c\))", re.I)
+
+
+def copyright_facts(data: bytes) -> dict[str, Any]:
+    """{"licenses": [short name, ...], "copyright": [holder line, ...]}; both empty for a file
+    that is not machine-readable or is past MAX_COPYRIGHT_FILE_BYTES."""
+    if len(data) > MAX_COPYRIGHT_FILE_BYTES:
+        return {"licenses": [], "copyright": []}
+    text = data.decode("utf-8", "replace")
+    paragraphs = list(stanzas(text))
+    if not paragraphs or not FORMAT_RE.match(f"Format: {paragraphs[0].get('Format', '')}"):
+        return {"licenses": [], "copyright": []}
+    licenses: list[str] = []
+    holders: list[str] = []
+    for paragraph in paragraphs[1:]:
+        if "Files" not in paragraph:
+            continue  # a stand-alone License paragraph holds a license's text, not a file's license
+        short = paragraph.get("License", "").split("\n", 1)[0].strip()
+        if short and short not in licenses:
+            licenses.append(short)
+        for line in paragraph.get("Copyright", "").split("\n"):
+            holder = " ".join(line.split())
+            if holder in ("", "."):
+                continue
+            holder = holder if HOLDER_PREFIX_RE.match(holder) else f"Copyright {holder}"
+            if holder[:MAX_HOLDER_CHARS] not in holders and len(holders) < MAX_HOLDERS:
+                holders.append(holder[:MAX_HOLDER_CHARS])
+    return {"licenses": licenses, "copyright": holders}
