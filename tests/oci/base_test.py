@@ -226,7 +226,13 @@ def test_data_archives_in_xz_and_zstd_are_unpacked(tmp_path: Path, compression: 
 
     import zstandard
 
-    data_tar = _tar({"./usr/share/doc/omni-test/hello.txt": b"hello\n"})
+    copyright_file = (
+        b"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\n"
+        b"Files: *\nCopyright: 2024 Omni\nLicense: Expat\n"
+    )
+    data_tar = _tar(
+        {"./usr/share/doc/omni-test/hello.txt": b"hello\n", "./usr/share/doc/omni-test/copyright": copyright_file}
+    )
     data = lzma.compress(data_tar) if compression == "xz" else zstandard.ZstdCompressor().compress(data_tar)
     control = _tar({"./control": b"Package: omni-test\nVersion: 1.0-1\nArchitecture: amd64\n"})
     deb = _ar({"debian-binary": b"2.0\n", "control.tar.xz": lzma.compress(control), f"data.tar.{compression}": data})
@@ -265,5 +271,7 @@ def test_data_archives_in_xz_and_zstd_are_unpacked(tmp_path: Path, compression: 
             "version": "1.0-1",
             "architecture": "amd64",
             "sha256": lock["packages"]["amd64"][0]["sha256"],
+            "licenses": ["Expat"],  # the SBOM's facts (tools/debian/copyright.py)
+            "copyright": ["Copyright 2024 Omni"],
         }
     ]
