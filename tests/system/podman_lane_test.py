@@ -260,31 +260,39 @@ def _serves(podman: Podman, played: Path, deployment: dict, started: float) -> N
     assert ready_s > 0 and play.returncode == 0
 
 
-def _engine_pid(engine: Podman, container: str) -> int:
-    """vLLM's engine core: the launcher exec()s vLLM, which is PID 1 (a signal from inside the
-    pod cannot end PID 1), and its engine runs in a child process."""
-    code = """
+PROCESSES = """
 import os
-children = []
 for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
     try:
-        line = open(f"/proc/{pid}/cmdline", "rb").read().lower()
+        line = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode(errors="replace")
         parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         continue
-    if pid in (1, os.getpid()) or parent == os.getpid():
-        continue
-    if b"enginecore" in line:
-        print(pid)
-        break
-    if parent == 1:
-        children.append(pid)
-else:
-    print(children[0] if children else "")
+    if pid != os.getpid() and parent != os.getpid():
+        print(pid, parent, line[:160])
 """
-    found = engine.python(container, code).stdout.strip()
-    assert found, "no vLLM engine core process in the container"
-    return int(found)
+# Children of the engine's PID 1 that are not its engine core: multiprocessing's helpers.
+NOT_THE_ENGINE = ("resource_tracker", "semaphore_tracker", "forkserver")
+
+
+def _processes(engine: Podman, container: str) -> list[tuple[int, int, str]]:
+    """(pid, parent, command line) of every process in the container but the listing's own."""
+    rows = []
+    for line in engine.python(container, PROCESSES).stdout.splitlines():
+        pid, parent, command = (line.split(" ", 2) + [""])[:3]
+        rows.append((int(pid), int(parent), command))
+    return rows
+
+
+def _engine_pid(rows: list[tuple[int, int, str]]) -> int:
+    """vLLM's engine core: the launcher exec()s vLLM, which is PID 1 (a signal from inside the
+    pod cannot end PID 1), and its engine runs in a child process, titled VLLM::EngineCore where
+    setproctitle could; else PID 1's one child that is not a multiprocessing helper."""
+    titled = [pid for pid, _, command in rows if "enginecore" in command.lower()]
+    children = [pid for pid, parent, command in rows if parent == 1 and not any(h in command for h in NOT_THE_ENGINE)]
+    found = titled or children
+    assert found, f"no vLLM engine core process in the container: {rows}"
+    return found[0]
 
 
 def _restarted_after_the_engine_is_killed(engine: Podman, container: str, deployment: dict, port: int) -> None:
@@ -292,7 +300,8 @@ def _restarted_after_the_engine_is_killed(engine: Podman, container: str, deploy
     restarts the container (the check run as the kubelet's timer would: `podman healthcheck
     run`), and the launcher verifies the same model again before the engine serves."""
     before = engine.restarts(container)
-    pid = _engine_pid(engine, container)
+    listing = _processes(engine, container)
+    pid = _engine_pid(listing)
     killed = engine.exec(
         container, "/usr/bin/python3", "-I", "-c", f"import os, signal; os.kill({pid}, signal.SIGKILL)"
     )
@@ -306,7 +315,14 @@ def _restarted_after_the_engine_is_killed(engine: Podman, container: str, deploy
         return engine.restarts(container) > before
 
     # An event wait (a failure bound, not a speed): the restart takes longer beside other podman work.
-    wait_until(restarted, 600, "podman restarting the container after the engine was killed")
+    try:
+        wait_until(restarted, 600, "podman restarting the container after the engine was killed")
+    except AssertionError as exc:  # what ran, what runs, what podman saw: the next run's diagnosis
+        health = engine("healthcheck", "run", container, check=False, timeout=60)
+        raise AssertionError(
+            f"{exc}; killed {pid} of {listing}; now {_processes(engine, container)}; healthcheck: "
+            f"{health.returncode} {health.stdout.strip()} {health.stderr.strip()}; log: {engine.logs(container)[-3000:]}"
+        ) from None
     timed("podman_kill_to_restart_s", started)
     wait_until(lambda: _ready(engine, container, deployment), READY_TIMEOUT_S, "readiness after the restart")
     timed("podman_kill_to_ready_s", started)
