@@ -8,6 +8,7 @@ NTIA minimum elements) and by spdx-tools' validator."""
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -175,15 +176,28 @@ DEBIAN = [
         "© 2010 C\nCopyright 2011 D",
     ),
     (
+        "a choice the file gives one text for",
+        DEP5 + "Files: *\nCopyright: 2 H\nLicense: GPL or MIT-US-export\n\nLicense: GPL or MIT-US-export\n Text.\n",
+        "LicenseRef-demo-GPL-or-MIT-US-export",
+        "Copyright 2 H",
+    ),
+    (
         "a conjunction inside one short name",
         DEP5 + "Files: *\nCopyright: 1990 G\nLicense: Sleepycat and BSD-3-clause\n",
         "Sleepycat AND BSD-3-Clause",
         "Copyright 1990 G",
     ),
     (
-        "a short name that maps to no SPDX id",
+        "a short name that maps to no SPDX id and has no text",
         DEP5 + "Files: *\nCopyright: 2000 E\nLicense: public-domain\n",
         NOASSERTION,
+        "Copyright 2000 E",
+    ),
+    (
+        "a short name SPDX does not list, with its text: a LicenseRef",
+        DEP5 + "Files: *\nCopyright: 2000 E\nLicense: GPL-2+ or public-domain\n\n"
+        "License: public-domain\n The author places this work in the public domain.\n .\n Really.\n",
+        "GPL-2.0-or-later OR LicenseRef-demo-public-domain",
         "Copyright 2000 E",
     ),
     (
@@ -202,12 +216,21 @@ DEBIAN = [
 ]
 
 
+def test_a_license_ref_carries_its_own_text_and_names_its_package() -> None:
+    text = DEP5 + "Files: *\nCopyright: 1 F\nLicense: custom\n\nLicense: custom\n Use it.\n .\n Or not.\n"
+    facts = copyright_facts(text.encode())
+    concluded, refs = debian_license(facts["licenses"], facts["license_texts"], "lib foo+1")
+    assert concluded == "LicenseRef-lib-foo-1-custom"
+    assert refs == {"LicenseRef-lib-foo-1-custom": {"name": "custom", "text": "Use it.\n\nOr not."}}
+
+
 @pytest.mark.parametrize(("what", "text", "license_", "copyright_"), DEBIAN, ids=[d[0] for d in DEBIAN])
 def test_a_debian_copyright_file_states_licenses_and_holders(
     what: str, text: str, license_: str, copyright_: str
 ) -> None:
     facts = copyright_facts(text.encode())
-    assert (debian_license(facts["licenses"]), copyright_text(facts["copyright"])) == (license_, copyright_)
+    concluded, _ = debian_license(facts["licenses"], facts["license_texts"], "demo")
+    assert (concluded, copyright_text(facts["copyright"])) == (license_, copyright_)
 
 
 IMAGES = ("qwen_mi300x", "deepseek_spark")
@@ -231,3 +254,9 @@ def test_the_built_sbom_meets_the_ntia_minimum_elements_and_validates(name: str)
     assert stated["zlib1g"]["licenseConcluded"] == "Zlib" and stated["zlib1g"]["supplier"] == "Organization: Debian"
     assert stated["libssl3"]["licenseConcluded"] == "Apache-2.0 AND (Artistic-1.0-Perl OR GPL-1.0-or-later)"
     assert "Copyright" in stated["httpx"]["copyrightText"]
+    # A license SPDX does not list is a LicenseRef whose text the document carries.
+    extracted = {i["licenseId"]: i for i in json.loads(path.read_text()).get("hasExtractedLicensingInfos", [])}
+    assert extracted and all(i["extractedText"] for i in extracted.values())
+    for package in packages:
+        for ref in re.findall(r"LicenseRef-[A-Za-z0-9.-]+", package["licenseConcluded"]):
+            assert ref in extracted, (package["name"], ref)

@@ -50,10 +50,14 @@ def _package(
     }
 
 
-def _dependency_packages(debian: list[dict[str, Any]], wheels: list[dict[str, Any]], release: str) -> list[dict]:
+def _dependency_packages(
+    debian: list[dict[str, Any]], wheels: list[dict[str, Any]], release: str, refs: dict[str, dict[str, str]]
+) -> list[dict]:
     """One SPDX package per Debian package and per wheel, in a stable order."""
     packages = []
     for deb in sorted(debian, key=lambda d: (d["name"], d["architecture"])):
+        license_, named = debian_license(deb.get("licenses"), deb.get("license_texts"), deb["name"])
+        refs.update(named)
         purl = (
             f"pkg:deb/debian/{deb['name']}@{quote(deb['version'], safe='')}"
             f"?arch={deb['architecture']}&distro={DEBIAN_DISTRO.get(release, release)}"
@@ -68,7 +72,7 @@ def _dependency_packages(debian: list[dict[str, Any]], wheels: list[dict[str, An
                 deb.get("url", ""),
                 {
                     "supplier": "Organization: Debian",
-                    "license": debian_license(deb.get("licenses")),
+                    "license": license_,
                     "copyright": copyright_text(deb.get("copyright")),
                 },
             )
@@ -113,7 +117,8 @@ def _build_sbom(
             "copyrightText": "NOASSERTION",
         }
     ]
-    packages += _dependency_packages(debian, wheels, release)
+    refs: dict[str, dict[str, str]] = {}
+    packages += _dependency_packages(debian, wheels, release, refs)
     return {
         "spdxVersion": "SPDX-2.3",
         "dataLicense": "CC0-1.0",
@@ -122,6 +127,17 @@ def _build_sbom(
         "documentNamespace": f"https://spdx.org/spdxdocs/omni-{name}-{digest.split(':', 1)[1]}",
         "creationInfo": {"created": created.strftime("%Y-%m-%dT%H:%M:%SZ"), "creators": [f"Tool: {TOOL}"]},
         "packages": packages,
+        # The licenses SPDX does not list, each with the text its package's copyright file gives.
+        **(
+            {
+                "hasExtractedLicensingInfos": [
+                    {"licenseId": ref, "name": named["name"], "extractedText": named["text"]}
+                    for ref, named in sorted(refs.items())
+                ]
+            }
+            if refs
+            else {}
+        ),
         "relationships": [
             {"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES", "relatedSpdxElement": image_id}
         ]

@@ -10,8 +10,9 @@ Sources, in order (docs/release.md, "What the SBOM holds"):
   (names, else their e-mail fields), else `Organization: PyPI` (the distribution). Copyright: the
   holders' lines of its license files.
 - a Debian package (tools/debian/rootfs.py): the `License:` short names of its machine-readable
-  copyright file (DEP-5), each mapped to SPDX below or refused to NOASSERTION; the supplier is
-  `Organization: Debian`; copyright: the `Copyright:` fields.
+  copyright file (DEP-5), each mapped to SPDX below, or to a LicenseRef carrying the text the
+  file gives for it, else NOASSERTION; the supplier is `Organization: Debian`; copyright: the
+  `Copyright:` fields.
 A license string that maps to no SPDX id is never guessed at: NOASSERTION.
 """
 
@@ -131,19 +132,37 @@ def copyright_text(lines: list[str] | None) -> str:
     return "\n".join(lines) if lines else NOASSERTION
 
 
-def debian_license(short_names: list[str] | None) -> str:
+def license_ref(package: str, short_name: str) -> str:
+    """The document-wide id of a license SPDX does not list, as one package's file names it
+    (two packages' "public-domain" texts differ)."""
+    return "LicenseRef-" + re.sub(r"[^A-Za-z0-9.]+", "-", f"{package}-{short_name}").strip("-")
+
+
+def debian_license(
+    short_names: list[str] | None, texts: dict[str, str] | None = None, package: str = ""
+) -> tuple[str, dict[str, dict[str, str]]]:
     """The SPDX expression of a Debian package's License: short names (AND: every file's license
-    applies to the package); NOASSERTION when any one maps to no SPDX id."""
+    applies to the package) and the licenses it names that SPDX does not list, by LicenseRef
+    ({id: {"name", "text"}}): a name SPDX does not list and the file gives no text for makes the
+    whole NOASSERTION."""
     if not short_names:
-        return NOASSERTION
-    mapped = []
+        return NOASSERTION, {}
+    mapped, refs = [], {}
     for entry in short_names:
         for conjunct in re.split(r"\s+and\s+", entry, flags=re.I):  # "Sleepycat and BSD-3-clause"
-            alternatives = [
-                DEBIAN_LICENSES.get(part.strip().lower()) for part in re.split(r"\s+or\s+", conjunct, flags=re.I)
-            ]
-            if not all(alternatives):
-                return NOASSERTION
-            one = " OR ".join(dict.fromkeys(alternatives))
-            mapped.append(f"({one})" if len(set(alternatives)) > 1 else one)
-    return spdx_expression(" AND ".join(dict.fromkeys(mapped))) or NOASSERTION
+            alternatives = []
+            parts = [p.strip() for p in re.split(r"\s+or\s+", conjunct, flags=re.I)]
+            if not all(p.lower() in DEBIAN_LICENSES or (texts or {}).get(p) for p in parts):
+                parts = [conjunct.strip()]  # "GPL or MIT-US-export": one text for the whole choice
+            for part in parts:
+                known = DEBIAN_LICENSES.get(part.lower())
+                if known is None and (texts or {}).get(part):
+                    known = license_ref(package, part)
+                    refs[known] = {"name": part, "text": texts[part]}
+                if known is None:
+                    return NOASSERTION, {}
+                alternatives.append(known)
+            mapped.append(" OR ".join(dict.fromkeys(alternatives)))
+    mapped = list(dict.fromkeys(mapped))
+    expression = spdx_expression(" AND ".join(f"({m})" if " OR " in m and len(mapped) > 1 else m for m in mapped))
+    return (expression, refs) if expression else (NOASSERTION, {})
