@@ -273,5 +273,6 @@ def test_data_archives_in_xz_and_zstd_are_unpacked(tmp_path: Path, compression: 
             "sha256": lock["packages"]["amd64"][0]["sha256"],
             "licenses": ["Expat"],  # the SBOM's facts (tools/debian/copyright.py)
             "copyright": ["Copyright 2024 Omni"],
+            "license_texts": {},
         }
     ]
