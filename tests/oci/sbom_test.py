@@ -260,3 +260,24 @@ def test_the_built_sbom_meets_the_ntia_minimum_elements_and_validates(name: str)
     for package in packages:
         for ref in re.findall(r"LicenseRef-[A-Za-z0-9.-]+", package["licenseConcluded"]):
             assert ref in extracted, (package["name"], ref)
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_the_cyclonedx_document_says_what_the_spdx_one_says_and_validates(name: str) -> None:
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    text = (Path("images") / f"{name}.cdx.json").read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    cdx, spdx = json.loads(text), json.loads((Path("images") / f"{name}.spdx.json").read_text())
+    image, *packages = spdx["packages"]
+    assert cdx["metadata"]["component"]["version"] == image["versionInfo"]
+    assert cdx["metadata"]["lifecycles"] == [{"phase": "build"}]  # the SBOM type
+    listed = {(c["name"], c["version"]): c for c in cdx["components"]}
+    assert len(listed) == len(packages)
+    for package in packages:
+        component = listed[(package["name"], package["versionInfo"])]
+        expected = [] if package["licenseConcluded"] == NOASSERTION else [{"expression": package["licenseConcluded"]}]
+        assert component.get("licenses", []) == expected
+        assert component["hashes"] == [{"alg": "SHA-256", "content": package["checksums"][0]["checksumValue"]}]
+    assert cdx["dependencies"][0]["dependsOn"] == [c["bom-ref"] for c in cdx["components"]]

@@ -127,17 +127,20 @@ def _provenance(ctx, layout, digest, pins):
     return provenance
 
 def _sbom(ctx, digest):
-    """The SBOM tool: the image's SPDX document from its package lists, or None without any."""
+    """The SBOM tool: the image's SPDX document (and the same as CycloneDX) from its package
+    lists; (None, None) without any."""
     sbom_debian = _files(_omni(ctx, "sbom_debian", []))
     sbom_wheels = _files(_omni(ctx, "sbom_wheels", []))
     debian_lock = _files([_omni(ctx, "debian_lock", None)] if _omni(ctx, "debian_lock", None) else [])
     if not sbom_debian and not sbom_wheels:
-        return None
+        return None, None
     sbom = ctx.actions.declare_file(ctx.label.name + ".spdx.json")
+    cyclonedx = ctx.actions.declare_file(ctx.label.name + ".cdx.json")
     args = ctx.actions.args()
     args.add("--name", ctx.label.name)
     args.add("--digest-file", digest)
     args.add("--output", sbom)
+    args.add("--cyclonedx", cyclonedx)
     args.add_all(sbom_debian, before_each = "--debian")
     args.add_all(sbom_wheels, before_each = "--wheels")
     if debian_lock:
@@ -146,12 +149,12 @@ def _sbom(ctx, digest):
         executable = oci_tools(ctx).sbom,
         arguments = [args],
         inputs = [digest] + sbom_debian + sbom_wheels + debian_lock,
-        outputs = [sbom],
+        outputs = [sbom, cyclonedx],
         mnemonic = "OciSbom",
         progress_message = "Writing the SBOM of %{label}",
         env = {"SOURCE_DATE_EPOCH": ctx.attr.source_date_epoch},
     )
-    return sbom
+    return sbom, cyclonedx
 
 def _oci_image_impl(ctx):
     layout = ctx.actions.declare_directory(ctx.label.name + ".layout")
@@ -166,9 +169,9 @@ def _oci_image_impl(ctx):
         provenance = _provenance(ctx, layout, digest, pins)
         outputs.append(provenance)
         extra_args += " --provenance " + provenance.short_path
-    sbom = _sbom(ctx, digest)
+    sbom, cyclonedx = _sbom(ctx, digest)
     if sbom:
-        outputs.append(sbom)
+        outputs += [sbom, cyclonedx]
         extra_args += " --sbom " + sbom.short_path
     return runnable_layout(ctx, layout, digest, outputs, extra_args)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from tools.oci.build.cyclonedx import from_spdx
 from tools.oci.build.layer import source_date_epoch
 from tools.oci.build.sbom_facts import NOASSERTION, copyright_text, debian_license, wheel_license, wheel_supplier
 
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--debian", type=Path, action="append", default=[])
     parser.add_argument("--wheels", type=Path, action="append", default=[])
     parser.add_argument("--debian-lock", type=Path, help="adds each package's download URL")
+    parser.add_argument("--cyclonedx", type=Path, help="also the same SBOM as CycloneDX 1.6 JSON")
     args = parser.parse_args(argv)
     debian = [item for path in args.debian for item in json.loads(path.read_text())]
     if args.debian_lock:
@@ -178,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     wheels = [item for path in args.wheels for item in json.loads(path.read_text())]
     sbom = _build_sbom(args.name, args.digest_file.read_text().strip(), debian, wheels)
     args.output.write_text(json.dumps(sbom, indent=2, sort_keys=True) + "\n")
+    if args.cyclonedx:
+        args.cyclonedx.write_text(json.dumps(from_spdx(sbom), indent=2, sort_keys=True) + "\n")
     print(f"sbom: {len(debian)} Debian packages, {len(wheels)} Python distributions; {unstated(sbom)}", file=sys.stderr)
     return 0
 
