@@ -30,6 +30,7 @@ from omni_oci.signing.legacy import dsse_envelope, push_attestations, push_image
 BUNDLE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"  # what `cosign verify` looks for
 SPDX_PREDICATE = "https://spdx.dev/Document"  # `cosign verify-attestation --type spdxjson`
+CYCLONEDX_PREDICATE = "https://cyclonedx.org/bom"  # `cosign verify-attestation --type cyclonedx`
 PREDICATE_ANNOTATION = "dev.sigstore.bundle.predicateType"
 CONTENT_ANNOTATION = "dev.sigstore.bundle.content"
 MAX_BUNDLE_BYTES = 8 << 20  # an SBOM's statement is the largest
@@ -67,13 +68,17 @@ def push_bundle(
     return push_referrer(client, repository, subject, BUNDLE_TYPE, bundle(key, about), BUNDLE_TYPE, annotations)
 
 
-def attestations(digest: str, provenance: dict | None, sbom: dict | None) -> dict[str, dict[str, Any]]:
+def attestations(
+    digest: str, provenance: dict | None, sbom: dict | None, cyclonedx: dict | None = None
+) -> dict[str, dict[str, Any]]:
     """predicate type -> in-toto statement about `digest`, for each piece of evidence given."""
     made: dict[str, dict[str, Any]] = {}
     if provenance is not None:
         made[SLSA_PROVENANCE] = provenance
     if sbom is not None:
         made[SPDX_PREDICATE] = statement(digest, SPDX_PREDICATE, sbom)
+    if cyclonedx is not None:
+        made[CYCLONEDX_PREDICATE] = statement(digest, CYCLONEDX_PREDICATE, cyclonedx)
     return made
 
 
@@ -94,12 +99,14 @@ def push_signatures(
     provenance: dict[str, Any] | None = None,
     sbom: dict[str, Any] | None = None,
     legacy: bool = True,
+    cyclonedx: dict[str, Any] | None = None,
 ) -> Signed:
-    """The image signature, and the provenance and SBOM statements where given, as bundles; with
+    """The image signature, and the provenance and SBOM statements (SPDX, CycloneDX) where given,
+    as bundles; with
     `legacy` also cosign's `.sig` and an `.att` holding every attestation a bundle holds: cosign 2
     reads only those tags, so what it can verify is the whole release."""
     digest = subject["digest"]
-    evidence = attestations(digest, provenance, sbom)
+    evidence = attestations(digest, provenance, sbom, cyclonedx)
     bundles = {SIGN_PREDICATE: statement(digest, SIGN_PREDICATE, {}), **evidence}
     signed = Signed({p: push_bundle(client, repository, subject, key, about) for p, about in bundles.items()})
     if legacy:

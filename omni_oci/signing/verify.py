@@ -27,7 +27,13 @@ from omni_oci.format.reference import Reference
 from omni_oci.format.statement import SLSA_PROVENANCE, STATEMENT_TYPE, resolved, subject_digests
 from omni_oci.remote.registry import RegistryClient, client_for
 from omni_oci.signing import dsse
-from omni_oci.signing.bundles import MAX_BUNDLE_BYTES, SIGN_PREDICATE, SPDX_PREDICATE, signed_statements
+from omni_oci.signing.bundles import (
+    CYCLONEDX_PREDICATE,
+    MAX_BUNDLE_BYTES,
+    SIGN_PREDICATE,
+    SPDX_PREDICATE,
+    signed_statements,
+)
 from omni_oci.signing.keys import load_public_key, verify
 from omni_oci.signing.legacy import DSSE_TYPE, PREDICATE_ANNOTATION, SIGNATURE_ANNOTATION, SIMPLESIGNING_TYPE, tag_for
 
@@ -303,6 +309,7 @@ def verify_image(
         "runtime": baked.get("runtime"),
         "signatures": accepted_layout(statements),
         "sbom_signed": SPDX_PREDICATE in evidence,
+        "cyclonedx_signed": CYCLONEDX_PREDICATE in evidence,
     }
 
 

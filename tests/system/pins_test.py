@@ -307,14 +307,22 @@ def test_signed_push_verifies_with_ours_and_cosign(pushed) -> None:
     assert summary["runtime"]["user"] == "1000:1000"
     assert summary["runtime"]["groups"] == ["video:44", "render:110"]
     assert summary["runtime"]["volumes"] == ["/cache", "/models", "/tmp"]
-    assert (summary["signatures"], summary["sbom_signed"]) == ("sigstore bundles", True)
-    assert verify_image(pushed["reference"], pushed["public"], layout="legacy")["signatures"] == "legacy tags"
-    assert verify_image(pushed["reference"], pushed["public"], layout="legacy")["sbom_signed"] is True
+    assert (summary["signatures"], summary["sbom_signed"], summary["cyclonedx_signed"]) == (
+        "sigstore bundles",
+        True,
+        True,
+    )
+    legacy = verify_image(pushed["reference"], pushed["public"], layout="legacy")
+    assert (legacy["signatures"], legacy["sbom_signed"], legacy["cyclonedx_signed"]) == ("legacy tags", True, True)
 
 
 # What each cosign must accept on a default signed push (bundles and legacy tags): every
 # attestation, from every layout it reads (docs/release.md#what-each-cosign-verifies).
-ATTESTATIONS = [("slsaprovenance1", "https://slsa.dev/provenance/v1"), ("spdxjson", "https://spdx.dev/Document")]
+ATTESTATIONS = [
+    ("slsaprovenance1", "https://slsa.dev/provenance/v1"),
+    ("spdxjson", "https://spdx.dev/Document"),
+    ("cyclonedx", "https://cyclonedx.org/bom"),
+]
 
 
 def test_a_default_signed_push_verifies_with_cosign_2_and_3(pushed, cosigns) -> None:

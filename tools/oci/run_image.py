@@ -184,8 +184,16 @@ def _push_evidence(layout: Path, args: argparse.Namespace, digest: str, key) -> 
             print(f"provenance: {where}@{provenance} (refers to {digest})", file=sys.stderr)
         if key is not None:
             sbom = json.loads(args.sbom.read_text()) if args.sbom else None
+            cyclonedx = json.loads(args.cyclonedx.read_text()) if args.cyclonedx else None
             signed = push_signatures(
-                client, ref.repository, subject, key, provenance=statement, sbom=sbom, legacy=args.legacy_signatures
+                client,
+                ref.repository,
+                subject,
+                key,
+                provenance=statement,
+                sbom=sbom,
+                legacy=args.legacy_signatures,
+                cyclonedx=cyclonedx,
             )
             for predicate, bundle in signed.bundles.items():
                 print(f"bundle: {where}@{bundle} ({predicate}, refers to {digest})", file=sys.stderr)
@@ -235,6 +243,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tags-file", type=Path, action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--status-file", type=Path, action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--sbom", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--cyclonedx", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--provenance", type=Path, help=argparse.SUPPRESS)
     parser.add_argument(
         "--signing-key",
@@ -304,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"layout: {layout}")
     if args.sbom:
         print(f"sbom: {args.sbom.resolve()}")
+    if args.cyclonedx:
+        print(f"cyclonedx: {args.cyclonedx.resolve()}")
     if args.provenance:
         print(f"provenance: {args.provenance.resolve()}")
     if args.archive:

@@ -172,7 +172,7 @@ def _oci_image_impl(ctx):
     sbom, cyclonedx = _sbom(ctx, digest)
     if sbom:
         outputs += [sbom, cyclonedx]
-        extra_args += " --sbom " + sbom.short_path
+        extra_args += " --sbom " + sbom.short_path + " --cyclonedx " + cyclonedx.short_path
     return runnable_layout(ctx, layout, digest, outputs, extra_args)
 
 _GENERIC_ATTRS = {
