@@ -370,7 +370,7 @@ def test_without_legacy_signatures_only_the_bundles_are_pushed(pushed, cosigns) 
         assert tag_for(digest, "sig") not in tags and tag_for(digest, "att") not in tags
         index, _ = client.manifest("omni/bundled", digest.replace(":", "-"))
     listed = [item for item in json.loads(index)["manifests"] if item.get("artifactType") == BUNDLE_TYPE]
-    assert len(listed) == 3  # signature, provenance, SBOM
+    assert len(listed) == 4  # signature, provenance, SBOM (SPDX, CycloneDX)
     assert verify_image(reference, pushed["public"])["signatures"] == "sigstore bundles"
     with pytest.raises(OciError) as refused:
         verify_image(reference, pushed["public"], layout="legacy")
