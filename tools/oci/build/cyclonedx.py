@@ -33,7 +33,7 @@ def _component(package: dict[str, Any]) -> dict[str, Any]:
     purl = _purl(package)
     component: dict[str, Any] = {
         "type": "library",
-        "bom-ref": purl or package["SPDXID"],
+        "bom-ref": package["SPDXID"],  # unique in the document, as a purl may not be
         "name": package["name"],
         "version": package["versionInfo"],
         "hashes": [{"alg": "SHA-256", "content": c["checksumValue"]} for c in package.get("checksums", [])],

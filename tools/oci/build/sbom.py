@@ -51,12 +51,33 @@ def _package(
     }
 
 
+def _distinct(items: list[dict[str, Any]], key: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Each package once, in a stable order: two layers may install the same distribution (the
+    engine's wheels and Omni's share anyio, certifi, ...), which the image holds once."""
+    unique = {tuple(str(item.get(field, "")).lower() for field in key): item for item in items}
+    return [unique[k] for k in sorted(unique)]
+
+
+def _twin(item: dict[str, Any], items: list[dict[str, Any]], *same: str) -> tuple[str, ...]:
+    """What tells `item` apart from another package of its name (SPDX ids are unique per
+    document): its version, and its sha256 where even that is shared; nothing when alone."""
+    others = {
+        (other["version"], other["sha256"])
+        for other in items
+        if other["name"].lower() == item["name"].lower() and all(other.get(f) == item.get(f) for f in same)
+    }
+    if len(others) < 2:
+        return ()
+    versions = [version for version, _ in others]
+    return (item["version"],) if versions.count(item["version"]) == 1 else (item["version"], item["sha256"][:12])
+
+
 def _dependency_packages(
     debian: list[dict[str, Any]], wheels: list[dict[str, Any]], release: str, refs: dict[str, dict[str, str]]
 ) -> list[dict]:
     """One SPDX package per Debian package and per wheel, in a stable order."""
     packages = []
-    for deb in sorted(debian, key=lambda d: (d["name"], d["architecture"])):
+    for deb in _distinct(debian, ("name", "architecture", "version", "sha256")):
         license_, named = debian_license(deb.get("licenses"), deb.get("license_texts"), deb["name"])
         refs.update(named)
         purl = (
@@ -65,7 +86,7 @@ def _dependency_packages(
         )
         packages.append(
             _package(
-                _spdx_id("deb", deb["name"], deb["architecture"]),
+                _spdx_id("deb", deb["name"], deb["architecture"], *_twin(deb, debian, "architecture")),
                 deb["name"],
                 deb["version"],
                 deb["sha256"],
@@ -78,11 +99,11 @@ def _dependency_packages(
                 },
             )
         )
-    for wheel in sorted(wheels, key=lambda w: w["name"].lower()):
+    for wheel in _distinct(wheels, ("name", "version", "sha256")):
         purl = f"pkg:pypi/{wheel['name'].lower()}@{quote(wheel['version'], safe='')}"
         packages.append(
             _package(
-                _spdx_id("pypi", wheel["name"]),
+                _spdx_id("pypi", wheel["name"], *_twin(wheel, wheels)),
                 wheel["name"],
                 wheel["version"],
                 wheel["sha256"],
