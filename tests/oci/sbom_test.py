@@ -159,9 +159,12 @@ def test_a_distribution_two_layers_install_is_one_package_and_ids_stay_unique() 
     wheel = {"name": "anyio", "version": "4.0", "sha256": "a" * 64}
     other = {"name": "AnyIO", "version": "4.1", "sha256": "b" * 64}
     rebuilt = {"name": "anyio", "version": "4.1", "sha256": "c" * 64}
-    sbom = _build_sbom("img", "sha256:" + "d" * 64, [], [wheel, dict(wheel), other, rebuilt])
+    spelled = {"name": "any_io", "version": "5", "sha256": "e" * 64}  # PEP 503: any-io, another name
+    hub = [{"name": "huggingface_hub", "version": "2.4.0", "sha256": "f" * 64}]
+    hub.append({"name": "huggingface-hub", "version": "1.33.0", "sha256": "0" * 64})
+    sbom = _build_sbom("img", "sha256:" + "d" * 64, [], [wheel, dict(wheel), other, rebuilt, spelled, *hub])
     ids = [p["SPDXID"] for p in sbom["packages"]]
-    assert len(ids) == len(set(ids)) == 4  # the image, anyio 4.0 once, two 4.1 builds
+    assert len(ids) == len(set(ids)) == 7  # the image, anyio 4.0 once, two 4.1 builds, any_io, two hubs
     assert {
         "SPDXRef-pypi-anyio-4.0",
         "SPDXRef-pypi-AnyIO-4.1-bbbbbbbbbbbb",

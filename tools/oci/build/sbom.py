@@ -51,10 +51,15 @@ def _package(
     }
 
 
+def _canonical(name: str) -> str:
+    """A name as PEP 503 compares it (huggingface_hub is huggingface-hub), as SPDX ids fold it."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _distinct(items: list[dict[str, Any]], key: tuple[str, ...]) -> list[dict[str, Any]]:
     """Each package once, in a stable order: two layers may install the same distribution (the
     engine's wheels and Omni's share anyio, certifi, ...), which the image holds once."""
-    unique = {tuple(str(item.get(field, "")).lower() for field in key): item for item in items}
+    unique = {tuple(_canonical(str(item.get(field, ""))) for field in key): item for item in items}
     return [unique[k] for k in sorted(unique)]
 
 
@@ -64,7 +69,7 @@ def _twin(item: dict[str, Any], items: list[dict[str, Any]], *same: str) -> tupl
     others = {
         (other["version"], other["sha256"])
         for other in items
-        if other["name"].lower() == item["name"].lower() and all(other.get(f) == item.get(f) for f in same)
+        if _canonical(other["name"]) == _canonical(item["name"]) and all(other.get(f) == item.get(f) for f in same)
     }
     if len(others) < 2:
         return ()
