@@ -28,7 +28,9 @@ NOASSERTION = "NOASSERTION"
 MAX_LICENSE_FIELD = 64  # longer License fields are license texts, not names
 # The License field's common spellings that name exactly one SPDX license.
 LICENSE_SPELLINGS = {
+    "3-clause bsd license": "BSD-3-Clause",
     "apache 2.0": "Apache-2.0",
+    "apache 2.0 license": "Apache-2.0",
     "apache license 2.0": "Apache-2.0",
     "apache license, version 2.0": "Apache-2.0",
     "apache software license 2.0": "Apache-2.0",
