@@ -110,7 +110,7 @@ def test_a_dripping_release_ends_at_the_deadline_with_a_named_refusal(archive, k
     started = time.monotonic()
     try:
         with pytest.raises(
-            SystemExit, match=r"refused: .*/InRelease was (still arriving at|not read whole by) the deadline"
+            SystemExit, match=r"refused: .*/InRelease was (still arriving at its|not read whole by the) deadline"
         ):
             lock.main([*argv, "--deadline", "2"])
     finally:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import httpx
 
+from attest.edge.bodies import read_bounded
 from attest.edge.data_plane import DataPlaneTransport, blob_extensions
 from attest.edge.transport import answer_deadline
 from tools.debian.control import stanzas
@@ -46,7 +47,12 @@ ARMOR_LINES = (b"-----BEGIN PGP SIGNED MESSAGE-----", b"-----BEGIN PGP SIGNATURE
 
 
 class ArchiveError(RuntimeError):
-    """The archive's Release could not be authenticated; the message names what failed."""
+    """The archive's Release could not be authenticated; the message names what failed (and
+    `field`, where a bounded read names one)."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -96,14 +102,7 @@ def _body(response: httpx.Response, url: str, limit: int, deadline: float) -> by
         return None
     if response.status_code != 200:
         raise ArchiveError(f"{url} answered HTTP {response.status_code}")
-    body = bytearray()
-    for chunk in response.iter_bytes():
-        if time.monotonic() > deadline:
-            raise ArchiveError(f"{url} was still arriving at the deadline (a mirror trickling bytes)")
-        body += chunk
-        if len(body) > limit:
-            raise ArchiveError(f"{url} is larger than the {limit} bytes allowed")
-    return bytes(body)
+    return read_bounded(response, limit, url, deadline=deadline, error=ArchiveError)
 
 
 def archive_client() -> httpx.Client:
