@@ -17,8 +17,10 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote
+
+from packaging.utils import canonicalize_name
 
 from tools.oci.build.cyclonedx import from_spdx
 from tools.oci.build.layer import source_date_epoch
@@ -51,25 +53,25 @@ def _package(
     }
 
 
-def _canonical(name: str) -> str:
-    """A name as PEP 503 compares it (huggingface_hub is huggingface-hub), as SPDX ids fold it."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _exact(name: str) -> str:
+    return name  # Debian package names are compared as they are (lower case by policy)
 
 
-def _distinct(items: list[dict[str, Any]], key: tuple[str, ...]) -> list[dict[str, Any]]:
+def _distinct(items: list[dict[str, Any]], key: tuple[str, ...], name: Callable[[str], str]) -> list[dict[str, Any]]:
     """Each package once, in a stable order: two layers may install the same distribution (the
-    engine's wheels and Omni's share anyio, certifi, ...), which the image holds once."""
-    unique = {tuple(_canonical(str(item.get(field, ""))) for field in key): item for item in items}
+    engine's wheels and Omni's share anyio, certifi, ...), which the image holds once. `name`
+    says when two names are one (PEP 503 for wheels: huggingface_hub is huggingface-hub)."""
+    unique = {(name(item["name"]), *(str(item.get(field, "")) for field in key)): item for item in items}
     return [unique[k] for k in sorted(unique)]
 
 
-def _twin(item: dict[str, Any], items: list[dict[str, Any]], *same: str) -> tuple[str, ...]:
+def _twin(item: dict[str, Any], items: list[dict[str, Any]], name: Callable[[str], str], *same: str) -> tuple[str, ...]:
     """What tells `item` apart from another package of its name (SPDX ids are unique per
     document): its version, and its sha256 where even that is shared; nothing when alone."""
     others = {
         (other["version"], other["sha256"])
         for other in items
-        if _canonical(other["name"]) == _canonical(item["name"]) and all(other.get(f) == item.get(f) for f in same)
+        if name(other["name"]) == name(item["name"]) and all(other.get(f) == item.get(f) for f in same)
     }
     if len(others) < 2:
         return ()
@@ -82,7 +84,7 @@ def _dependency_packages(
 ) -> list[dict]:
     """One SPDX package per Debian package and per wheel, in a stable order."""
     packages = []
-    for deb in _distinct(debian, ("name", "architecture", "version", "sha256")):
+    for deb in _distinct(debian, ("architecture", "version", "sha256"), _exact):
         license_, named = debian_license(deb.get("licenses"), deb.get("license_texts"), deb["name"])
         refs.update(named)
         purl = (
@@ -91,7 +93,7 @@ def _dependency_packages(
         )
         packages.append(
             _package(
-                _spdx_id("deb", deb["name"], deb["architecture"], *_twin(deb, debian, "architecture")),
+                _spdx_id("deb", deb["name"], deb["architecture"], *_twin(deb, debian, _exact, "architecture")),
                 deb["name"],
                 deb["version"],
                 deb["sha256"],
@@ -104,11 +106,11 @@ def _dependency_packages(
                 },
             )
         )
-    for wheel in _distinct(wheels, ("name", "version", "sha256")):
+    for wheel in _distinct(wheels, ("version", "sha256"), canonicalize_name):
         purl = f"pkg:pypi/{wheel['name'].lower()}@{quote(wheel['version'], safe='')}"
         packages.append(
             _package(
-                _spdx_id("pypi", wheel["name"], *_twin(wheel, wheels)),
+                _spdx_id("pypi", wheel["name"], *_twin(wheel, wheels, canonicalize_name)),
                 wheel["name"],
                 wheel["version"],
                 wheel["sha256"],
