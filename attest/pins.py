@@ -34,6 +34,7 @@ def _optional(pattern: re.Pattern[str], what: str):
 
 OptionalRevision = Annotated[str, _optional(REVISION_RE, "a full 40-hex commit")]
 OptionalDigest = Annotated[str, _optional(DIGEST_RE, "sha256:<64 hex>")]
+OptionalSha256 = Annotated[str, _optional(re.compile(r"^[0-9a-fA-F]{64}$"), "a 64-hex sha256")]
 
 
 # A tag or hub ref `tools/pin` follows: printable ASCII without spaces, as registries and the
@@ -47,9 +48,9 @@ class BasePin(Document):
     tag: OptionalRef = ""
     digest: OptionalDigest
     platform: Literal["linux/amd64", "linux/arm64"]
-
-
-OptionalSha256 = Annotated[str, _optional(re.compile(r"^[0-9a-fA-F]{64}$"), "a 64-hex sha256")]
+    # The sha256 of images/IMAGE.base-contents.json (attest.base_contents): the base's packages,
+    # recorded by `tools/pin` with the digest; a release's SBOM lists them.
+    contents_sha256: OptionalSha256 = ""
 
 
 class EnginePin(Document):
@@ -134,6 +135,7 @@ class ImagePins(Document):
             name
             for name, value in (
                 ("base.digest", self.base.digest),
+                ("base.contents_sha256", self.base.contents_sha256),
                 ("engine.commit or engine.record_sha256", self.engine.commit or self.engine.record_sha256),
                 ("model.revision", self.model.revision),
             )

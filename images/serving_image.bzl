@@ -88,6 +88,8 @@ def omni_serving_image(name, arch, app, program, port, env, volumes, labels = {}
             ":release": [],
             "//conditions:default": [":debian_packages_" + arch],
         }),
+        # Written by tools/pin with base.digest; a release refuses an SBOM without it.
+        sbom_base_contents = native.glob([name + ".base-contents.json"], allow_empty = True),
         sbom_wheels = ["@pypi_image_cp311_%s//:wheels.json" % arch],
         user = NONROOT_USER,
         visibility = ["//visibility:public"],

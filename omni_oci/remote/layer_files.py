@@ -8,8 +8,10 @@ runtime applies layers (omni_oci.remote.overlay): whiteouts, opaque markers, rep
 directories, and no member written through a symbolic link.
 
 Only the members a caller asks for (`wanted`) are kept in memory, each capped and all together
-capped by MAX_KEPT_BYTES; everything else is skipped as the tar streams past, without being
-copied (omni_oci.remote.layer_stream also tells gzip, zstd and plain tar apart).
+capped (MAX_KEPT_BYTES unless the caller says); members whose presence alone matters (`noted`:
+a package database Omni does not read, say) are kept by name, without their bytes; everything
+else is skipped as the tar streams past, without being copied (omni_oci.remote.layer_stream also
+tells gzip, zstd and plain tar apart).
 
 Up to PARALLEL_LAYERS layers stream at once, so a remote registry's round trips and
 per-connection bandwidth overlap (hashing, inflating and the socket reads release the GIL).
@@ -80,7 +82,9 @@ class _Read:
     client: RegistryClient
     repository: str
     wanted: Callable[[str], bool]
+    noted: Callable[[str], bool]
     max_file_bytes: int
+    max_kept_bytes: int
     deadline: float
     stopped: threading.Event
     progress: bool
@@ -100,8 +104,8 @@ def _kept_data(read: _Read, member: TarMember, data: Any, path: str, where: str)
         )
     with read.lock:
         read.kept[0] += member.size
-        if read.kept[0] > MAX_KEPT_BYTES:
-            raise OciError(f"{where}: the wanted members exceed {MAX_KEPT_BYTES} bytes in all", field=path)
+        if read.kept[0] > read.max_kept_bytes:
+            raise OciError(f"{where}: the wanted members exceed {read.max_kept_bytes} bytes in all", field=path)
     kept = data.read(member.size)
     if len(kept) < member.size:
         raise OciError(f"{where}: {path} is cut short by the end of the stream", field=path)
@@ -121,6 +125,8 @@ def _event(read: _Read, member: TarMember, data: Any, layer: str, where: str) ->
             raise OciError(f"{where}: whiteout {member.name!r} names nothing", field=member.name)
         hidden = name[len(WHITEOUT_PREFIX) :]
         return ("whiteout", path, f"{parent}/{hidden}" if parent else hidden, False)
+    if member.kind != "dir" and read.noted(path):
+        return ("file", path, LayerFile(path, layer, None, "noted " + member.kind), True)
     wanted = read.wanted(path)
     if member.kind == "dir":
         return ("dir", path, None, wanted)
@@ -237,21 +243,8 @@ def _next_batch(read: _Read, source: queue.Queue, failures: list[BaseException])
             continue
 
 
-def read_layer_files(
-    client: RegistryClient,
-    repository: str,
-    layers: list[dict[str, Any]],
-    *,
-    wanted: Callable[[str], bool],
-    max_file_bytes: int,
-    label: str,
-    progress: bool = True,
-    deadline: float = math.inf,
-) -> dict[str, LayerFile]:
-    """The wanted files of the image whose layer descriptors are `layers`, as the last layer
-    leaves them. `client` is the RegistryClient of the registry holding `repository`.
-    `deadline` (time.monotonic()) bounds the whole read: it is checked before every piece,
-    and each piece waits at most the client's read timeout."""
+def _layer_reads(layers: list[dict[str, Any]], label: str) -> list[tuple[str, int, str]]:
+    """(digest, size, label) of each layer descriptor, refused unless both are valid."""
     reads = []
     for number, descriptor in enumerate(layers, 1):
         digest, size = descriptor.get("digest"), descriptor.get("size")
@@ -263,8 +256,40 @@ def read_layer_files(
         ):
             raise OciError(f"{label}: layer {number} has no valid digest and size", field=f"layers[{number - 1}]")
         reads.append((digest, size, f"{label} layer {number}/{len(layers)} ({digest})"))
+    return reads
+
+
+def read_layer_files(
+    client: RegistryClient,
+    repository: str,
+    layers: list[dict[str, Any]],
+    *,
+    wanted: Callable[[str], bool],
+    max_file_bytes: int,
+    label: str,
+    progress: bool = True,
+    deadline: float = math.inf,
+    noted: Callable[[str], bool] = lambda path: False,
+    max_kept_bytes: int = MAX_KEPT_BYTES,
+) -> dict[str, LayerFile]:
+    """The wanted files of the image whose layer descriptors are `layers`, as the last layer
+    leaves them, and the noted ones by name (LayerFile.data None, kind "noted ...").
+    `client` is the RegistryClient of the registry holding `repository`.
+    `deadline` (time.monotonic()) bounds the whole read: it is checked before every piece,
+    and each piece waits at most the client's read timeout."""
+    reads = _layer_reads(layers, label)
     read = _Read(
-        client, repository, wanted, max_file_bytes, deadline, threading.Event(), progress, [0], threading.Lock()
+        client,
+        repository,
+        wanted,
+        noted,
+        max_file_bytes,
+        max_kept_bytes,
+        deadline,
+        threading.Event(),
+        progress,
+        [0],
+        threading.Lock(),
     )
     queues = [queue.Queue(maxsize=QUEUED_BATCHES) for _ in reads]
     failures: list[BaseException] = []

@@ -219,8 +219,8 @@ def _tar(files: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.mark.parametrize("compression", ["xz", "zst"])
-def test_data_archives_in_xz_and_zstd_are_unpacked(tmp_path: Path, compression: str) -> None:
+def _one_package_lock(debs: Path, compression: str) -> dict:
+    """A lock of one .deb (written into `debs`) whose data archive is compressed `compression`."""
     import hashlib
     import lzma
 
@@ -236,22 +236,16 @@ def test_data_archives_in_xz_and_zstd_are_unpacked(tmp_path: Path, compression: 
     data = lzma.compress(data_tar) if compression == "xz" else zstandard.ZstdCompressor().compress(data_tar)
     control = _tar({"./control": b"Package: omni-test\nVersion: 1.0-1\nArchitecture: amd64\n"})
     deb = _ar({"debian-binary": b"2.0\n", "control.tar.xz": lzma.compress(control), f"data.tar.{compression}": data})
-    (tmp_path / "debs").mkdir()
-    (tmp_path / "debs" / "omni-test_amd64.deb").write_bytes(deb)
-    lock = {
-        "packages": {
-            "amd64": [
-                {
-                    "name": "omni-test",
-                    "version": "1.0-1",
-                    "architecture": "amd64",
-                    "sha256": hashlib.sha256(deb).hexdigest(),
-                    "size": len(deb),
-                    "urls": [],
-                }
-            ]
-        }
-    }
+    debs.mkdir()
+    (debs / "omni-test_amd64.deb").write_bytes(deb)
+    entry = {"name": "omni-test", "version": "1.0-1", "architecture": "amd64"}
+    entry |= {"sha256": hashlib.sha256(deb).hexdigest(), "size": len(deb), "urls": []}
+    return {"release": "trixie", "packages": {"amd64": [entry]}}
+
+
+@pytest.mark.parametrize("compression", ["xz", "zst"])
+def test_data_archives_in_xz_and_zstd_are_unpacked(tmp_path: Path, compression: str) -> None:
+    lock = _one_package_lock(tmp_path / "debs", compression)
     _, packages = build(
         lock,
         "amd64",
@@ -265,6 +259,10 @@ def test_data_archives_in_xz_and_zstd_are_unpacked(tmp_path: Path, compression: 
     with tarfile.open(tmp_path / "layer.tar.gz") as tar:
         assert tar.extractfile("usr/share/doc/omni-test/hello.txt").read() == b"hello\n"
         assert "var/lib/dpkg/status.d/omni-test" in tar.getnames()
+        # Scanners identify the distribution by /etc/os-release (base-files' file, written here).
+        assert tar.getmember("etc/os-release").linkname == "../usr/lib/os-release"
+        os_release = tar.extractfile("usr/lib/os-release").read().decode()
+        assert 'VERSION_ID="13"' in os_release and "ID=debian\n" in os_release
     assert packages == [
         {
             "name": "omni-test",
@@ -274,5 +272,18 @@ def test_data_archives_in_xz_and_zstd_are_unpacked(tmp_path: Path, compression: 
             "licenses": ["Expat"],  # the SBOM's facts (tools/debian/copyright.py)
             "copyright": ["Copyright 2024 Omni"],
             "license_texts": {},
+            "vendor": "debian",
+            "distro": "debian-13",  # the purl's, from the lock's release
         }
     ]
+
+
+def test_a_lock_of_an_unknown_release_is_refused_before_any_package(tmp_path: Path) -> None:
+    from omni_oci.format.errors import OciError
+
+    lock = {"release": "sid", "packages": {"amd64": [{"name": "x", "version": "1", "architecture": "amd64"}]}}
+    with pytest.raises(OciError, match=r"release 'sid' is none of \['bookworm', 'trixie'\]") as caught:
+        build(
+            lock, "amd64", tmp_path, Path("images/local_base/passwd"), Path("images/local_base/group"), tmp_path / "l"
+        )
+    assert caught.value.field == "release" and not (tmp_path / "l").exists()

@@ -153,6 +153,7 @@ def _synthetic_base(registry: str, repository: str, work: Path, size: int, parts
 def test_a_release_build_on_a_2_gb_base_puts_no_base_bytes_in_the_cache(tmp_path: Path) -> None:
     """--config=release builds shallow on the pinned vendor base (here a synthetic 2 GB one, mirrored
     on loopback): the cache then holds the small layers and metadata, never a base layer."""
+    import hashlib
     import json
 
     from tests.fixtures.registry import LoopbackRegistry
@@ -169,6 +170,18 @@ def test_a_release_build_on_a_2_gb_base_puts_no_base_bytes_in_the_cache(tmp_path
             pins["base"]["digest"] = digest
             pins["engine"]["commit"], pins["model"]["revision"] = "a" * 40, "b" * 40
             pins["speculator"]["revision"] = "c" * 40
+            # The synthetic base installs no packages: its contents file, as tools/pin writes one.
+            contents = {
+                "schema_version": "1",
+                "image": "qwen_mi300x",
+                "base": {"image": pins["base"]["image"], "digest": digest, "platform": "linux/amd64"},
+                "os": {"id": "", "version_id": "", "name": ""},
+                "dpkg": [],
+                "python": [],
+            }
+            contents_bytes = json.dumps(contents).encode()
+            (workspace / "images" / "qwen_mi300x.base-contents.json").write_bytes(contents_bytes)
+            pins["base"]["contents_sha256"] = hashlib.sha256(contents_bytes).hexdigest()
             pins_path.write_text(json.dumps(pins, indent=2) + "\n")
             run = bazel(
                 workspace,

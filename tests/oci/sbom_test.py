@@ -220,8 +220,14 @@ DEBIAN = [
         "Copyright 2000 E",
     ),
     (
-        "a free-form file concludes nothing",
-        "This is demo, written by F.\nCopyright 1999 F\nGPL.\n",
+        "a free-form file: its holders' lines, never a license",
+        "This is demo, written by F.\n  Copyright (C) 1999 F\nGPL.\ncopyright notice is kept below\n© 2001 G\n",
+        NOASSERTION,
+        "Copyright (C) 1999 F\n© 2001 G",
+    ),
+    (
+        "a free-form file naming no holder",
+        "This is demo, written by F.\nGPL, see the copyright law.\n",
         NOASSERTION,
         NOASSERTION,
     ),
@@ -309,3 +315,26 @@ def test_the_cyclonedx_document_says_what_the_spdx_one_says_and_validates(name: 
         assert component.get("licenses", []) == expected
         assert component["hashes"] == [{"alg": "SHA-256", "content": package["checksums"][0]["checksumValue"]}]
     assert cdx["dependencies"][0]["dependsOn"] == [c["bom-ref"] for c in cdx["components"]]
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_the_spdx3_document_carries_the_sbom_type_and_leaves_out_only_what_no_source_says(name: str) -> None:
+    """CISA's FSCT minimum through ntia-conformance-checker (SPDX 3 alone carries the SBOM type):
+    every document-level element is there, and a component lacks a license or a copyright text
+    exactly where the SPDX 2.3 document says NOASSERTION (its package states none)."""
+    from ntia_conformance_checker import SbomChecker
+
+    path = str(Path("images") / f"{name}.spdx3.json")
+    assert SbomChecker(path, compliance="ntia", sbom_spec="spdx3").compliant
+    fsct = SbomChecker(path, compliance="fsct3-min", sbom_spec="spdx3")
+    assert fsct.parsing_errors == [] and fsct.validation_messages == []
+    assert fsct.doc_author and fsct.doc_timestamp and fsct.dependency_relationships
+    assert fsct.sbom_gen_context == ["https://spdx.org/rdf/3.0.1/terms/Software/SbomType/build"]
+    assert fsct.components_without_names == fsct.components_without_versions == []
+    assert fsct.components_without_suppliers == fsct.components_without_identifiers == []
+    spdx2 = json.loads((Path("images") / f"{name}.spdx.json").read_text())["packages"]
+    unstated = {
+        key: {p["name"] for p in spdx2 if p[key] == NOASSERTION} for key in ("licenseConcluded", "copyrightText")
+    }
+    assert {n for n, _ in fsct.components_without_concluded_licenses} == unstated["licenseConcluded"]
+    assert {n for n, _ in fsct.components_without_copyright_texts} == unstated["copyrightText"]

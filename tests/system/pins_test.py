@@ -178,7 +178,7 @@ def test_a_publisher_signature_pin_is_labelled_baked_and_reported(tmp_path: Path
 def test_release_builds_refuse_empty_pins(tmp_path: Path) -> None:
     with pytest.raises(
         AttestError,
-        match=r"release build refused: base.digest, engine.commit or engine.record_sha256, "
+        match=r"release build refused: base.digest, base.contents_sha256, engine.commit or engine.record_sha256, "
         r"model.revision, speculator.revision are empty in qwen_mi300x.pins.json",
     ):
         load_pins_checked(Path("images/qwen_mi300x.pins.json"), release=True)
@@ -191,6 +191,12 @@ def test_release_builds_refuse_empty_pins(tmp_path: Path) -> None:
     by_record = tmp_path / "record.pins.json"
     by_record.write_text(json.dumps(qwen_pins(engine__commit="", engine__record_sha256="ab" * 32)))
     assert load_pins_checked(by_record, release=True)["engine"]["record_sha256"] == "ab" * 32
+    # A base pinned without its contents (the release's SBOM would leave the base out) is refused.
+    no_contents = tmp_path / "contents.pins.json"
+    no_contents.write_text(json.dumps(qwen_pins(base__contents_sha256="")))
+    with pytest.raises(AttestError, match="release build refused: base.contents_sha256 is empty") as caught:
+        load_pins_checked(no_contents, release=True)
+    assert caught.value.field == "base.contents_sha256"
     by_record.write_text(json.dumps(qwen_pins(engine__record_sha256="xyz")))
     with pytest.raises(AttestError, match="engine.record_sha256: Value error"):
         load_pins_checked(by_record, release=False)
@@ -199,7 +205,7 @@ def test_release_builds_refuse_empty_pins(tmp_path: Path) -> None:
 def test_the_deepseek_release_needs_a_reviewed_checkpoint_lock(tmp_path: Path) -> None:
     with pytest.raises(
         AttestError,
-        match=r"release build refused: base.digest, engine.commit or engine.record_sha256, "
+        match=r"release build refused: base.digest, base.contents_sha256, engine.commit or engine.record_sha256, "
         r"model.lock_sha256 are empty in deepseek_spark.pins.json",
     ) as caught:
         load_pins_checked(Path("images/deepseek_spark.pins.json"), release=True)

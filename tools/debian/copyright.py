@@ -1,7 +1,9 @@
 """A Debian package's copyright file as the SBOM reads it: the `License:` short names of its
 `Files:` paragraphs, the holders of their `Copyright:` fields and each license's text, from a
-machine-readable file (copyright-format 1.0, "DEP-5"). A free-form file gives nothing: a license
-is never concluded from prose (the SBOM says NOASSERTION there, counted).
+machine-readable file (copyright-format 1.0, "DEP-5"). A free-form file gives its holders' lines
+only (`Copyright (C) 1991-2023 Free Software Foundation, Inc.`, read as a wheel's license files
+are: tools/private/wheel_facts.copyright_lines); a license is never concluded from prose (the
+SBOM says NOASSERTION there, counted).
 tools/oci/build/sbom_facts.py maps the short names to SPDX ids, and a name with none to a
 LicenseRef carrying the text the file gives for it.
 
@@ -15,6 +17,7 @@ import re
 from typing import Any
 
 from tools.debian.control import stanzas
+from tools.private.wheel_facts import copyright_lines
 
 MAX_COPYRIGHT_FILE_BYTES = 1 << 20
 MAX_HOLDERS = 16
@@ -33,15 +36,15 @@ def _license_text(value: str) -> str:
 
 def copyright_facts(data: bytes) -> dict[str, Any]:
     """{"licenses": [short name, ...], "copyright": [holder line, ...], "license_texts":
-    {short name: text}}; all empty for a file that is not machine-readable or is past
-    MAX_COPYRIGHT_FILE_BYTES."""
+    {short name: text}}; all empty for a file past MAX_COPYRIGHT_FILE_BYTES, only the holders'
+    lines for one that is not machine-readable."""
     nothing: dict[str, Any] = {"licenses": [], "copyright": [], "license_texts": {}}
     if len(data) > MAX_COPYRIGHT_FILE_BYTES:
         return nothing
     text = data.decode("utf-8", "replace")
     paragraphs = list(stanzas(text))
     if not paragraphs or not FORMAT_RE.match(f"Format: {paragraphs[0].get('Format', '')}"):
-        return nothing
+        return {**nothing, "copyright": copyright_lines(text)[:MAX_HOLDERS]}
     licenses: list[str] = []
     holders: list[str] = []
     texts: dict[str, str] = {}

@@ -6,7 +6,8 @@
 Each package's data archive (xz, gzip, or uncompressed) is unpacked in Python and merged
 (later packages win, as dpkg would); every .deb is checked against the lock's sha256
 first. dpkg status records go to /var/lib/dpkg/status.d/<package> so scanners see the
-packages; the CA bundle is generated as update-ca-certificates would (maintainer
+packages, and /etc/os-release names the release as base-files would (base-files itself is not
+installed); the CA bundle is generated as update-ca-certificates would (maintainer
 scripts never run). The layer is normalised like every other.
 
 Without --passwd and --group it is an add-on layer over such a base (a lock made with
@@ -32,6 +33,10 @@ from tools.oci.build.layer import source_date_epoch, write_layer
 
 CA_BUNDLE = "etc/ssl/certs/ca-certificates.crt"
 STATUS_DIR = "var/lib/dpkg/status.d"
+OS_RELEASE = "usr/lib/os-release"
+# Debian's releases by suite name: /etc/os-release (as base-files writes it: scanners identify
+# the distribution by it) and the purls of the SBOM (distro=debian-12).
+DEBIAN_VERSIONS = {"bookworm": "12", "trixie": "13"}
 
 
 def _ar_members(data: bytes, where: str) -> dict[str, bytes]:
@@ -78,6 +83,18 @@ def _open_tar(members: dict[str, bytes], prefix: str, where: str) -> tarfile.Tar
 def _clean(name: str) -> str:
     parts = [p for p in PurePosixPath(name).parts if p not in (".", "/")]
     return "/".join(parts)
+
+
+def os_release(suite: str) -> bytes:
+    """/usr/lib/os-release of the Debian release `suite`, as its base-files package writes it."""
+    version = DEBIAN_VERSIONS.get(suite)
+    if version is None:
+        raise OciError(f"the Debian lock's release {suite!r} is none of {sorted(DEBIAN_VERSIONS)}", field="release")
+    return (
+        f'PRETTY_NAME="Debian GNU/Linux {version} ({suite})"\nNAME="Debian GNU/Linux"\nVERSION_ID="{version}"\n'
+        f'VERSION="{version} ({suite})"\nVERSION_CODENAME={suite}\nID=debian\nHOME_URL="https://www.debian.org/"\n'
+        'SUPPORT_URL="https://www.debian.org/support"\nBUG_REPORT_URL="https://bugs.debian.org/"\n'
+    ).encode()
 
 
 def unpack(deb: Path, entry: dict[str, Any], tree: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -148,11 +165,13 @@ def build(
         raise OciError(f"the Debian lock has no packages for {arch}", field="arch")
     tree: dict[str, dict[str, Any]] = {}
     packages = []
+    release = os_release(lock.get("release", ""))  # refused before any package is unpacked
+    distro = f"debian-{DEBIAN_VERSIONS[lock['release']]}"
     for entry in entries:
         deb = debs / f"{entry['name']}_{entry['architecture']}.deb"
         if not deb.is_file():
             raise OciError(f"{deb} is missing: the Debian fetch did not provide {entry['name']}", field=entry["name"])
-        packages.append(unpack(deb, entry, tree))
+        packages.append({**unpack(deb, entry, tree), "vendor": "debian", "distro": distro})
     if passwd is None or group is None:
         return write_layer(tree.values(), output, mtime=source_date_epoch()), packages
     certificates = sorted(
@@ -161,6 +180,8 @@ def build(
         if name.startswith("usr/share/ca-certificates/") and name.endswith(".crt") and "data" in tree[name]
     )
     tree[CA_BUNDLE] = {"dest": CA_BUNDLE, "data": b"".join(tree[name]["data"] for name in certificates), "mode": 0o644}
+    tree[OS_RELEASE] = {"dest": OS_RELEASE, "data": release, "mode": 0o644}
+    tree["etc/os-release"] = {"dest": "etc/os-release", "type": "symlink", "target": "../" + OS_RELEASE}
     tree["etc/passwd"] = {"dest": "etc/passwd", "data": passwd.read_bytes(), "mode": 0o644}
     tree["etc/group"] = {"dest": "etc/group", "data": group.read_bytes(), "mode": 0o644}
     tree["tmp"] = {"dest": "tmp", "type": "dir", "mode": 0o1777}

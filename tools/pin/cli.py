@@ -9,6 +9,9 @@ IMAGE names images/IMAGE.pins.json. What is resolved, each value computed here:
   engine.*             the engine's commit (full only) and RECORD digest, read from the base's
                        layers as they stream (whiteouts honoured, nothing unpacked)
   model.revision       the hub's 40-hex commit for the ref (HF_ENDPOINT, HF_TOKEN)
+  base.contents_sha256 the sha256 of IMAGE.base-contents.json, written beside the pins: every
+                       package the base installs (dpkg's database, each copyright file, every
+                       Python distribution's metadata and RECORD digest), for the release's SBOM
   model.lock_sha256    where the image pins a checkpoint lock: the lock of the listing at that
                        revision, written beside the pins as IMAGE.checkpoint.lock.json
   speculator.revision  as the model's
@@ -22,8 +25,9 @@ IMAGE names images/IMAGE.pins.json. What is resolved, each value computed here:
                        publisher-signed, and the pins record the signer and the file's sha256
 
 Without --write it prints a table (pin, current, upstream) and the diff, and writes nothing.
---write writes the pins (and lock) atomically. --check exits 1 when any pin differs from
-upstream (a tag names another digest, a ref another revision, an empty pin). A refusal
+--write writes the pins (and lock and base contents) atomically. --check exits 1 when any pin
+differs from upstream (a tag names another digest, a ref another revision, an empty pin) or the
+committed base contents are not the pinned bytes. A refusal
 (an unreachable source, a platform missing from the index, a base without the engine or
 with two of it) exits 2 with one JSON line naming the pin and the source.
 """
@@ -60,6 +64,7 @@ from tools.settings import PIN, tools_help, user_path
 IMAGE_NAME = re.compile(r"^[a-z0-9_]{1,64}$")
 PINS_SUFFIX = ".pins.json"
 LOCK_SUFFIX = ".checkpoint.lock.json"
+CONTENTS_SUFFIX = ".base-contents.json"
 DEFAULT_DEADLINE_S = 3600.0
 
 
@@ -85,6 +90,7 @@ def _proposed(
     document["base"] = _leading(
         base, {"image": base["image"], "tag": upstream.base.tag, "digest": upstream.base.digest}
     )
+    document["base"]["contents_sha256"] = upstream.base.contents_sha256
     engine, note = engine_pins(upstream.base.engine)
     notes = [note]
     document["engine"].update(engine)
@@ -117,6 +123,7 @@ def _proposed(
 PIN_ROWS = (
     "base.tag",
     "base.digest",
+    "base.contents_sha256",
     "engine.commit",
     "engine.record_sha256",
     "model.ref",
@@ -248,6 +255,36 @@ def _shown(
     return moved, diff, after
 
 
+MAX_CONTENTS_BYTES = 64 * 1024 * 1024
+
+
+def _packages(data: bytes) -> set[str]:
+    """`kind name version` of each package a contents file lists (nothing for unreadable bytes)."""
+    try:
+        document = json.loads(data)
+        return {f"deb {d['name']} {d['version']}" for d in document["dpkg"]} | {
+            f"pypi {d['name']} {d['version']}" for d in document["python"]
+        }
+    except (ValueError, KeyError, TypeError):
+        return set()
+
+
+def _contents_state(path: Path, pinned: str, found: bytes) -> tuple[list[str], str]:
+    """(notes on the base's contents against the committed file, why that file is stale or "")."""
+    committed = read_file(path, label=path.name, max_bytes=MAX_CONTENTS_BYTES) if path.is_file() else None
+    document = json.loads(found)
+    notes = [f"base contents: {len(document['dpkg'])} dpkg packages, {len(document['python'])} Python distributions"]
+    if committed is not None and committed.data != found:
+        before, after = _packages(committed.data), _packages(found)
+        changes = [f"+{item}" for item in sorted(after - before)] + [f"-{item}" for item in sorted(before - after)]
+        notes.append(f"{path.name} differs from upstream: {', '.join(changes[:20]) or 'package facts changed'}")
+    if pinned and committed is None:
+        return notes, f"{path.name} is missing; base.contents_sha256 pins {pinned}"
+    if pinned and committed is not None and committed.sha256 != pinned:
+        return notes, f"{path.name} has sha256 {committed.sha256}; base.contents_sha256 pins {pinned}"
+    return notes, ""
+
+
 def run(args: argparse.Namespace) -> int:
     if not IMAGE_NAME.fullmatch(args.image):
         raise AttestError(
@@ -285,9 +322,13 @@ def run(args: argparse.Namespace) -> int:
     model, signature = _signed_model(args, pins, model, endpoint, deadline)
     artifact = _artifact(args, current, pins.model.id, model, deadline)
     proposed, notes = _proposed(current, Upstream(base, model, speculator), artifact, signature)
-    moved, diff, after = _shown(current, proposed, notes, pins_path.name)
+    contents_path = images / f"{args.image}{CONTENTS_SUFFIX}"
+    contents_notes, stale = _contents_state(contents_path, pins.base.contents_sha256, base.contents)
+    moved, diff, after = _shown(current, proposed, notes + contents_notes, pins_path.name)
     lock_path = images / f"{args.image}{LOCK_SUFFIX}"
     if args.write:
+        write_atomic(contents_path, base.contents)
+        print(f"pin: wrote {contents_path} (sha256 {base.contents_sha256}): review it and commit it", file=sys.stderr)
         if model.lock is not None:
             write_atomic(lock_path, model.lock_bytes)
             print(f"pin: wrote {lock_path} (sha256 {model.lock_sha256}): review it and commit it", file=sys.stderr)
@@ -295,7 +336,10 @@ def run(args: argparse.Namespace) -> int:
             write_atomic(pins_path, after)
             print(f"pin: wrote {pins_path}", file=sys.stderr)
         return 0
-    if args.check and moved:
+    if stale:
+        print(f"pin: {stale}", file=sys.stderr)
+    if args.check and (moved or stale):
+        moved = moved + [contents_path.name] if stale else moved
         print(f"pin: upstream differs from the pins of {args.image}: {', '.join(moved)}", file=sys.stderr)
         return 1
     return 0

@@ -24,11 +24,15 @@ from omni_oci.format.reference import Reference
 from omni_oci.remote.layer_files import read_layer_files
 from omni_oci.remote.registry import RegistryClient, client_for
 from omni_oci.remote.shallow_base import resolve_image
+from tools.pin.base_contents import base_contents, contents_bytes, noted, wanted_contents
 from tools.pin.engine_files import engine_identity, wanted_files
 
 DEFAULT_MODEL_REF = "main"
 HUB_STALL_S = 120.0
 MAX_ENGINE_FILE_BYTES = 32 * 1024 * 1024  # attest.engine's RECORD cap
+# The engine's metadata and the base's package records, all layers together: a large vendor
+# base's RECORDs, dpkg database and copyright files are tens of MB.
+MAX_BASE_FILES_BYTES = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,12 @@ class BaseUpstream:
     tag: str
     digest: str
     engine: InstalledDistribution
+    # images/IMAGE.base-contents.json as tools/pin writes it (b"": not read).
+    contents: bytes = b""
+
+    @property
+    def contents_sha256(self) -> str:
+        return hashlib.sha256(self.contents).hexdigest() if self.contents else ""
 
 
 @dataclass(frozen=True)
@@ -58,9 +68,16 @@ class Upstream:
 
 
 def resolve_base(
-    pins: ImagePins, tag: str, mirror: str, *, client: RegistryClient | None = None, deadline: float = math.inf
+    pins: ImagePins,
+    tag: str,
+    mirror: str,
+    *,
+    client: RegistryClient | None = None,
+    deadline: float = math.inf,
+    contents: bool = True,
 ) -> BaseUpstream:
-    """The manifest digest of the pinned platform for `tag`, and the engine read from its layers."""
+    """The manifest digest of the pinned platform for `tag`, the engine read from its layers
+    and, with `contents`, the packages it installs (tools.pin.base_contents), in the same read."""
     if not tag:
         raise OciError(
             f"base.tag of {pins.image} is empty and no --base-tag was given: name the tag whose digest "
@@ -77,16 +94,20 @@ def resolve_base(
         total = sum(size for size in sizes if isinstance(size, int))
         print(
             f"pin: {label}: {pins.base.platform} is {resolved.digest}; reading {pins.engine.name}'s identity "
-            f"from its {len(resolved.layers)} layers ({total / 1e9:.2f} GB)",
+            + ("and the installed packages " if contents else "")
+            + f"from its {len(resolved.layers)} layers ({total / 1e9:.2f} GB)",
             file=sys.stderr,
             flush=True,
         )
+        engine_file = wanted_files(pins.engine.name)
         files = read_layer_files(
             client,
             ref.repository,
             resolved.layers,
-            wanted=wanted_files(pins.engine.name),
+            wanted=(lambda path: engine_file(path) or wanted_contents(path)) if contents else engine_file,
+            noted=noted if contents else lambda path: False,
             max_file_bytes=MAX_ENGINE_FILE_BYTES,
+            max_kept_bytes=MAX_BASE_FILES_BYTES,
             label=f"{label}@{resolved.digest}",
             deadline=deadline,
         )
@@ -96,7 +117,16 @@ def resolve_base(
             f"{label}: {installed.dist_info} has no RECORD and no full commit: the engine's identity cannot be pinned",
             field="engine",
         )
-    return BaseUpstream(tag, resolved.digest, installed)
+    if not contents:
+        return BaseUpstream(tag, resolved.digest, installed)
+    base = {"image": pins.base.image, "digest": resolved.digest, "platform": pins.base.platform}
+    found = base_contents(files, base, pins.image, f"{label}@{resolved.digest}")
+    print(
+        f"pin: {label}: {len(found.dpkg)} dpkg packages, {len(found.python)} Python distributions installed",
+        file=sys.stderr,
+        flush=True,
+    )
+    return BaseUpstream(tag, resolved.digest, installed, contents_bytes(found))
 
 
 def resolve_model(pin: ModelPin, ref: str, endpoint: str, what: str, *, deadline: float = math.inf) -> ModelUpstream:

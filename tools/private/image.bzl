@@ -127,34 +127,45 @@ def _provenance(ctx, layout, digest, pins):
     return provenance
 
 def _sbom(ctx, digest):
-    """The SBOM tool: the image's SPDX document (and the same as CycloneDX) from its package
-    lists; (None, None) without any."""
+    """The SBOM tool: the image's SPDX 2.3 document from its package lists, and the same as
+    [CycloneDX 1.6, SPDX 3.0.1]; (None, []) without any."""
     sbom_debian = _files(_omni(ctx, "sbom_debian", []))
     sbom_wheels = _files(_omni(ctx, "sbom_wheels", []))
     debian_lock = _files([_omni(ctx, "debian_lock", None)] if _omni(ctx, "debian_lock", None) else [])
     if not sbom_debian and not sbom_wheels:
-        return None, None
+        return None, []
+
+    # A release is built on the pinned vendor base: its packages come from the contents file
+    # tools/pin recorded, checked against the pins by the action (missing: refused there).
+    vendor_base = []
+    if _omni(ctx, "release", False):
+        vendor_base = [_single_file(ctx, "pins")] + _files(_omni(ctx, "sbom_base_contents", []))
     sbom = ctx.actions.declare_file(ctx.label.name + ".spdx.json")
     cyclonedx = ctx.actions.declare_file(ctx.label.name + ".cdx.json")
+    spdx3 = ctx.actions.declare_file(ctx.label.name + ".spdx3.json")
     args = ctx.actions.args()
     args.add("--name", ctx.label.name)
     args.add("--digest-file", digest)
     args.add("--output", sbom)
     args.add("--cyclonedx", cyclonedx)
+    args.add("--spdx3", spdx3)
     args.add_all(sbom_debian, before_each = "--debian")
     args.add_all(sbom_wheels, before_each = "--wheels")
     if debian_lock:
         args.add("--debian-lock", debian_lock[0])
+    if vendor_base:
+        args.add("--vendor-base-pins", vendor_base[0])
+        args.add_all(vendor_base[1:], before_each = "--base-contents")
     ctx.actions.run(
         executable = oci_tools(ctx).sbom,
         arguments = [args],
-        inputs = [digest] + sbom_debian + sbom_wheels + debian_lock,
-        outputs = [sbom, cyclonedx],
+        inputs = [digest] + sbom_debian + sbom_wheels + debian_lock + vendor_base,
+        outputs = [sbom, cyclonedx, spdx3],
         mnemonic = "OciSbom",
         progress_message = "Writing the SBOM of %{label}",
         env = {"SOURCE_DATE_EPOCH": ctx.attr.source_date_epoch},
     )
-    return sbom, cyclonedx
+    return sbom, [cyclonedx, spdx3]
 
 def _oci_image_impl(ctx):
     layout = ctx.actions.declare_directory(ctx.label.name + ".layout")
@@ -169,10 +180,10 @@ def _oci_image_impl(ctx):
         provenance = _provenance(ctx, layout, digest, pins)
         outputs.append(provenance)
         extra_args += " --provenance " + provenance.short_path
-    sbom, cyclonedx = _sbom(ctx, digest)
+    sbom, alternates = _sbom(ctx, digest)
     if sbom:
-        outputs += [sbom, cyclonedx]
-        extra_args += " --sbom " + sbom.short_path + " --cyclonedx " + cyclonedx.short_path
+        outputs += [sbom] + alternates
+        extra_args += " --sbom " + sbom.short_path + " --cyclonedx " + alternates[0].short_path
     return runnable_layout(ctx, layout, digest, outputs, extra_args)
 
 _GENERIC_ATTRS = {
@@ -207,7 +218,7 @@ _OMNI_ATTRS = {
         mandatory = True,
         doc = "The pin document: labels, /etc/omni/image.json and the provenance.",
     ),
-    "release": attr.bool(doc = "Refuse empty pins (set by --config=release)."),
+    "release": attr.bool(doc = "Refuse empty pins (set by --config=release); the SBOM lists the vendor base's packages."),
     "checkpoint_lock": attr.label(
         allow_single_file = [".json"],
         doc = "Baked at /etc/omni/checkpoint.lock.json; its sha256 must be the pin's.",
@@ -215,6 +226,10 @@ _OMNI_ATTRS = {
     "locks": attr.label_list(allow_files = True, doc = "Lock files whose digests the provenance records."),
     "sbom_debian": attr.label_list(allow_files = [".json"], doc = "Debian package lists (SBOM)."),
     "sbom_wheels": attr.label_list(allow_files = [".json"], doc = "wheels.json of the Python layers (SBOM)."),
+    "sbom_base_contents": attr.label_list(
+        allow_files = [".base-contents.json"],
+        doc = "With release: images/IMAGE.base-contents.json, the vendor base's packages tools/pin recorded (at most one).",
+    ),
     "debian_lock": attr.label(allow_single_file = True, doc = "Adds download URLs to the SBOM."),
 }
 

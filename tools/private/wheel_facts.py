@@ -11,11 +11,12 @@ package exists.
 
 from __future__ import annotations
 
+import email.message
 import email.parser
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 MAX_METADATA_BYTES = 1 << 20
 MAX_LICENSE_FILE_BYTES = 1 << 20
@@ -65,25 +66,22 @@ def copyright_lines(text: str) -> list[str]:
     return found
 
 
-def wheel_facts(path: Path) -> dict[str, Any]:
-    """The facts of one wheel file (see the module's docstring)."""
-    where = path.name
-    try:
-        with zipfile.ZipFile(path) as wheel:
-            names = wheel.namelist()
-            dist_info = _dist_info(names, where)
-            metadata = email.parser.HeaderParser().parsestr(
-                _read(wheel, f"{dist_info}/METADATA", MAX_METADATA_BYTES, where)
-            )
-            copyrights: list[str] = []
-            for name in sorted(n for n in names if LICENSE_FILE_RE.match(n) and not n.endswith("/")):
-                for line in copyright_lines(_read(wheel, name, MAX_LICENSE_FILE_BYTES, where)):
-                    if line not in copyrights and len(copyrights) < MAX_COPYRIGHT_LINES:
-                        copyrights.append(line)
-    except KeyError as exc:
-        raise WheelFactsError(f"{where}: {exc.args[0]}") from None
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise WheelFactsError(f"{where}: not a readable wheel ({exc})") from None
+def core_metadata(text: str) -> email.message.Message:
+    """The header fields of core metadata (METADATA, PKG-INFO); the body (the long description,
+    often the whole README) is not parsed."""
+    headers = re.split(r"\r?\n\r?\n", text, maxsplit=1)[0]
+    return email.parser.HeaderParser().parsestr(headers + "\n")
+
+
+def metadata_facts(metadata: email.message.Message, license_texts: Iterable[str]) -> dict[str, Any]:
+    """The facts of core metadata (a wheel's METADATA, an installed dist-info's or egg-info's;
+    core_metadata) and the texts of its license files. tools/pin reads a vendor base's
+    distributions with it."""
+    copyrights: list[str] = []
+    for text in license_texts:
+        for line in copyright_lines(text):
+            if line not in copyrights and len(copyrights) < MAX_COPYRIGHT_LINES:
+                copyrights.append(line)
     return {
         "license_expression": _field(metadata.get("License-Expression")),
         "license": _field(metadata.get("License")),
@@ -96,3 +94,22 @@ def wheel_facts(path: Path) -> dict[str, Any]:
         "maintainer_email": _field(metadata.get("Maintainer-email")),
         "copyright": copyrights,
     }
+
+
+def wheel_facts(path: Path) -> dict[str, Any]:
+    """The facts of one wheel file (see the module's docstring)."""
+    where = path.name
+    try:
+        with zipfile.ZipFile(path) as wheel:
+            names = wheel.namelist()
+            dist_info = _dist_info(names, where)
+            metadata = _read(wheel, f"{dist_info}/METADATA", MAX_METADATA_BYTES, where)
+            licenses = (  # one file read at a time
+                _read(wheel, name, MAX_LICENSE_FILE_BYTES, where)
+                for name in sorted(n for n in names if LICENSE_FILE_RE.match(n) and not n.endswith("/"))
+            )
+            return metadata_facts(core_metadata(metadata), licenses)
+    except KeyError as exc:
+        raise WheelFactsError(f"{where}: {exc.args[0]}") from None
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise WheelFactsError(f"{where}: not a readable wheel ({exc})") from None
