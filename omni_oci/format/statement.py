@@ -10,7 +10,11 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+# The predicate types of an image's evidence, each as the verifiers name it.
 SLSA_PROVENANCE = "https://slsa.dev/provenance/v1"
+SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"  # what `cosign verify` looks for
+SPDX_PREDICATE = "https://spdx.dev/Document"  # `cosign verify-attestation --type spdxjson`
+CYCLONEDX_PREDICATE = "https://cyclonedx.org/bom"  # `cosign verify-attestation --type cyclonedx`
 
 # The provenance identities, one name each: the builder every Omni statement names, the build
 # type of an image and of a model artifact, and the toolkit version images are labelled with.

@@ -9,7 +9,8 @@ An OMS signature is a Sigstore bundle v0.3 whose DSSE envelope holds an in-toto 
   allow_symlinks false, and the ignore_paths a verifier leaves out of the directory;
 - verificationMaterial of the key method: publicKey.hint, the hex sha256 of the key's PEM
   SubjectPublicKeyInfo (what model_signing 1.1.1 writes and checks; Omni's image bundles name
-  a key otherwise, omni_oci/signing/keys.key_hint), and no transparency-log entry.
+  a key cosign's way, and either form is read: omni_oci/signing/keys.names_key), and no
+  transparency-log entry. Written by Omni's one bundle writer (omni_oci/signing/bundles.py).
 The certificate method (`verificationMaterial.x509CertificateChain`: the signing certificate,
 then the chain its signer sent) is checked against root certificates the caller trusts: the
 chain must lead to one of them, valid at the signing certificate's start (as model_signing
@@ -36,7 +37,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from cryptography.x509.verification import ExtensionPolicy, PolicyBuilder, Store, VerificationError
@@ -48,8 +49,9 @@ from omni_oci.format.statement import STATEMENT_TYPE
 from omni_oci.model.artifact import MAX_SIGNATURE_BYTES
 from omni_oci.model.errors import ModelError
 from omni_oci.signing import dsse
+from omni_oci.signing.bundles import BUNDLE_TYPE, bundle_document
+from omni_oci.signing.keys import names_key, pem_hint
 
-BUNDLE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 PREDICATE = "https://model_signing/signature/v1.0"
 # What model_signing leaves out of every directory it signs; Omni adds its own files.
 DEFAULT_IGNORE_PATHS = (".git", ".github", ".gitignore", ".gitattributes")
@@ -70,9 +72,8 @@ class ModelSignature:
 
 
 def key_hint(public_key: ec.EllipticCurvePublicKey) -> str:
-    """The key method's hint: the hex sha256 of the key's PEM SubjectPublicKeyInfo."""
-    pem = public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return hashlib.sha256(pem).hexdigest()
+    """The key method's hint, model_signing's form (keys.pem_hint): how pins name a signer."""
+    return pem_hint(public_key)
 
 
 def subject_digest(resources: dict[str, str]) -> str:
@@ -105,11 +106,7 @@ def statement(name: str, resources: dict[str, str], ignore_paths: tuple[str, ...
 def sign(key: ec.EllipticCurvePrivateKey, about: dict[str, Any]) -> bytes:
     """The OMS bundle of `about`, signed with `key` (the key method): the same bytes for the same
     key and statement (RFC 6979), since the bundle becomes a layer of a reproducible artifact."""
-    document = {
-        "mediaType": BUNDLE_TYPE,
-        "verificationMaterial": {"publicKey": {"hint": key_hint(key.public_key())}, "tlogEntries": []},
-        "dsseEnvelope": dsse.envelope(key, about, keyid="", deterministic=True),
-    }
+    document = bundle_document(key, about, hint=key_hint(key.public_key()), keyid="", deterministic=True)
     return json.dumps(document, indent=2).encode() + b"\n"
 
 
@@ -186,7 +183,7 @@ def verified(data: bytes, public_key: ec.EllipticCurvePublicKey, what: str) -> M
         raise _refuse(what, f"it is signed by the {method} method; a public key verifies only the key method", method)
     named = document["verificationMaterial"]["publicKey"]
     hint = named.get("hint") if isinstance(named, dict) else None
-    if hint is not None and hint != key_hint(public_key):
+    if hint is not None and not names_key(hint, public_key):
         raise _refuse(what, f"it names the key {str(hint)[:80]}, not the given one ({key_hint(public_key)})", "hint")
     return _opened(document, public_key, method, what)
 

@@ -3,8 +3,11 @@ and prefers, and that policy-controller and Kyverno read.
 
 Each bundle holds a DSSE envelope of an in-toto v1 statement about one manifest digest, signed
 with the release key (ECDSA P-256), and verification material naming that key by its hint
-(base64 of the SHA-256 of its DER public key); no transparency-log entry (offline: verifiers
-pass `--insecure-ignore-tlog`, docs/release.md). Three predicates: the image signature
+(base64 of the SHA-256 of its DER public key) and an empty `tlogEntries` list: no
+transparency-log entry (offline: verifiers pass `--insecure-ignore-tlog`, docs/release.md), and
+the list present as the bundle schema requires (sigstore-models parses the bundle). This module's
+`bundle_document` is Omni's one bundle writer: OMS model signatures (omni_oci/model/oms.py) use it
+with model_signing's hint form; the readers accept either form (keys.names_key). Three predicates: the image signature
 (cosign's `https://sigstore.dev/cosign/sign/v1`), the SLSA v1 provenance and the SPDX SBOM.
 A bundle is pushed as an artifact manifest whose subject is the image, listed by the
 referrers API or its fallback tag (omni_oci/remote/referrers.py).
@@ -19,18 +22,22 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from omni_oci.format.errors import OciError, refusing_object
-from omni_oci.format.statement import SLSA_PROVENANCE, STATEMENT_TYPE, subject_digests
+from omni_oci.format.statement import (  # noqa: F401 (the predicate types, re-exported for the signers)
+    CYCLONEDX_PREDICATE,
+    SIGN_PREDICATE,
+    SLSA_PROVENANCE,
+    SPDX_PREDICATE,
+    STATEMENT_TYPE,
+    subject_digests,
+)
 from omni_oci.format.statement import statement as in_toto_statement
 from omni_oci.remote.referrers import push_referrer, referrers
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.signing import dsse
-from omni_oci.signing.keys import key_hint
+from omni_oci.signing.keys import key_hint, names_key
 from omni_oci.signing.legacy import dsse_envelope, push_attestations, push_image_signature
 
 BUNDLE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
-SIGN_PREDICATE = "https://sigstore.dev/cosign/sign/v1"  # what `cosign verify` looks for
-SPDX_PREDICATE = "https://spdx.dev/Document"  # `cosign verify-attestation --type spdxjson`
-CYCLONEDX_PREDICATE = "https://cyclonedx.org/bom"  # `cosign verify-attestation --type cyclonedx`
 PREDICATE_ANNOTATION = "dev.sigstore.bundle.predicateType"
 CONTENT_ANNOTATION = "dev.sigstore.bundle.content"
 MAX_BUNDLE_BYTES = 8 << 20  # an SBOM's statement is the largest
@@ -47,17 +54,27 @@ def statement(digest: str, predicate_type: str, predicate: dict[str, Any]) -> di
     return in_toto_statement([("", digest)], predicate_type, predicate)
 
 
+def bundle_document(
+    key: ec.EllipticCurvePrivateKey,
+    about: dict[str, Any],
+    *,
+    hint: str,
+    keyid: str | None = None,
+    deterministic: bool = False,
+) -> dict[str, Any]:
+    """A Sigstore bundle v0.3 of `about` (an in-toto statement), DSSE-signed with `key` (the key
+    method: `hint` names the key, no log entry); `keyid` and `deterministic` are dsse.envelope's."""
+    return {
+        "mediaType": BUNDLE_TYPE,
+        "verificationMaterial": {"publicKey": {"hint": hint}, "tlogEntries": []},
+        "dsseEnvelope": dsse.envelope(key, about, keyid=keyid, deterministic=deterministic),
+    }
+
+
 def bundle(key: ec.EllipticCurvePrivateKey, about: dict[str, Any]) -> bytes:
-    """The bundle of `about` (an in-toto statement), DSSE-signed with `key`."""
-    return json.dumps(
-        {
-            "mediaType": BUNDLE_TYPE,
-            "verificationMaterial": {"publicKey": {"hint": key_hint(key.public_key())}},
-            "dsseEnvelope": dsse.envelope(key, about),
-        },
-        separators=(",", ":"),
-        sort_keys=True,
-    ).encode()
+    """An image bundle of `about`, as pushed: compact JSON, cosign's hint form."""
+    document = bundle_document(key, about, hint=key_hint(key.public_key()))
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
 
 def push_bundle(
@@ -150,7 +167,7 @@ def open_bundle(data: bytes, key: ec.EllipticCurvePublicKey, subject_digest: str
     if document.get("mediaType") != BUNDLE_TYPE:
         raise OciError(f"{what} is not a {BUNDLE_TYPE} document", field="bundle.mediaType")
     hint = ((document.get("verificationMaterial") or {}).get("publicKey") or {}).get("hint")
-    if hint is not None and hint != key_hint(key):
+    if hint is not None and not names_key(hint, key):
         raise OciError(f"{what} names the key {hint}, not the given public key", field="bundle.verificationMaterial")
     body = dsse.opened(document.get("dsseEnvelope"), key, what, "bundle.signature", "bundle.dsseEnvelope")
     about = _document(body, f"{what} statement")

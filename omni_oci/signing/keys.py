@@ -87,5 +87,19 @@ def verify(
 
 
 def key_hint(key: ec.EllipticCurvePublicKey) -> str:
+    """cosign's hint in a bundle's publicKey: base64 of the sha256 of the DER SubjectPublicKeyInfo
+    (Omni's image bundles)."""
     der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     return base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+
+def pem_hint(key: ec.EllipticCurvePublicKey) -> str:
+    """model_signing's hint: the hex sha256 of the PEM SubjectPublicKeyInfo (OMS signatures)."""
+    pem = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(pem).hexdigest()
+
+
+def names_key(hint: object, key: ec.EllipticCurvePublicKey) -> bool:
+    """Whether a bundle's hint names `key`, in either form Omni writes. A hint only says which
+    key a bundle claims; the signature verifying with the caller's key is the proof."""
+    return hint in (key_hint(key), pem_hint(key))
