@@ -247,6 +247,7 @@ def _check_provenance(statement: dict[str, Any], baked: dict[str, Any]) -> None:
     artifact = pins["model"].get("artifact")
     for name, digest_key, pinned in (
         ("engine", "gitCommit", pins["engine"]["commit"]),
+        ("engine-record", "sha256", pins["engine"].get("record_sha256", "")),
         ("model", "gitCommit", pins["model"]["revision"]),
         ("base", "sha256", baked["base_digest"].split(":", 1)[-1]),
         *((("model-artifact", "sha256", artifact["digest"].split(":", 1)[-1]),) if artifact else ()),

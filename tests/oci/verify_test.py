@@ -286,6 +286,12 @@ STATEMENT_CASES = [
         "provenance engine is unrecorded",
     ),
     (
+        "engine record where the pins name none",
+        lambda s: _dependency(s, "engine-record").__setitem__("digest", {"sha256": "e" * 64}),
+        "provenance.engine-record",
+        f"provenance engine-record is {'e' * 64}, the image pins nothing",
+    ),
+    (
         "model",
         lambda s: _dependency(s, "model")["digest"].__setitem__("gitCommit", "c" * 40),
         "provenance.model",

@@ -2,8 +2,9 @@
 for booleans and numbers), kubectl, PyYAML (YAML 1.1) and YAML 1.2 readers.
 
 A string is written plain only when it starts with a letter, holds only letters, digits and
-`._/-`, and is none of YAML 1.1's booleans or nulls (`yes`, `off`, `y`, `null`, ...); every
-other string is double-quoted, with escapes for what is not printable ASCII. So `0o17`, `1e3`,
+`._/-`, and is none of YAML 1.1's booleans or nulls (`yes`, `off`, `y`, `null`, ...); a text of
+several lines is a literal block where one holds it exactly; every other string is
+double-quoted, with escapes for what is not printable ASCII. So `0o17`, `1e3`,
 `0x1F`, `1_000`, `12:30`, `.inf`, `on` and `~` stay strings for every reader, and nothing an
 operator or a push record gives can end a line or start a document. The header comment holds
 only values escaped the same way.
@@ -26,7 +27,10 @@ _YAML11_WORDS = frozenset("y n yes no true false on off null".split())
 
 def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     plain = _PLAIN.fullmatch(value) and value.lower() not in _YAML11_WORDS
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=None if plain else '"')
+    # A text of several lines (a PEM key, a CUE policy) as a literal block, which every reader
+    # takes verbatim; PyYAML falls back to double quotes where a block cannot hold it exactly.
+    style = None if plain else "|" if "\n" in value.rstrip("\n") else '"'
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
 class _Dumper(yaml.SafeDumper):

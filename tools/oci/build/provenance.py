@@ -29,6 +29,11 @@ def _dependency(name: str, uri: str, digest: dict[str, str]) -> dict[str, Any]:
     return entry
 
 
+# The engine's installed files, by the canonical digest of its RECORD (attest.record): what pins
+# an engine whose wheel records no commit, and what admission policies check beside the commit.
+ENGINE_RECORD_URI = "omni-engine-record"
+
+
 LOCAL_BASE_URI = "omni-local-base"  # a base built in this repository (its digest is the record)
 
 
@@ -49,6 +54,7 @@ def build_statement(
             "base", f"oci://{base_name}" if base_name else LOCAL_BASE_URI, {"sha256": base_digest.split(":", 1)[-1]}
         ),
         _dependency("engine", f"git+{engine['repository']}", {"gitCommit": engine["commit"]}),
+        _dependency("engine-record", ENGINE_RECORD_URI, {"sha256": engine.get("record_sha256", "")}),
         _dependency("model", f"https://huggingface.co/{model['id']}", {"gitCommit": model["revision"]}),
     ]
     if model.get("lock_sha256") is not None:
