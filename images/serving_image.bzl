@@ -38,6 +38,13 @@ OMNI_RUN = [
     "/opt/omni/bin/omni-run",
 ]
 
+def base_contents(name):
+    """images/NAME.base-contents.json, where tools/pin wrote it.
+
+    What a release's SBOM lists of the vendor base (written with base.digest); a release
+    refuses an SBOM without it."""
+    return native.glob([name + ".base-contents.json"], allow_empty = True)
+
 def omni_serving_image(name, arch, app, program, port, env, volumes, labels = {}, cmd = None, checkpoint_lock = None):
     """A serving image: `name`, its pins in `<name>.pins.json`, its vendor base `@<name>_vendor_base`.
 
@@ -88,8 +95,7 @@ def omni_serving_image(name, arch, app, program, port, env, volumes, labels = {}
             ":release": [],
             "//conditions:default": [":debian_packages_" + arch],
         }),
-        # Written by tools/pin with base.digest; a release refuses an SBOM without it.
-        sbom_base_contents = native.glob([name + ".base-contents.json"], allow_empty = True),
+        sbom_base_contents = base_contents(name),
         sbom_wheels = ["@pypi_image_cp311_%s//:wheels.json" % arch],
         user = NONROOT_USER,
         visibility = ["//visibility:public"],

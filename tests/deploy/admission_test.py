@@ -42,7 +42,15 @@ from tests.fixtures.oci import make_image, make_layer
 from tests.fixtures.pins import key_pair, qwen_pins
 from tests.fixtures.registry import LoopbackRegistry
 from tests.fixtures.release import SERVING_SPEC
-from tools.deploy.admission import KYVERNO, POLICY_CONTROLLER, cue_policies, policies, public_key_pem, requirements
+from tools.deploy import (
+    KYVERNO,
+    POLICY_CONTROLLER,
+    admission_policies,
+    cue_policies,
+    dump,
+    public_key_pem,
+    requirements,
+)
 from tools.oci.build.provenance import build_statement
 
 KYVERNO_CRD = Path("tests/data/kyverno/kyverno.io_clusterpolicies.yaml")
@@ -259,7 +267,7 @@ def test_a_release_naming_other_pins_or_without_its_sbom_is_refused_by_both(worl
     key = _key_pem(world)
     for name, (reference, statement, sbom) in _rows(world).items():
         # The policies for that image's digest (the same pins): only the evidence differs.
-        kyverno, controller = policies([KYVERNO, POLICY_CONTROLLER], reference, pins, key, {})
+        kyverno, controller = admission_policies([KYVERNO, POLICY_CONTROLLER], reference, pins, key, {})
         refused = _cosign_admits(world, cue_policies(controller), reference)
         layouts = sum(2 if cosign.reads_bundles else 1 for cosign in verifiers())
         assert len(refused) == layouts, (name, refused)  # every cosign and layout, one predicate each
@@ -353,15 +361,15 @@ DOCS_IMAGE = "registry.example/omni/qwen@sha256:" + hashlib.sha256(b"omni docs e
 def documented_policies() -> str:
     """docs/release.md's admission example: both policies for the stand-in pins, an example image
     and an example key (a fixed P-256 key), as deploy writes them."""
-    from tools.deploy.emit import dump
-
     example = ec.derive_private_key(0x0DD5, ec.SECP256R1()).public_key()
     key = public_key_pem(
         example.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo), "example"
     )
     pins = ImagePins.model_validate(json.loads(DOCS_PINS.read_text()))
     return dump(
-        policies([KYVERNO, POLICY_CONTROLLER], DOCS_IMAGE, pins, key, {"app.kubernetes.io/name": "qwen-mi300x"})
+        admission_policies(
+            [KYVERNO, POLICY_CONTROLLER], DOCS_IMAGE, pins, key, {"app.kubernetes.io/name": "qwen-mi300x"}
+        )
     )
 
 

@@ -5,6 +5,16 @@ Its public API is `__all__` below; the modules' other names are its own. The com
 `tools.deploy.cli` (its `model_image` resolves the model volume's image the way the flags ask).
 """
 
+from tools.deploy.admission import (
+    CONTROLLERS,
+    KYVERNO,
+    POLICY_CONTROLLER,
+    Requirement,
+    admission_policies,
+    cue_policies,
+    public_key_pem,
+    requirements,
+)
 from tools.deploy.contract import ImageContract, read_contract
 from tools.deploy.emit import GENERATED_MARKER, dump, render
 from tools.deploy.errors import DeployError
@@ -15,14 +25,20 @@ from tools.deploy.pods import TERMINATION_GRACE_S
 from tools.deploy.targets import TARGETS, Target
 
 __all__ = [
+    "CONTROLLERS",
+    "DeployError",
     "GENERATED_MARKER",
     "GROUP_KEY_LABEL",
+    "ImageContract",
+    "KYVERNO",
+    "Options",
+    "POLICY_CONTROLLER",
+    "Requirement",
     "TARGETS",
     "TERMINATION_GRACE_S",
-    "DeployError",
-    "ImageContract",
-    "Options",
     "Target",
+    "admission_policies",
+    "cue_policies",
     "dump",
     "expand_env",
     "group_key",
@@ -32,8 +48,10 @@ __all__ = [
     "is_label_value",
     "is_qualified_name",
     "k8s_expand",
+    "public_key_pem",
     "qualified_name",
     "read_contract",
     "render",
+    "requirements",
     "resources",
 ]

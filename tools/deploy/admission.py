@@ -264,7 +264,7 @@ def cluster_policy(image: Reference, pins: ImagePins, key_pem: str, labels: dict
     }
 
 
-def policies(
+def admission_policies(
     controllers: list[str], image: str, pins: ImagePins, key_pem: str, labels: dict[str, str]
 ) -> list[dict[str, Any]]:
     """The asked-for policies for `image` (REGISTRY/REPO@sha256:...), in CONTROLLERS order."""

@@ -28,7 +28,7 @@ from attest.reader import read_file
 from boot.settings import IMAGE, REGISTRY
 from omni_oci.format.errors import OciError
 from omni_oci.format.reference import Reference
-from tools.deploy.admission import policies, public_key_pem
+from tools.deploy.admission import admission_policies, public_key_pem
 from tools.deploy.contract import ImageContract, read_contract
 from tools.deploy.emit import render
 from tools.deploy.errors import DeployError
@@ -165,7 +165,9 @@ def _admission(args: argparse.Namespace, contract: ImageContract, image: str, it
         raise DeployError("--admission needs --signing-key-pub PEM: the release key's public half", field="--admission")
     read = read_file(Path(args.signing_key_pub), label="--signing-key-pub", max_bytes=MAX_KEY_BYTES)
     key = public_key_pem(read.data, args.signing_key_pub)
-    made = policies(args.admission, image, contract.baked.pins, key, dict(items[0]["metadata"].get("labels", {})))
+    made = admission_policies(
+        args.admission, image, contract.baked.pins, key, dict(items[0]["metadata"].get("labels", {}))
+    )
     for item in made:
         item["metadata"]["annotations"] = {**item["metadata"]["annotations"], **provenance(contract)}
     return made
