@@ -199,6 +199,20 @@ def test_the_policies_name_the_repository_the_key_and_every_pin(world, generated
     }
 
 
+def test_the_kustomize_base_holds_both_policies_with_their_own_notes(world, generated) -> None:
+    base = world["work"] / "base-dir"
+    flags = ["--image", generated["reference"], "--model-pvc", "models", "--output-dir", str(base)]
+    flags += ["--admission", KYVERNO, "--admission", POLICY_CONTROLLER, "--signing-key-pub", str(world["public"])]
+    assert _deploy(world, "genuine", *flags) == 0
+    kustomization = yaml.safe_load((base / "kustomization.yaml").read_text().split("\n# sha256", 1)[0])
+    name = generated[KYVERNO]["metadata"]["name"]
+    assert {f"clusterpolicy-{name}.yaml", f"clusterimagepolicy-{name}.yaml"} <= set(kustomization["resources"])
+    written = yaml.safe_load((base / f"clusterpolicy-{name}.yaml").read_text().split("\n# sha256", 1)[0])
+    # The policy's own annotation stays in its file; the shared ones come from commonAnnotations.
+    assert set(written["metadata"]["annotations"]) == {"omni.admission/offline"}
+    assert written["spec"] == generated[KYVERNO]["spec"]
+
+
 # --- evaluated: policy-controller's CUE by cosign, Kyverno's JMESPath by jmespath -------------
 
 

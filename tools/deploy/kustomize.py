@@ -119,7 +119,10 @@ def write_base(
     base = kustomization(files, image, annotations)
     for name, item in zip(files, items):
         plain = copy.deepcopy(item)
-        plain["metadata"].pop("annotations", None)  # commonAnnotations puts them back
+        # commonAnnotations puts the shared ones back; a resource's own (an admission policy's note) stay.
+        own = {k: v for k, v in plain["metadata"].pop("annotations", {}).items() if k not in annotations}
+        if own:
+            plain["metadata"]["annotations"] = own
         write_atomic(directory / name, render([plain]).encode(), field=FLAG)
     write_atomic(directory / KUSTOMIZATION, render([base]).encode(), field=FLAG)
     for stale in earlier:
