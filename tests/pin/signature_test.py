@@ -27,38 +27,18 @@ from tests.fixtures.hub import HubRepo, LoopbackHub
 from tests.fixtures.oms import certificate_chain, model_signing
 from tests.fixtures.pins import key_pair
 from tests.fixtures.registry import LoopbackRegistry
-from tests.fixtures.vendor_base import installed_engine, layer, push_vendor_base
+from tests.pin.deepseek import MODEL_COMMIT, MODEL_ID, REPO_ROOT
+from tests.pin.deepseek import pin as _pin
+from tests.pin.deepseek import workspace as _workspace
 from tools.pin.cli import main
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = REPO_ROOT / "tests/data/oms/model_signing-1.1.1"
-MODEL_ID = "deepseek-ai/DeepSeek-V4.1-Flash"
-MODEL_COMMIT, ENGINE_COMMIT = "1" * 40, "4" * 40
-SITE = "/usr/local/lib/python3.12/dist-packages"
 FILES = {"config.json": b'{"a": 1}', "model-00001.safetensors": b"d" * 500, "README.md": b"# d\n"}
 LFS = {"model-00001.safetensors"}
 
 
 def _sha256s(files: dict[str, bytes]) -> dict[str, str]:
     return {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-
-
-def _workspace(tmp_path: Path, registry: LoopbackRegistry, hub: LoopbackHub, monkeypatch) -> Path:
-    """A checkout whose deepseek_spark pins resolve against `registry` and `hub`."""
-    images = tmp_path / "ws" / "images"
-    images.mkdir(parents=True)
-    (images / "deepseek_spark.pins.json").write_bytes((REPO_ROOT / "images/deepseek_spark.pins.json").read_bytes())
-    monkeypatch.setenv("OMNI_BASE_MIRROR", registry.host)
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    sglang = installed_engine(SITE, "sglang", "0.5.23", package="sglang", direct_url_commit=ENGINE_COMMIT)
-    base = {"linux/arm64": [layer(sorted((name.lstrip("/"), data) for name, data in sglang.items()))]}
-    push_vendor_base(registry.host, "lmsysorg/sglang", "v0.5.23", base)
-    return tmp_path / "ws"
-
-
-def _pin(workspace: Path, *args: str) -> int:
-    return main(["--workspace", str(workspace), "deepseek_spark", "--base-tag", "v0.5.23", *args])
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,9 @@ IMAGE names images/IMAGE.pins.json. What is resolved, each value computed here:
                        REGISTRY/REPO[:TAG]): the manifest digest of the tag, refused unless the
                        artifact carries the pinned checkpoint lock (docs/models.md)
   model.signature      with --model-signature FILE and --model-signer-key PEM (or
-                       --model-signer-chain PEM, the root certificates you trust): a
+                       --model-signer-chain PEM, the root certificates you trust, or
+                       --model-signer-identity ID --model-signer-issuer URL, Sigstore's keyless
+                       method, verified offline against a pinned trusted root): a
                        publisher's OpenSSF Model Signing signature, verified and naming
                        exactly the lock's files and digests; the lock's trust is then
                        publisher-signed, and the pins record the signer and the file's sha256
@@ -35,10 +37,7 @@ with two of it) exits 2 with one JSON line naming the pin and the source.
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
-import difflib
-import json
 import os
 import re
 import sys
@@ -57,8 +56,9 @@ from attest.reader import MAX_JSON_BYTES, loads_object, read_file
 from boot.settings import url_or_empty
 from omni_oci.format.reference import Reference
 from tools.pin.artifact import ArtifactUpstream, resolve_artifact
-from tools.pin.signature import PublisherSignature, Signer, publisher_signature
-from tools.pin.upstream import ModelUpstream, Upstream, engine_pins, lock_summary, resolve_base, resolve_model
+from tools.pin.report import contents_state, proposed_pins, shown
+from tools.pin.signature import PublisherSignature, Signer, keyless_signer, publisher_signature
+from tools.pin.upstream import ModelUpstream, Upstream, resolve_base, resolve_model
 from tools.settings import PIN, tools_help, user_path
 
 IMAGE_NAME = re.compile(r"^[a-z0-9_]{1,64}$")
@@ -66,112 +66,6 @@ PINS_SUFFIX = ".pins.json"
 LOCK_SUFFIX = ".checkpoint.lock.json"
 CONTENTS_SUFFIX = ".base-contents.json"
 DEFAULT_DEADLINE_S = 3600.0
-
-
-def _pins_text(document: dict[str, Any]) -> bytes:
-    """The pin document as the repository keeps it: two-space indent, key order kept."""
-    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def _leading(entry: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """`entry` with `values` set, those keys first (the document reads id/image, ref/tag, pin)."""
-    return {**values, **{key: value for key, value in entry.items() if key not in values}}
-
-
-def _proposed(
-    current: dict[str, Any],
-    upstream: Upstream,
-    artifact: ArtifactUpstream | None,
-    signature: PublisherSignature | None = None,
-) -> tuple[dict[str, Any], list[str]]:
-    """(the pin document with upstream's values, notes on how they were found)."""
-    document = copy.deepcopy(current)
-    base = document["base"]
-    document["base"] = _leading(
-        base, {"image": base["image"], "tag": upstream.base.tag, "digest": upstream.base.digest}
-    )
-    document["base"]["contents_sha256"] = upstream.base.contents_sha256
-    engine, note = engine_pins(upstream.base.engine)
-    notes = [note]
-    document["engine"].update(engine)
-    for key, found in (("model", upstream.model), ("speculator", upstream.speculator)):
-        if found is None:
-            continue
-        values = {"id": document[key]["id"], "ref": found.ref, "revision": found.revision}
-        if found.lock is not None:
-            values["lock_sha256"] = found.lock_sha256
-            notes.append(f"{key} checkpoint lock: {lock_summary(found.lock)}")
-        document[key] = _leading(document[key], values)
-    if artifact is not None:
-        document["model"]["artifact"] = {
-            "repository": artifact.repository,
-            "tag": artifact.tag,
-            "digest": artifact.digest,
-        }
-        notes.append(f"model artifact: {artifact.repository}@{artifact.digest} holds the lock's {artifact.files} files")
-    if signature is not None:
-        document["model"]["signature"] = signature.pin()
-        who = f"{signature.signer} ({signature.identity})" if signature.identity else signature.signer
-        notes.append(
-            f"model signature: publisher-signed by {who}, {signature.files} files"
-            + (f"; not signed (its ignore_paths): {', '.join(signature.unsigned)}" if signature.unsigned else "")
-        )
-    parse_document(ImagePins, document, label="the proposed pins")  # what is written must load as pins
-    return document, notes
-
-
-PIN_ROWS = (
-    "base.tag",
-    "base.digest",
-    "base.contents_sha256",
-    "engine.commit",
-    "engine.record_sha256",
-    "model.ref",
-    "model.revision",
-    "model.lock_sha256",
-    "model.artifact.tag",
-    "model.artifact.digest",
-    "model.signature.signer",
-    "model.signature.sha256",
-    "speculator.ref",
-    "speculator.revision",
-)
-
-
-def _value(document: dict[str, Any], name: str) -> str | None:
-    """The pin's value ("" when absent); None where the document has no such pin (no
-    speculator, no checkpoint lock)."""
-    *sections, key = name.split(".")
-    section: Any = document
-    for part in sections:
-        section = section.get(part) if isinstance(section, dict) else None
-    if not isinstance(section, dict):
-        return None
-    value = section.get(key, "")
-    return None if value is None else str(value)
-
-
-def _table(current: dict[str, Any], proposed: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(table lines, names of pins whose upstream differs)."""
-    rows, moved = [("pin", "current", "upstream", "")], []
-    for name in PIN_ROWS:
-        ours, theirs = _value(current, name), _value(proposed, name)
-        if theirs is None:
-            continue
-        differs = (ours or "") != theirs
-        if differs and not name.endswith((".tag", ".ref")):
-            moved.append(name)
-        rows.append(
-            (
-                name,
-                ours or "(empty)",
-                theirs or "(empty)",
-                "moved" if differs and ours else "unpinned" if differs else "",
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip() for a, b, c, d in rows]
-    return lines, moved
 
 
 def _workspace(given: Path | None) -> Path:
@@ -221,7 +115,15 @@ def _signed_model(
             )
         return model, None
     assert model.lock is not None  # run() refused pins that lock no checkpoint, before any request
-    signer = Signer(key=args.model_signer_key, roots=args.model_signer_chain)
+    signer = Signer(
+        key=args.model_signer_key,
+        roots=args.model_signer_chain,
+        keyless=keyless_signer(
+            args.model_signer_identity, args.model_signer_issuer, args.model_trust_root, args.model_trust_root_sha256
+        )
+        if args.model_signer_identity
+        else None,
+    )
     try:
         signature = publisher_signature(args.model_signature, signer, model.lock, endpoint=endpoint, deadline=deadline)
     except AttestError as exc:
@@ -231,58 +133,6 @@ def _signed_model(
     signed = {**model.lock.model_dump(mode="json", exclude_none=True), "trust": PUBLISHER_SIGNED}
     lock = parse_document(CheckpointLock, {**signed, "signed_by": signature.signer}, label="the publisher-signed lock")
     return dataclasses.replace(model, lock=lock, lock_bytes=lock.document_bytes()), signature
-
-
-def _shown(
-    current: dict[str, Any], proposed: dict[str, Any], notes: list[str], name: str
-) -> tuple[list[str], list[str], bytes]:
-    """The table, the notes and the diff printed; (pins that moved, the diff, the new text)."""
-    lines, moved = _table(current, proposed)
-    print("\n".join(lines))
-    for note in notes:
-        print(f"note: {note}")
-    before, after = _pins_text(current), _pins_text(proposed)
-    diff = list(
-        difflib.unified_diff(
-            before.decode().splitlines(),
-            after.decode().splitlines(),
-            f"a/images/{name}",
-            f"b/images/{name}",
-            lineterm="",
-        )
-    )
-    print("\n".join(diff) if diff else f"images/{name}: every pin matches upstream")
-    return moved, diff, after
-
-
-MAX_CONTENTS_BYTES = 64 * 1024 * 1024
-
-
-def _packages(data: bytes) -> set[str]:
-    """`kind name version` of each package a contents file lists (nothing for unreadable bytes)."""
-    try:
-        document = json.loads(data)
-        return {f"deb {d['name']} {d['version']}" for d in document["dpkg"]} | {
-            f"pypi {d['name']} {d['version']}" for d in document["python"]
-        }
-    except (ValueError, KeyError, TypeError):
-        return set()
-
-
-def _contents_state(path: Path, pinned: str, found: bytes) -> tuple[list[str], str]:
-    """(notes on the base's contents against the committed file, why that file is stale or "")."""
-    committed = read_file(path, label=path.name, max_bytes=MAX_CONTENTS_BYTES) if path.is_file() else None
-    document = json.loads(found)
-    notes = [f"base contents: {len(document['dpkg'])} dpkg packages, {len(document['python'])} Python distributions"]
-    if committed is not None and committed.data != found:
-        before, after = _packages(committed.data), _packages(found)
-        changes = [f"+{item}" for item in sorted(after - before)] + [f"-{item}" for item in sorted(before - after)]
-        notes.append(f"{path.name} differs from upstream: {', '.join(changes[:20]) or 'package facts changed'}")
-    if pinned and committed is None:
-        return notes, f"{path.name} is missing; base.contents_sha256 pins {pinned}"
-    if pinned and committed is not None and committed.sha256 != pinned:
-        return notes, f"{path.name} has sha256 {committed.sha256}; base.contents_sha256 pins {pinned}"
-    return notes, ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -321,10 +171,10 @@ def run(args: argparse.Namespace) -> int:
         raise
     model, signature = _signed_model(args, pins, model, endpoint, deadline)
     artifact = _artifact(args, current, pins.model.id, model, deadline)
-    proposed, notes = _proposed(current, Upstream(base, model, speculator), artifact, signature)
+    proposed, notes = proposed_pins(current, Upstream(base, model, speculator), artifact, signature)
     contents_path = images / f"{args.image}{CONTENTS_SUFFIX}"
-    contents_notes, stale = _contents_state(contents_path, pins.base.contents_sha256, base.contents)
-    moved, diff, after = _shown(current, proposed, notes + contents_notes, pins_path.name)
+    contents_notes, stale = contents_state(contents_path, pins.base.contents_sha256, base.contents)
+    moved, diff, after = shown(current, proposed, notes + contents_notes, pins_path.name)
     lock_path = images / f"{args.image}{LOCK_SUFFIX}"
     if args.write:
         write_atomic(contents_path, base.contents)
@@ -391,6 +241,24 @@ def parser() -> argparse.ArgumentParser:
         metavar="PEM",
         help="root certificates the signature's certificate chain must lead to (the certificate method)",
     )
+    signer.add_argument(
+        "--model-signer-identity",
+        default="",
+        metavar="IDENTITY",
+        help="Sigstore's keyless method: the identity (e-mail or URI) the signing certificate must name, "
+        "with --model-signer-issuer; verified offline against --model-trust-root",
+    )
+    result.add_argument(
+        "--model-signer-issuer", default="", metavar="URL", help="with --model-signer-identity: the OIDC issuer"
+    )
+    result.add_argument(
+        "--model-trust-root",
+        type=user_path,
+        metavar="JSON",
+        help="a Sigstore trusted_root.json (default: Sigstore's public one, committed as "
+        "tools/pin/trust/sigstore-production.trusted_root.json), with --model-trust-root-sha256",
+    )
+    result.add_argument("--model-trust-root-sha256", default="", metavar="HEX", help="the pin of --model-trust-root")
     mode = result.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="write the pins (and checkpoint lock) atomically")
     mode.add_argument("--check", action="store_true", help="exit 1 when any pin differs from upstream")
@@ -406,10 +274,21 @@ def main(argv: list[str] | None = None) -> int:
         args = arguments.parse_args(argv)
     except SystemExit as exc:
         return 0 if exc.code == 0 else 2
-    signer = args.model_signer_key or args.model_signer_chain
+    signer = args.model_signer_key or args.model_signer_chain or args.model_signer_identity or None
     if (args.model_signature is None) != (signer is None):
         raise AttestError(
-            "--model-signature goes with --model-signer-key or --model-signer-chain", field="--model-signer-key"
+            "--model-signature goes with --model-signer-key, --model-signer-chain or --model-signer-identity",
+            field="--model-signer-key",
+        )
+    if bool(args.model_signer_identity) != bool(args.model_signer_issuer):
+        raise AttestError(
+            "--model-signer-identity and --model-signer-issuer go together: Sigstore's keyless method pins both "
+            "(an identity alone admits whoever any issuer vouches for)",
+            field="--model-signer-issuer" if args.model_signer_identity else "--model-signer-identity",
+        )
+    if (args.model_trust_root or args.model_trust_root_sha256) and not args.model_signer_identity:
+        raise AttestError(
+            "--model-trust-root is for --model-signer-identity (Sigstore's keyless method)", field="--model-trust-root"
         )
     return run(args)
 

@@ -1,6 +1,9 @@
 """A publisher's OpenSSF Model Signing signature (omni_oci/model/oms.py) checked against the lock
-`tools/pin` resolved: `--model-signature FILE` with `--model-signer-key PEM` (the key method)
-or `--model-signer-chain PEM` (the certificate method: the root certificates you trust).
+`tools/pin` resolved: `--model-signature FILE` with `--model-signer-key PEM` (the key method),
+`--model-signer-chain PEM` (the certificate method: the root certificates you trust), or
+`--model-signer-identity ID --model-signer-issuer URL` (Sigstore's keyless method, what
+`model_signing sign` writes by default: verified offline by sigstore-python against a trusted
+root pinned by sha256, Sigstore's public one committed as TRUSTED_ROOT, omni_oci/model/oms_keyless.py).
 
 The signature must verify as the signer says (omni_oci/model/oms.py) and name exactly the lock's files with
 the sha256 of their bytes: an LFS file's sha256 is the lock's; for the others the lock holds a
@@ -34,11 +37,16 @@ from boot.checkpoint import ENGINE_LOADED_SUFFIXES, Limits, download_file, downl
 from omni_oci.model import oms
 from omni_oci.model.artifact import MAX_SIGNATURE_BYTES
 from omni_oci.model.errors import ModelError
+from omni_oci.model.oms_keyless import MAX_TRUSTED_ROOT_BYTES, KeylessSigner, verified_keyless
 from omni_oci.model.sign import file_sha256
 from omni_oci.signing.keys import load_public_key
 
 FIELD = "model.signature"
 MAX_ROOTS_BYTES = 1 << 20
+# Sigstore's public trusted root (Fulcio CAs, Rekor and CT log keys), as sigstore-python 4.5.1
+# ships it; refresh: tools/pin/trust/SOURCE.md.
+TRUSTED_ROOT = Path(__file__).resolve().parent / "trust" / "sigstore-production.trusted_root.json"
+TRUSTED_ROOT_SHA256 = "6494e21ea73fa7ee769f85f57d5a3e6a08725eae1e38c755fc3517c9e6bc0b66"
 HUB_LIMITS = Limits(stall_s=120.0, deadline_s=3600.0, attempts=3, workers=1)
 
 
@@ -63,9 +71,14 @@ class Signer:
 
     key: Path | None = None
     roots: Path | None = None
+    keyless: KeylessSigner | None = None
 
     def verified(self, data: bytes, what: str) -> tuple[oms.ModelSignature, str, str]:
         """(the facts, the signer as the pins record it, the certificate's identity or "")."""
+        if self.keyless is not None:
+            facts, der = verified_keyless(data, self.keyless, what)
+            who = f"{self.keyless.identity} (issuer {self.keyless.issuer}, Sigstore)"
+            return facts, f"cert:{hashlib.sha256(der).hexdigest()}", who
         if self.key is not None:
             key = load_public_key(self.key)
             return oms.verified(data, key, what), f"key:{oms.key_hint(key)}", ""
@@ -73,6 +86,24 @@ class Signer:
         facts, certificate = oms.verified_by_chain(data, roots, what)
         der = certificate.public_bytes(Encoding.DER)
         return facts, f"cert:{hashlib.sha256(der).hexdigest()}", oms.certificate_identity(certificate)
+
+
+def keyless_signer(identity: str, issuer: str, trust_root: Path | None, trust_root_sha256: str) -> KeylessSigner:
+    """The keyless signer the flags name; the trusted root refused unless its bytes are pinned
+    (Omni's committed one by TRUSTED_ROOT_SHA256, another by --model-trust-root-sha256)."""
+    path, pinned = (trust_root, trust_root_sha256.lower()) if trust_root else (TRUSTED_ROOT, TRUSTED_ROOT_SHA256)
+    if not pinned:
+        raise AttestError(
+            f"--model-trust-root {path} needs --model-trust-root-sha256: a trusted root is trusted only by its pin",
+            field="--model-trust-root-sha256",
+        )
+    read = read_file(path, label="--model-trust-root", max_bytes=MAX_TRUSTED_ROOT_BYTES)
+    if read.sha256 != pinned:
+        raise AttestError(
+            f"the Sigstore trusted root {path} has sha256 {read.sha256}, its pin is {pinned}",
+            field="--model-trust-root",
+        )
+    return KeylessSigner(identity, issuer, read.data)
 
 
 def _roots(path: Path) -> list[x509.Certificate]:
