@@ -17,7 +17,7 @@ copy and its receipt. Contract:
 - No hub, no token, no verdict for other ranks: each rank pulls and verifies its own copy.
 
 Threat model: the registry, its mirrors and every file under MODEL_PATH are untrusted;
-credentials go only to their own registry (omni_oci.remote.credentials); the whole pull has
+credentials go only to their own registry (omni_oci.remote.auth.credentials); the whole pull has
 one deadline (DOWNLOAD_DEADLINE_S).
 """
 

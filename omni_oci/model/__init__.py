@@ -5,4 +5,4 @@ against the lock.
 
 # The package's face: its modules, each imported by name (nothing is imported here, so a
 # program pays only for the modules it uses).
-__all__ = ["artifact", "errors", "layers", "oms", "pack", "pull", "push", "sign", "verify"]
+__all__ = ["artifact", "errors", "layers", "oms", "oms_keyless", "pack", "pull", "push", "sign", "verify"]

@@ -1,6 +1,6 @@
-"""The registry stack: the verbs (registry, uploads, referrers, the image push, shallow bases,
-streamed layer reading, the runtime's overlay) apart from the session's request policy
-(retries, Retry-After, deadlines), and credentials and where they may go.
+"""The registry stack: the verbs (registry, uploads, referrers, the image push, shallow bases)
+apart from the session's request policy (retries, Retry-After, deadlines); credentials and where
+they may go (auth/); a remote image's files read from its streamed layers (layers/).
 """
 
 # The package's face: its modules, each imported by name (nothing is imported here, so a
@@ -8,10 +8,7 @@ streamed layer reading, the runtime's overlay) apart from the session's request 
 __all__ = [
     "auth",
     "copy",
-    "credentials",
-    "layer_files",
-    "layer_stream",
-    "overlay",
+    "layers",
     "parallel",
     "pieces",
     "push",
@@ -19,6 +16,5 @@ __all__ = [
     "registry",
     "session",
     "shallow_base",
-    "tokens",
     "uploads",
 ]

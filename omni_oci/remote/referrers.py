@@ -11,7 +11,7 @@ import httpx
 from omni_oci.format.errors import OciError, refusing_object
 from omni_oci.format.layout import OCI_INDEX, OCI_MANIFEST, canonical, descriptor, sha256_digest
 from omni_oci.format.reference import api_path
-from omni_oci.remote.auth import origin
+from omni_oci.remote.auth.authorization import origin
 from omni_oci.remote.registry import RegistryClient
 
 EMPTY_CONFIG_TYPE = "application/vnd.oci.empty.v1+json"

@@ -1,5 +1,5 @@
 """The request policy of a registry client, apart from its verbs: one registry's HTTP session,
-its credential (omni_oci.remote.auth: who may see it, the token dance), retries with backoff,
+its credential (omni_oci.remote.auth.authorization: who may see it, the token dance), retries with backoff,
 Retry-After, and the deadlines every answer and document read keeps.
 
 Deadlines: every answer's status line and headers arrive within DOCUMENT_DEADLINE_S
@@ -23,8 +23,8 @@ from attest.edge.data_plane import DataPlaneTransport
 from attest.edge.redact import redact_known
 from attest.edge.transport import RETRY_STATUS, ProxyRefused, answer_deadline, retry_after
 from omni_oci.format.errors import OciError
-from omni_oci.remote.auth import LOOKUP, RegistryAuth, is_loopback, origin
-from omni_oci.remote.credentials import Credential
+from omni_oci.remote.auth.authorization import LOOKUP, RegistryAuth, is_loopback, origin
+from omni_oci.remote.auth.credentials import Credential
 
 ATTEMPTS = 3
 # Registries are untrusted: every read is bounded. Documents read without a descriptor
@@ -70,7 +70,7 @@ class RegistrySession:
         transport: httpx.BaseTransport | None = None,
         credential: Credential | None | object = LOOKUP,
     ) -> None:
-        """`credential`: by default looked up (omni_oci/remote/credentials.py) when the registry first
+        """`credential`: by default looked up (omni_oci/remote/auth/credentials.py) when the registry first
         asks for one; None forces anonymous access."""
         self.registry = registry
         scheme = "http" if is_loopback(registry) else "https"

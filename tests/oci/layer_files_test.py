@@ -1,4 +1,4 @@
-"""omni_oci/remote/layer_files.py in memory: layers apply as a runtime applies them (a later layer
+"""omni_oci/remote/layers/files.py in memory: layers apply as a runtime applies them (a later layer
 wins, whiteouts, opaque directories, a file replacing a directory, hard links), each layer is
 bounded by its descriptor and checked against its digest, and only wanted members are kept."""
 
@@ -17,8 +17,8 @@ import pytest
 import zstandard
 
 from omni_oci.format.errors import OciError
-from omni_oci.remote.layer_files import read_layer_files
-from omni_oci.remote.layer_stream import READ_BYTES
+from omni_oci.remote.layers.files import read_layer_files
+from omni_oci.remote.layers.stream import READ_BYTES
 from omni_oci.remote.registry import RegistryClient
 from tests.fixtures.bounds import ended_by_deadline
 from tests.fixtures.vendor_base import layer

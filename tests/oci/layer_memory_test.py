@@ -28,7 +28,7 @@ import json, sys
 from omni_oci.format.errors import OciError
 from omni_oci.format.layout import sha256_digest
 from omni_oci.remote.registry import RegistryClient
-from omni_oci.remote.layer_files import read_layer_files
+from omni_oci.remote.layers.files import read_layer_files
 from tools.pin.engine_files import engine_identity, wanted_files
 from tools.pin.upstream import MAX_ENGINE_FILE_BYTES
 host, repository, layers = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from omni_oci.format.errors import OciError
-from omni_oci.remote.credentials import lookup
+from omni_oci.remote.auth.credentials import lookup
 from omni_oci.remote.push import push
 from omni_oci.remote.shallow_base import fetch_base
 from tests.fixtures.oci import make_image, make_layer

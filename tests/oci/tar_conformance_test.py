@@ -22,7 +22,7 @@ from attest.engine import ENGINE_DISTRIBUTIONS, find_installed
 from attest.errors import AttestError
 from omni_oci.format.errors import OciError
 from omni_oci.format.layout import OCI_LAYER_GZIP, OCI_LAYER_ZSTD, sha256_digest
-from omni_oci.remote.layer_files import read_layer_files
+from omni_oci.remote.layers.files import read_layer_files
 from omni_oci.remote.registry import RegistryClient
 from tests.fixtures.oci import CRANE, SKOPEO, UMOCI, run
 from tests.fixtures.raw_tar import BLOCK, EOA, archive, gnu_long, header, member, pax

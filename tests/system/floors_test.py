@@ -219,16 +219,33 @@ def _library_labels() -> list[str]:
     return sorted(f"//{b.parent.relative_to(ROOT).as_posix()}:{name}" for b in builds for name in _py_libraries(b))
 
 
+def bazel_package(folder: str, root: Path = ROOT) -> str:
+    """The Bazel package a Python folder's files belong to (dotted): the folder itself, or the
+    nearest one above it with a BUILD.bazel (omni_oci.remote.auth is in //omni_oci/remote)."""
+    if folder.endswith(".*"):
+        return folder
+    parts = folder.split(".")
+    while len(parts) > 1 and not (root / Path(*parts) / "BUILD.bazel").is_file():
+        parts.pop()
+    return ".".join(parts)
+
+
 def importers_of(package: str, files: list[str], floors: dict[str, Floor], names: set[str]) -> set[str]:
-    """The rows (other than the library's own folder and the tests') that may import any module
-    the library holds."""
+    """The Bazel packages of the rows (other than the library's own and the tests') that may
+    import any module the library holds."""
     own = package.replace("/", ".")
-    modules = {own if Path(f).stem == "__init__" else ".".join([own, *Path(f).with_suffix("").parts]) for f in files}
-    return {
-        name
-        for name, row in floors.items()
-        if "any" not in row.ours and name != own and any(allowed(row, module, names) for module in modules)
+    modules = {
+        ".".join([own, *Path(f).parent.parts])
+        if Path(f).stem == "__init__"
+        else ".".join([own, *Path(f).with_suffix("").parts])
+        for f in files
     }
+    rows = {
+        bazel_package(name)
+        for name, row in floors.items()
+        if "any" not in row.ours and any(allowed(row, module, names) for module in modules)
+    }
+    return rows - {own}
 
 
 @pytest.mark.parametrize("label", _library_labels())
@@ -255,7 +272,7 @@ def test_the_visibility_check_reads_every_library() -> None:
 # The library (omni_oci/) has no program edge: no main(), no argparse, no environment reads;
 # the one exception is the registry keychain, which finds credential files and helpers where
 # docker, podman and crane look (go-containerregistry's authn keychain reads the same variables).
-ENVIRONMENT_READERS = {"omni_oci/remote/credentials.py"}
+ENVIRONMENT_READERS = {"omni_oci/remote/auth/credentials.py"}
 # Bazel's build actions (tools/oci/build) are programs whose functions are their floor's API,
 # imported per its row; every other module under tools/ with a main() is a command.
 ACTION_FLOORS = ("tools/oci/build/",)

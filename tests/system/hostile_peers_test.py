@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 from attest.edge.redact import learn, redact_known, redactor, secret_forms
 from omni_oci.format.errors import OciError
-from omni_oci.remote import credentials
-from omni_oci.remote.auth import realm_withholds
-from omni_oci.remote.credentials import Credential, lookup
+from omni_oci.remote.auth import credentials
+from omni_oci.remote.auth.authorization import realm_withholds
+from omni_oci.remote.auth.credentials import Credential, lookup
 from omni_oci.remote.registry import RegistryClient
 from omni_oci.remote.session import ATTEMPTS
 from tests.fixtures.bounds import ended_by_deadline, ended_long_before
@@ -380,7 +380,7 @@ def test_a_hostile_credential_helper_costs_one_bounded_attempt(
     (clean_env / ".docker" / "config.json").write_text(json.dumps({"credsStore": name}))
     code = """
 import sys, time
-from omni_oci.remote.credentials import lookup
+from omni_oci.remote.auth.credentials import lookup
 from omni_oci.format.errors import OciError
 for attempt in range(3):  # a failed lookup is asked once per run
     try:

@@ -25,8 +25,8 @@ NOT_SETTINGS = {
     "XML_OUTPUT_FILE": "set by `bazel test` for the pytest runner",
     "TESTBRIDGE_TEST_ONLY": "set by `bazel test --test_filter` for the pytest runner",
     "PYPI_INTERPRETER_RECORD": "a test's own input, set in its BUILD target",
-    "HOME": "omni_oci/remote/credentials.py: where ~/.docker is when DOCKER_CONFIG is unset",
-    "PATH": "omni_oci/remote/credentials.py: where docker-credential-* helpers are found",
+    "HOME": "omni_oci/remote/auth/credentials.py: where ~/.docker is when DOCKER_CONFIG is unset",
+    "PATH": "omni_oci/remote/auth/credentials.py: where docker-credential-* helpers are found",
 }
 PACKAGES = {"launcher": LAUNCHER, "boot": BOOT, "tools": TOOLS}
 NAME = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")
@@ -72,7 +72,7 @@ def test_every_variable_read_is_declared(package: str) -> None:
 def test_every_declared_tool_variable_is_read_somewhere() -> None:
     sources = "\n".join(
         p.read_text(encoding="utf-8")
-        # the registry keychain (omni_oci/remote/credentials.py) reads the registry variables
+        # the registry keychain (omni_oci/remote/auth/credentials.py) reads the registry variables
         for p in [*Path("tools").rglob("*.py"), *Path("omni_oci").rglob("*.py"), *Path("tools").rglob("*.bzl")]
         if p.name != "settings.py"
     )

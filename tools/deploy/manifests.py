@@ -103,7 +103,7 @@ def _managed(target: Target, options: Options) -> dict[str, str]:
         if options.model_source == REGISTRY:
             names.update(REGISTRY_FIXED)
     for name in names:
-        # The token's Secret; the probe's own variable; the registry stack's (omni_oci.remote.credentials).
+        # The token's Secret; the probe's own variable; the registry stack's (omni_oci.remote.auth.credentials).
         if name not in ("HF_TOKEN", MAIN_PID_VARIABLE, "REGISTRY_AUTH_FILE"):
             _setting(settings, name)
     return names

@@ -32,7 +32,7 @@ from attest.base_contents import (
 )
 from attest.documents import parse_document
 from omni_oci.format.errors import OciError
-from omni_oci.remote.layer_files import LayerFile
+from omni_oci.remote.layers.files import LayerFile
 from tools.debian.control import stanzas
 from tools.debian.copyright import copyright_facts
 from tools.private.wheel_facts import LICENSE_FILE_RE, core_metadata, metadata_facts

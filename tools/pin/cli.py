@@ -201,6 +201,45 @@ def _seconds(text: str) -> float:
     return float(text)
 
 
+def _signature_flags(parser: argparse.ArgumentParser) -> None:
+    """--model-signature and whom it must name: a key, root certificates, or a keyless identity."""
+    parser.add_argument(
+        "--model-signature",
+        type=user_path,
+        metavar="FILE",
+        help="a publisher's OpenSSF Model Signing signature (model.sig) of the model: verified and compared "
+        "with the lock's files (docs/models.md#a-publishers-signature)",
+    )
+    signer = parser.add_mutually_exclusive_group()
+    signer.add_argument(
+        "--model-signer-key", type=user_path, metavar="PEM", help="the publisher's public key (the key method)"
+    )
+    signer.add_argument(
+        "--model-signer-chain",
+        type=user_path,
+        metavar="PEM",
+        help="root certificates the signature's certificate chain must lead to (the certificate method)",
+    )
+    signer.add_argument(
+        "--model-signer-identity",
+        default="",
+        metavar="IDENTITY",
+        help="Sigstore's keyless method: the identity (e-mail or URI) the signing certificate must name, "
+        "with --model-signer-issuer; verified offline against --model-trust-root",
+    )
+    parser.add_argument(
+        "--model-signer-issuer", default="", metavar="URL", help="with --model-signer-identity: the OIDC issuer"
+    )
+    parser.add_argument(
+        "--model-trust-root",
+        type=user_path,
+        metavar="JSON",
+        help="a Sigstore trusted_root.json (default: Sigstore's public one, committed as "
+        "tools/pin/trust/sigstore-production.trusted_root.json), with --model-trust-root-sha256",
+    )
+    parser.add_argument("--model-trust-root-sha256", default="", metavar="HEX", help="the pin of --model-trust-root")
+
+
 def parser() -> argparse.ArgumentParser:
     result = argparse.ArgumentParser(
         prog="pin", description=__doc__, epilog=tools_help(PIN), formatter_class=argparse.RawDescriptionHelpFormatter
@@ -224,41 +263,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="REGISTRY/REPO[:TAG]",
         help="pin the model's OCI artifact (tools/model push) at this tag (default: model.artifact of the pins)",
     )
-    result.add_argument(
-        "--model-signature",
-        type=user_path,
-        metavar="FILE",
-        help="a publisher's OpenSSF Model Signing signature (model.sig) of the model: verified and compared "
-        "with the lock's files (docs/models.md#a-publishers-signature)",
-    )
-    signer = result.add_mutually_exclusive_group()
-    signer.add_argument(
-        "--model-signer-key", type=user_path, metavar="PEM", help="the publisher's public key (the key method)"
-    )
-    signer.add_argument(
-        "--model-signer-chain",
-        type=user_path,
-        metavar="PEM",
-        help="root certificates the signature's certificate chain must lead to (the certificate method)",
-    )
-    signer.add_argument(
-        "--model-signer-identity",
-        default="",
-        metavar="IDENTITY",
-        help="Sigstore's keyless method: the identity (e-mail or URI) the signing certificate must name, "
-        "with --model-signer-issuer; verified offline against --model-trust-root",
-    )
-    result.add_argument(
-        "--model-signer-issuer", default="", metavar="URL", help="with --model-signer-identity: the OIDC issuer"
-    )
-    result.add_argument(
-        "--model-trust-root",
-        type=user_path,
-        metavar="JSON",
-        help="a Sigstore trusted_root.json (default: Sigstore's public one, committed as "
-        "tools/pin/trust/sigstore-production.trusted_root.json), with --model-trust-root-sha256",
-    )
-    result.add_argument("--model-trust-root-sha256", default="", metavar="HEX", help="the pin of --model-trust-root")
+    _signature_flags(result)
     mode = result.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="write the pins (and checkpoint lock) atomically")
     mode.add_argument("--check", action="store_true", help="exit 1 when any pin differs from upstream")

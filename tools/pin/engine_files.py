@@ -2,7 +2,7 @@
 and boot compute it at start from the installed files (attest.engine): commit, its kind, and
 the canonical RECORD digest.
 
-Only the engine's own metadata is kept while the layers stream (omni_oci.remote.layer_files): the
+Only the engine's own metadata is kept while the layers stream (omni_oci.remote.layers.files): the
 METADATA, RECORD and direct_url.json of every `*.dist-info` directory named like the engine,
 and `<package>/_version.py`.
 """
@@ -22,7 +22,7 @@ from attest.engine import (
 )
 from attest.errors import AttestError
 from omni_oci.format.errors import OciError
-from omni_oci.remote.layer_files import LayerFile
+from omni_oci.remote.layers.files import LayerFile
 
 DIST_INFO_FILES = frozenset({"METADATA", "RECORD", "direct_url.json"})
 VERSION_FILE = "_version.py"

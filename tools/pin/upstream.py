@@ -21,7 +21,7 @@ from attest.pins import ImagePins, ModelPin
 from boot.checkpoint import fetch_model_info, lock_from_listing
 from omni_oci.format.errors import OciError
 from omni_oci.format.reference import Reference
-from omni_oci.remote.layer_files import read_layer_files
+from omni_oci.remote.layers.files import read_layer_files
 from omni_oci.remote.registry import RegistryClient, client_for
 from omni_oci.remote.shallow_base import resolve_image
 from tools.pin.base_contents import base_contents, contents_bytes, noted, wanted_contents

@@ -4,13 +4,13 @@ Each layer is fetched once through RegistryClient.stream_blob, which never reads
 descriptor's size and checks the digest at the end; a layer whose bytes do not match its
 descriptor fails the whole read, so nothing read from it is ever used. Its tar is read by
 omni_oci.format.tar_reader (members exactly as the runtimes' Go reader takes them) and applied as a
-runtime applies layers (omni_oci.remote.overlay): whiteouts, opaque markers, replaced
+runtime applies layers (omni_oci.remote.layers.overlay): whiteouts, opaque markers, replaced
 directories, and no member written through a symbolic link.
 
 Only the members a caller asks for (`wanted`) are kept in memory, each capped and all together
 capped (MAX_KEPT_BYTES unless the caller says); members whose presence alone matters (`noted`:
 a package database Omni does not read, say) are kept by name, without their bytes; everything
-else is skipped as the tar streams past, without being copied (omni_oci.remote.layer_stream also
+else is skipped as the tar streams past, without being copied (omni_oci.remote.layers.stream also
 tells gzip, zstd and plain tar apart).
 
 Up to PARALLEL_LAYERS layers stream at once, so a remote registry's round trips and
@@ -36,8 +36,8 @@ from typing import Any, Callable, Iterator
 from omni_oci.format.errors import OciError
 from omni_oci.format.tar_members import PATH_MAX, clean_name
 from omni_oci.format.tar_reader import TarMember, TarStream, read_members
-from omni_oci.remote.layer_stream import decompressed
-from omni_oci.remote.overlay import LayerFile, Overlay
+from omni_oci.remote.layers.overlay import LayerFile, Overlay
+from omni_oci.remote.layers.stream import decompressed
 from omni_oci.remote.registry import RegistryClient
 
 __all__ = ["LayerFile", "read_layer_files"]

@@ -21,8 +21,8 @@ import httpx
 from attest.edge.bodies import read_bounded
 from attest.edge.redact import learn
 from omni_oci.format.errors import OciError, refusing_object
-from omni_oci.remote.credentials import Credential, lookup
-from omni_oci.remote.tokens import Token, covers, lifetime, merged
+from omni_oci.remote.auth.credentials import Credential, lookup
+from omni_oci.remote.auth.tokens import Token, covers, lifetime, merged
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_TOKEN_BYTES = 64 << 10
@@ -96,7 +96,7 @@ def _realm(registry: str, challenge: str) -> tuple[httpx.URL, dict[str, str]]:
 
 class RegistryAuth:
     """One registry's credential (looked up when the registry first asks) and what it earned:
-    bearer tokens per request scope (each with its life, omni_oci.remote.tokens), or the Basic
+    bearer tokens per request scope (each with its life, omni_oci.remote.auth.tokens), or the Basic
     header. Upload threads share it: a token ending is asked for again once, not per thread."""
 
     def __init__(self, registry: str, client: httpx.Client, credential: Credential | None | object = LOOKUP) -> None:
